@@ -1,0 +1,220 @@
+"""Every exception phi-core raises, in one place.
+
+::
+
+    PhiError
+    ├── UserError                      you called it wrong (raised at construction time)
+    │   ├── UnknownModelError          a ``provider:model`` string names no known provider
+    │   ├── MissingApiKeyError         names the environment variable to set
+    │   ├── MissingExtraError          names the extra to install
+    │   └── ConfigError                file, line and key of a bad config file
+    ├── RunError                       a run failed
+    │   └── AllBranchesFailedError     every branch of a race failed
+    └── ProviderError                  one model call failed; ``kind`` classifies it
+        ├── AuthError                  401/403: bad or missing credentials (not retried)
+        ├── RateLimitedError           429; ``retry_after`` in seconds when the vendor said
+        ├── OverloadedError            503/529 "overloaded" (retried)
+        ├── ServerError                other 5xx (retried)
+        ├── NetworkError               connection failed or dropped (retried before first byte)
+        ├── ContextOverflowError       the prompt does not fit the model's context window
+        ├── BadRequestError            400/404/422: the request itself is wrong (not retried)
+        └── ProviderCancelledError     the call was cancelled
+
+Provider errors never carry API keys: :func:`redact` scrubs anything that looks like one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+__all__ = [
+    "AllBranchesFailedError",
+    "AuthError",
+    "BadRequestError",
+    "ConfigError",
+    "ContextOverflowError",
+    "MissingApiKeyError",
+    "MissingExtraError",
+    "NetworkError",
+    "OverloadedError",
+    "PhiError",
+    "ProviderCancelledError",
+    "ProviderError",
+    "ProviderErrorKind",
+    "RateLimitedError",
+    "RunError",
+    "ServerError",
+    "UnknownModelError",
+    "UserError",
+    "redact",
+    "register_secret",
+]
+
+ProviderErrorKind = Literal[
+    "auth",
+    "rate_limited",
+    "overloaded",
+    "server",
+    "network",
+    "context_overflow",
+    "bad_request",
+    "cancelled",
+]
+
+_SECRET_PATTERNS = [
+    re.compile(r"sk-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"AIza[0-9A-Za-z_\-]{20,}"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
+    re.compile(r"(?i)((?:api[_-]?key|x-api-key|authorization)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]{6,}"),
+]
+_registered_secrets: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret so :func:`redact` removes it wherever it shows up."""
+    if value and len(value) >= 6:
+        _registered_secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """Replace anything that looks like an API key with ``[REDACTED]``."""
+    for secret in _registered_secrets:
+        if secret in text:
+            text = text.replace(secret, "[REDACTED]")
+    for pattern in _SECRET_PATTERNS:
+        if pattern.groups:
+            text = pattern.sub(lambda m: m.group(1) + "[REDACTED]", text)
+        else:
+            text = pattern.sub("[REDACTED]", text)
+    return text
+
+
+class PhiError(Exception):
+    """Base of every phi-core exception."""
+
+
+class UserError(PhiError, ValueError):
+    """A usage mistake by the application developer; fix the call or the config."""
+
+
+class UnknownModelError(UserError):
+    pass
+
+
+class MissingApiKeyError(UserError):
+    def __init__(self, provider: str, env_var: str) -> None:
+        self.provider = provider
+        self.env_var = env_var
+        super().__init__(
+            f"No API key for provider {provider!r}: set the {env_var} environment variable "
+            f"(or pass api_key=...). The embedded model `local:smollm2` needs no key."
+        )
+
+
+class MissingExtraError(UserError, ImportError):
+    def __init__(self, what: str, extra: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs an optional dependency: pip install 'phi-core[{extra}]'")
+
+
+class ConfigError(UserError):
+    """A config file is wrong; says where (file, line, key path) and what was expected."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.key = key
+        self.detail = message
+        where = []
+        if file:
+            where.append(f"{file}:{line}" if line else file)
+        if key:
+            where.append(f"key `{key}`")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class RunError(PhiError):
+    """A run failed in a way the caller must handle."""
+
+
+class AllBranchesFailedError(RunError):
+    pass
+
+
+class ProviderError(PhiError):
+    """One model call failed. ``kind`` says how; ``retryable`` says whether to try again."""
+
+    kind: ProviderErrorKind = "bad_request"
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        body: str | None = None,
+    ) -> None:
+        self.message = redact(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.provider = provider
+        self.model = model
+        self.body = redact(body) if body else None
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.status is not None:
+            parts.append(f"(HTTP {self.status})")
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, status={self.status!r})"
+
+
+class AuthError(ProviderError):
+    kind = "auth"
+
+
+class RateLimitedError(ProviderError):
+    kind = "rate_limited"
+    retryable = True
+
+
+class OverloadedError(ProviderError):
+    kind = "overloaded"
+    retryable = True
+
+
+class ServerError(ProviderError):
+    kind = "server"
+    retryable = True
+
+
+class NetworkError(ProviderError):
+    kind = "network"
+    retryable = True
+
+
+class ContextOverflowError(ProviderError):
+    kind = "context_overflow"
+
+
+class BadRequestError(ProviderError):
+    kind = "bad_request"
+
+
+class ProviderCancelledError(ProviderError):
+    kind = "cancelled"

@@ -1,0 +1,397 @@
+"""Agent events, event sinks and the async-iterator form of a run.
+
+Every event carries ``loop_id`` (branches of a race are told apart by it) and a ``timestamp`` in
+unix milliseconds. Events are pydantic models tagged by ``type``; ``AGENT_EVENT_ADAPTER`` parses
+them back from JSON.
+
+A *sink* is whatever the caller passes as ``events=``: a sync callable, an async callable or an
+``asyncio.Queue``. :class:`Emitter` delivers to it without ever letting the consumer break the run:
+a sync callable that raises is reported once through ``logging`` and then skipped; an async
+callable is fed from an internal queue by its own task, so a slow consumer never slows the loop
+(the run flushes that queue before it returns, so no event is lost and order is kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .types import AgentMessage, AssistantMessage, StreamDelta, ToolResultMessage, Usage, now_ms
+
+__all__ = [
+    "AGENT_EVENT_ADAPTER",
+    "AgentEnd",
+    "AgentEvent",
+    "AgentStart",
+    "CompactionEnded",
+    "CompactionStarted",
+    "ContinuationKind",
+    "Emitter",
+    "EndReason",
+    "EventSink",
+    "EventStream",
+    "InputRejected",
+    "MessageEnd",
+    "MessageStart",
+    "MessageUpdate",
+    "ParallelLoopEnd",
+    "ParallelLoopStart",
+    "ProgressMessage",
+    "ToolExecutionEnd",
+    "ToolExecutionStart",
+    "ToolExecutionUpdate",
+    "TurnEnd",
+    "TurnRequest",
+    "TurnStart",
+    "TurnTrigger",
+    "Warning",
+]
+
+logger = logging.getLogger("phi_core.events")
+
+ContinuationKind = Literal["initial", "default", "rerun", "branch", "compaction"]
+TurnTrigger = Literal["user", "sub_agent", "continuation", "branch"]
+EndReason = Literal["completed", "error", "cancelled", "limit", "vetoed", "rejected"]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    loop_id: str = ""
+    timestamp: int = Field(default_factory=now_ms)
+
+
+class AgentStart(_Event):
+    type: Literal["agent_start"] = "agent_start"
+    agent_id: str
+    session_id: str
+    parent_loop_id: str | None = None
+    continuation_kind: ContinuationKind = "initial"
+    config_snapshot: dict[str, Any] | None = None
+
+
+class AgentEnd(_Event):
+    """The last event of every run, on every path (also veto, rejection and cancellation)."""
+
+    type: Literal["agent_end"] = "agent_end"
+    messages: list[AgentMessage] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    reason: EndReason = "completed"
+    rejection: str | None = None
+    error: str | None = None
+
+
+class TurnStart(_Event):
+    type: Literal["turn_start"] = "turn_start"
+    turn_index: int
+    triggered_by: TurnTrigger = "user"
+
+
+class TurnRequest(_Event):
+    """The exact request sent to the model for one turn (once per turn, before any retry)."""
+
+    type: Literal["turn_request"] = "turn_request"
+    turn_index: int
+    payload: dict[str, Any]
+
+
+class TurnEnd(_Event):
+    type: Literal["turn_end"] = "turn_end"
+    turn_index: int
+    message: AssistantMessage
+    usage: Usage = Field(default_factory=Usage)
+    tool_results: list[ToolResultMessage] = Field(default_factory=list)
+
+
+class MessageStart(_Event):
+    type: Literal["message_start"] = "message_start"
+    message: AgentMessage
+
+
+class MessageUpdate(_Event):
+    """One streamed delta of the assistant message being generated."""
+
+    type: Literal["message_update"] = "message_update"
+    delta: StreamDelta
+
+
+class MessageEnd(_Event):
+    type: Literal["message_end"] = "message_end"
+    message: AgentMessage
+
+
+class ToolExecutionStart(_Event):
+    type: Literal["tool_execution_start"] = "tool_execution_start"
+    tool_call_id: str
+    tool_name: str
+    args: Any = None
+
+
+class ToolExecutionUpdate(_Event):
+    type: Literal["tool_execution_update"] = "tool_execution_update"
+    tool_call_id: str
+    tool_name: str
+    text: str
+
+
+class ToolExecutionEnd(_Event):
+    type: Literal["tool_execution_end"] = "tool_execution_end"
+    tool_call_id: str
+    tool_name: str
+    result: ToolResultMessage
+    is_error: bool = False
+    child_loop_id: str | None = None
+
+
+class ProgressMessage(_Event):
+    type: Literal["progress_message"] = "progress_message"
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    text: str
+
+
+class InputRejected(_Event):
+    type: Literal["input_rejected"] = "input_rejected"
+    reason: str
+
+
+class Warning(_Event):  # noqa: A001 - the event's name in the event vocabulary
+    """Something the caller should know that did not stop the run (e.g. a best-effort judge)."""
+
+    type: Literal["warning"] = "warning"
+    message: str
+
+
+class ParallelLoopStart(_Event):
+    type: Literal["parallel_loop_start"] = "parallel_loop_start"
+    session_id: str
+    loop_ids: list[str]
+
+
+class ParallelLoopEnd(_Event):
+    type: Literal["parallel_loop_end"] = "parallel_loop_end"
+    session_id: str
+    selected_loop_id: str | None
+    selected_config_index: int | None
+    evaluation_usage: Usage = Field(default_factory=Usage)
+    cancelled: bool = False
+    decision: dict[str, Any] | None = None
+
+
+class CompactionStarted(_Event):
+    type: Literal["compaction_started"] = "compaction_started"
+    estimated_tokens: int
+    message_count: int
+
+
+class CompactionEnded(_Event):
+    type: Literal["compaction_ended"] = "compaction_ended"
+    messages_before: int
+    messages_after: int
+    estimated_tokens_before: int
+    estimated_tokens_after: int
+    loops_compacted: int = 0
+
+
+AgentEvent = Annotated[
+    AgentStart
+    | AgentEnd
+    | TurnStart
+    | TurnRequest
+    | TurnEnd
+    | MessageStart
+    | MessageUpdate
+    | MessageEnd
+    | ToolExecutionStart
+    | ToolExecutionUpdate
+    | ToolExecutionEnd
+    | ProgressMessage
+    | InputRejected
+    | Warning
+    | ParallelLoopStart
+    | ParallelLoopEnd
+    | CompactionStarted
+    | CompactionEnded,
+    Field(discriminator="type"),
+]
+AGENT_EVENT_ADAPTER: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
+
+EventSink = (
+    Callable[[Any], None] | Callable[[Any], Awaitable[None]] | "asyncio.Queue[Any]" | "Emitter"
+)
+
+
+class Emitter:
+    """Delivers events to one sink; see the module docstring for the guarantees."""
+
+    __slots__ = ("_async_fn", "_drain_task", "_failed", "_pending", "_queue", "_sync_fn")
+
+    def __init__(self, sink: Any = None) -> None:
+        self._sync_fn: Callable[[Any], Any] | None = None
+        self._async_fn: Callable[[Any], Awaitable[None]] | None = None
+        self._queue: asyncio.Queue[Any] | None = None
+        self._pending: asyncio.Queue[Any] | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+        self._failed = False
+        if sink is None:
+            return
+        if isinstance(sink, asyncio.Queue):
+            self._queue = sink
+        elif inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(
+            getattr(sink, "__call__", None)  # noqa: B004 - callable objects with async __call__
+        ):
+            self._async_fn = sink
+        elif callable(sink):
+            self._sync_fn = sink
+        else:
+            raise TypeError(
+                f"events= must be a callable, an async callable or an asyncio.Queue, got {sink!r}"
+            )
+
+    @classmethod
+    def of(cls, sink: Any) -> Emitter:
+        """Reuse an existing emitter (nested runs share their parent's) or wrap a sink."""
+        return sink if isinstance(sink, Emitter) else cls(sink)
+
+    @property
+    def active(self) -> bool:
+        """False when nobody listens, so callers can skip building events at all."""
+        return (
+            self._sync_fn is not None or self._async_fn is not None or self._queue is not None
+        )
+
+    def emit(self, event: Any) -> None:
+        if self._sync_fn is not None:
+            if self._failed:
+                return
+            try:
+                result = self._sync_fn(event)
+            except Exception:
+                self._failed = True
+                logger.exception("event sink raised; further events to it are dropped")
+                return
+            if inspect.isawaitable(result):  # a sync-looking callable that returned a coroutine
+                self._start_async_path(None)
+                assert self._pending is not None
+                self._pending.put_nowait(result)
+            return
+        if self._queue is not None:
+            try:
+                self._queue.put_nowait(event)
+            except asyncio.QueueFull:
+                self._start_async_path(None)
+                assert self._pending is not None
+                self._pending.put_nowait(event)
+            return
+        if self._async_fn is not None:
+            self._start_async_path(self._async_fn)
+            assert self._pending is not None
+            self._pending.put_nowait(event)
+
+    def _start_async_path(self, fn: Callable[[Any], Awaitable[None]] | None) -> None:
+        if self._drain_task is not None:
+            return
+        self._pending = asyncio.Queue()
+        self._drain_task = asyncio.get_running_loop().create_task(self._drain(fn))
+
+    async def _drain(self, fn: Callable[[Any], Awaitable[None]] | None) -> None:
+        assert self._pending is not None
+        while True:
+            item = await self._pending.get()
+            if item is _STOP:
+                return
+            try:
+                if inspect.isawaitable(item):
+                    await item
+                elif fn is not None:
+                    await fn(item)
+                elif self._queue is not None:
+                    await self._queue.put(item)
+            except Exception:
+                if not self._failed:
+                    logger.exception("async event sink raised; continuing")
+                self._failed = True
+
+    async def aclose(self) -> None:
+        """Wait until every event handed to an async sink has been delivered."""
+        if self._drain_task is None or self._pending is None:
+            return
+        self._pending.put_nowait(_STOP)
+        task, self._drain_task = self._drain_task, None
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+
+_STOP = object()
+
+T = TypeVar("T")
+
+
+class EventStream(Generic[T]):
+    """``async for event in stream`` yields a run's events live; ``await stream`` (or
+    :meth:`result`) gives its return value. Leaving the ``async for`` early cancels the run.
+    """
+
+    def __init__(self, run: Callable[[asyncio.Queue[Any]], Coroutine[Any, Any, T]]) -> None:
+        self._run = run
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Task[T] | None = None
+
+    def _start(self) -> asyncio.Task[T]:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(self._queue))
+            self._task.add_done_callback(lambda _t: self._queue.put_nowait(_STOP))
+        return self._task
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        task = self._start()
+        finished = False
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _STOP:
+                    # Events put after the run ended (none expected) are still delivered.
+                    while not self._queue.empty():
+                        extra = self._queue.get_nowait()
+                        if extra is not _STOP:
+                            yield extra
+                    finished = True
+                    break
+                yield item
+        finally:
+            if not finished and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                except Exception:
+                    logger.debug("run ended with an error after its consumer left", exc_info=True)
+        # Surface the run's own failure to the consumer.
+        if task.done() and not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                raise exc
+
+    async def result(self) -> T:
+        """Run to completion (draining events nobody iterated) and return the result."""
+        return await self._start()
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.result().__await__()
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

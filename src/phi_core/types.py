@@ -1,0 +1,280 @@
+"""Messages, content blocks, usage and stop reasons: the data every other layer speaks.
+
+All of them are pydantic v2 models with a discriminator (``type`` for content and deltas,
+``role`` for messages), so sessions, logs and ``--json`` output are the same objects and
+round-trip through JSON unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+__all__ = [
+    "AgentMessage",
+    "AssistantMessage",
+    "Content",
+    "ExtensionMessage",
+    "ImageContent",
+    "Message",
+    "Pricing",
+    "ResponseFormat",
+    "StopReason",
+    "StreamDelta",
+    "TextContent",
+    "TextDelta",
+    "ThinkingContent",
+    "ThinkingDelta",
+    "ThinkingLevel",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolDefinition",
+    "ToolResultMessage",
+    "TurnId",
+    "Usage",
+    "UserMessage",
+    "now_ms",
+    "message_text",
+]
+
+
+def now_ms() -> int:
+    """Unix time in milliseconds, the timestamp unit of every message and event."""
+    return time.time_ns() // 1_000_000
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------- content
+
+
+class TextContent(_Model):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageContent(_Model):
+    type: Literal["image"] = "image"
+    data: str = Field(description="base64-encoded image bytes")
+    mime_type: str = "image/png"
+
+
+class ThinkingContent(_Model):
+    """Model reasoning. ``signature`` must be echoed back unchanged to the vendor that made it."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str | None = None
+    redacted: bool = False
+
+
+class ToolCall(_Model):
+    type: Literal["tool_call"] = "tool_call"
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # The raw argument text when the provider sent something that was not a JSON object;
+    # the tool executor turns it into an error result instead of running the tool.
+    raw_arguments: str | None = None
+
+
+Content = Annotated[
+    TextContent | ImageContent | ThinkingContent | ToolCall, Field(discriminator="type")
+]
+
+StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high"]
+
+
+# --------------------------------------------------------------------------- usage
+
+
+class Pricing(_Model):
+    """US dollars per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+class Usage(_Model):
+    """Token accounting for one call or the sum of many.
+
+    ``total`` falls back to ``input + output`` when a provider does not report it.
+    ``input`` counts the uncached prompt tokens; cached ones are in ``cache_read``/``cache_write``.
+    """
+
+    input: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total: int = 0
+
+    @model_validator(mode="after")
+    def _fill_total(self) -> Usage:
+        if self.total == 0 and (self.input or self.output):
+            self.total = self.input + self.output
+        return self
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input=self.input + other.input,
+            output=self.output + other.output,
+            reasoning=self.reasoning + other.reasoning,
+            cache_read=self.cache_read + other.cache_read,
+            cache_write=self.cache_write + other.cache_write,
+            total=self.total + other.total,
+        )
+
+    @classmethod
+    def sum(cls, usages: Any) -> Usage:
+        out = cls()
+        for u in usages:
+            out = out + u
+        return out
+
+    @property
+    def cache_hit_rate(self) -> float:
+        denominator = self.input + self.cache_read + self.cache_write
+        return self.cache_read / denominator if denominator else 0.0
+
+    def cost(self, pricing: Pricing | None) -> float:
+        """Dollars for this usage at ``pricing`` (reasoning tokens are billed inside ``output``)."""
+        if pricing is None:
+            return 0.0
+        return (
+            self.input * pricing.input
+            + self.output * pricing.output
+            + self.cache_read * pricing.cache_read
+            + self.cache_write * pricing.cache_write
+        ) / 1_000_000
+
+
+# --------------------------------------------------------------------------- messages
+
+
+class TurnId(_Model):
+    loop_id: str
+    turn_index: int
+
+
+class _MessageBase(_Model):
+    timestamp: int = Field(default_factory=now_ms)
+    turn_id: TurnId | None = None
+
+
+class UserMessage(_MessageBase):
+    role: Literal["user"] = "user"
+    content: list[Content]
+
+    @classmethod
+    def text(cls, text: str) -> UserMessage:
+        return cls(content=[TextContent(text=text)])
+
+
+class AssistantMessage(_MessageBase):
+    role: Literal["assistant"] = "assistant"
+    content: list[Content] = Field(default_factory=list)
+    stop_reason: StopReason = "stop"
+    model: str = ""
+    provider: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    error_message: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(c.text for c in self.content if isinstance(c, TextContent))
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [c for c in self.content if isinstance(c, ToolCall)]
+
+
+class ToolResultMessage(_MessageBase):
+    role: Literal["tool_result"] = "tool_result"
+    tool_call_id: str
+    tool_name: str
+    content: list[Content]
+    is_error: bool = False
+
+
+class ExtensionMessage(_MessageBase):
+    """An application message kept in the conversation log that never reaches a model."""
+
+    role: Literal["extension"] = "extension"
+    kind: str
+    data: Any = None
+
+
+Message = Annotated[
+    UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="role")
+]
+AgentMessage = Annotated[
+    UserMessage | AssistantMessage | ToolResultMessage | ExtensionMessage,
+    Field(discriminator="role"),
+]
+
+MESSAGES_ADAPTER: TypeAdapter[list[AgentMessage]] = TypeAdapter(list[AgentMessage])
+
+
+def message_text(message: Any) -> str:
+    """All text blocks of a message joined (empty for extension messages)."""
+    content = getattr(message, "content", None)
+    if not content:
+        return ""
+    return "".join(c.text for c in content if isinstance(c, TextContent))
+
+
+# --------------------------------------------------------------------------- streaming deltas
+
+
+class TextDelta(_Model):
+    type: Literal["text_delta"] = "text_delta"
+    index: int = 0
+    text: str
+
+
+class ThinkingDelta(_Model):
+    type: Literal["thinking_delta"] = "thinking_delta"
+    index: int = 0
+    thinking: str = ""
+    signature: str | None = None
+
+
+class ToolCallDelta(_Model):
+    """Part of a tool call: the first delta of a call carries ``id`` and ``name``."""
+
+    type: Literal["tool_call_delta"] = "tool_call_delta"
+    index: int = 0
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+StreamDelta = Annotated[TextDelta | ThinkingDelta | ToolCallDelta, Field(discriminator="type")]
+
+
+# --------------------------------------------------------------------------- request parts
+
+
+class ToolDefinition(_Model):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+
+class ResponseFormat(_Model):
+    """Ask for structured output: a JSON object matching ``schema`` (or any JSON object)."""
+
+    type: Literal["json_schema", "json_object"] = "json_schema"
+    name: str = "response"
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool = True
