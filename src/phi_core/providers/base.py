@@ -1,0 +1,143 @@
+"""The provider contract: one async method that streams deltas and ends with the message.
+
+A provider's :meth:`Provider.stream` is an async iterator. It yields :data:`StreamDelta` objects
+(text, thinking and tool-call pieces, in the order the vendor sent them) and finally exactly one
+:class:`StreamDone` carrying the assembled :class:`AssistantMessage`. A failure raises a classified
+:class:`~phi_core.errors.ProviderError`. Cancellation is ordinary asyncio cancellation of the task
+iterating the stream; a provider closes its HTTP response (or stops its generator) on exit.
+
+Retry, limiting and instrumentation wrap a provider; they do not fork it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from ..types import (
+    AssistantMessage,
+    Message,
+    Pricing,
+    ResponseFormat,
+    StreamDelta,
+    ThinkingLevel,
+    ToolDefinition,
+)
+
+__all__ = [
+    "ApiProtocol",
+    "ModelConfig",
+    "Provider",
+    "StreamDone",
+    "StreamEvent",
+    "StreamRequest",
+]
+
+ApiProtocol = Literal[
+    "openai_completions",
+    "openai_responses",
+    "azure_openai_responses",
+    "anthropic_messages",
+    "google_generative_ai",
+    "google_vertex",
+    "bedrock_converse_stream",
+    "local_gguf",
+    "scripted",
+    "replay",
+]
+
+
+class ModelConfig(BaseModel):
+    """Everything needed to call one model: identity, endpoint, limits, prices, quirks.
+
+    ``api_key`` is a :class:`~pydantic.SecretStr`: it never shows in reprs, logs or dumps.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+    provider: str
+    id: str
+    api: ApiProtocol = "openai_completions"
+    name: str | None = None
+    base_url: str | None = None
+    api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    api_key_env: str | None = None
+    context_window: int = 128_000
+    max_tokens: int = 4096
+    reasoning: bool = False
+    pricing: Pricing = Field(default_factory=Pricing)
+    headers: dict[str, str] = Field(default_factory=dict)
+    compat: dict[str, Any] = Field(default_factory=dict)
+    # Default sampling settings of this configuration (a request's own values win).
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    @property
+    def spec(self) -> str:
+        """The ``provider:model`` string naming this model."""
+        return f"{self.provider}:{self.id}"
+
+    def api_key_value(self) -> str | None:
+        return self.api_key.get_secret_value() if self.api_key is not None else None
+
+
+@dataclass(slots=True)
+class StreamRequest:
+    """What one model call is asked to do. Providers must not mutate it."""
+
+    model: ModelConfig
+    messages: list[Message]
+    system_prompt: str | None = None
+    tools: list[ToolDefinition] = field(default_factory=list)
+    thinking: ThinkingLevel = "off"
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    response_format: ResponseFormat | None = None
+    cache: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        """A JSON-ready description of the request (for ``TurnRequest`` events and caches)."""
+        return {
+            "model": self.model.spec,
+            "system_prompt": self.system_prompt,
+            "messages": [m.model_dump(mode="json") for m in self.messages],
+            "tools": [t.model_dump(mode="json") for t in self.tools],
+            "thinking": self.thinking,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "response_format": (
+                self.response_format.model_dump(mode="json", by_alias=True)
+                if self.response_format
+                else None
+            ),
+        }
+
+
+@dataclass(slots=True)
+class StreamDone:
+    """The last item of every successful stream."""
+
+    message: AssistantMessage
+
+
+StreamEvent = StreamDelta | StreamDone
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Speaks one wire protocol. ``name`` identifies it in logs and limiter keys."""
+
+    name: str
+
+    def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
+        """Yield deltas as they arrive, then one :class:`StreamDone`; raise ``ProviderError``."""
+        ...

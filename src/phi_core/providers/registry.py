@@ -1,0 +1,126 @@
+"""From a ``provider:model`` string to a :class:`ModelConfig`, and from a config to a provider.
+
+Protocol implementations register a factory with :func:`register_protocol`; providers named in
+``provider:model`` strings register with :func:`register_provider`. :func:`get_provider` keeps one
+provider instance per (protocol, endpoint, key), so every call to the same endpoint shares one
+client and one connection pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UnknownModelError
+from .base import ApiProtocol, ModelConfig, Provider
+
+__all__ = [
+    "ProviderSpec",
+    "get_provider",
+    "known_providers",
+    "register_protocol",
+    "register_provider",
+    "resolve_model",
+]
+
+ProtocolFactory = Callable[[ModelConfig], Provider]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSpec:
+    """A named provider: how a ``name:model`` string becomes a ModelConfig."""
+
+    name: str
+    build: Callable[[str], ModelConfig]
+    description: str = ""
+    key_env: str | None = None
+    models: tuple[str, ...] = ()
+
+
+_PROTOCOLS: dict[str, ProtocolFactory] = {}
+_PROVIDERS: dict[str, ProviderSpec] = {}
+_INSTANCES: dict[tuple[str, str, str, str], Provider] = {}
+
+
+def register_protocol(api: ApiProtocol, factory: ProtocolFactory) -> None:
+    _PROTOCOLS[api] = factory
+
+
+def register_provider(spec: ProviderSpec) -> None:
+    _PROVIDERS[spec.name] = spec
+
+
+def known_providers() -> list[ProviderSpec]:
+    _ensure_builtins()
+    return sorted(_PROVIDERS.values(), key=lambda s: s.name)
+
+
+def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
+    """Turn ``"openai:gpt-4o-mini"`` (or a ModelConfig) into a ModelConfig.
+
+    Raises :class:`UnknownModelError` listing the known providers when the prefix is unknown.
+    """
+    if isinstance(spec, ModelConfig):
+        return spec.model_copy(update=overrides) if overrides else spec
+    _ensure_builtins()
+    name, sep, model = spec.partition(":")
+    if not sep or not name or not model:
+        raise UnknownModelError(
+            f"Model {spec!r} is not of the form `provider:model` "
+            f"(for example `local:smollm2` or `openai:gpt-4o-mini`). "
+            f"Known providers: {', '.join(sorted(_PROVIDERS))}."
+        )
+    provider = _PROVIDERS.get(name)
+    if provider is None:
+        suggestion = _closest(name, list(_PROVIDERS))
+        hint = f" Did you mean {suggestion!r}?" if suggestion else ""
+        raise UnknownModelError(
+            f"Unknown provider {name!r} in model {spec!r}.{hint} "
+            f"Known providers: {', '.join(sorted(_PROVIDERS))}."
+        )
+    config = provider.build(model)
+    return config.model_copy(update=overrides) if overrides else config
+
+
+def get_provider(model: ModelConfig) -> Provider:
+    """The shared provider instance for ``model``'s protocol and endpoint."""
+    _ensure_builtins()
+    factory = _PROTOCOLS.get(model.api)
+    if factory is None:
+        raise UnknownModelError(
+            f"No provider registered for protocol {model.api!r}. "
+            f"Registered protocols: {', '.join(sorted(_PROTOCOLS)) or 'none'}."
+        )
+    key = model.api_key_value() or ""
+    cache_key = (
+        model.api,
+        model.base_url or "",
+        hashlib.sha256(key.encode()).hexdigest(),
+        model.provider,
+    )
+    instance = _INSTANCES.get(cache_key)
+    if instance is None:
+        instance = factory(model)
+        _INSTANCES[cache_key] = instance
+    return instance
+
+
+def _closest(name: str, candidates: list[str]) -> str | None:
+    import difflib
+
+    matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+_builtins_loaded = False
+
+
+def _ensure_builtins() -> None:
+    """Import the modules that register the built-in providers (once, lazily)."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    from . import catalog  # noqa: F401  (registers providers and protocols)
