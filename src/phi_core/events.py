@@ -161,7 +161,7 @@ class InputRejected(_Event):
     reason: str
 
 
-class Warning(_Event):  # noqa: A001 - the event's name in the event vocabulary
+class Warning(_Event):
     """Something the caller should know that did not stop the run (e.g. a best-effort judge)."""
 
     type: Literal["warning"] = "warning"
@@ -222,9 +222,8 @@ AgentEvent = Annotated[
 ]
 AGENT_EVENT_ADAPTER: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 
-EventSink = (
-    Callable[[Any], None] | Callable[[Any], Awaitable[None]] | "asyncio.Queue[Any]" | "Emitter"
-)
+EventSink = Callable[[Any], None] | Callable[[Any], Awaitable[None]] | asyncio.Queue[Any]
+"""What ``events=`` accepts: a sync or async callable, or an ``asyncio.Queue``."""
 
 
 class Emitter:
@@ -262,9 +261,7 @@ class Emitter:
     @property
     def active(self) -> bool:
         """False when nobody listens, so callers can skip building events at all."""
-        return (
-            self._sync_fn is not None or self._async_fn is not None or self._queue is not None
-        )
+        return self._sync_fn is not None or self._async_fn is not None or self._queue is not None
 
     def emit(self, event: Any) -> None:
         if self._sync_fn is not None:

@@ -45,7 +45,9 @@ __all__ = ["Fail", "Hang", "Reply", "ScriptItem", "ScriptedProvider", "call"]
 _ids = itertools.count(1)
 
 
-def call(name: str, arguments: dict[str, Any] | str | None = None, id: str | None = None) -> ToolCall:
+def call(
+    name: str, arguments: dict[str, Any] | str | None = None, id: str | None = None
+) -> ToolCall:
     """A scripted tool call. A ``str`` argument is sent as raw (possibly malformed) JSON text."""
     call_id = id or f"call_{next(_ids)}"
     if isinstance(arguments, str):
@@ -163,7 +165,9 @@ async def _play(
     content: list[Content] = []
     index = 0
     if reply.thinking is not None:
-        yield ThinkingDelta(index=index, thinking=reply.thinking, signature=reply.thinking_signature)
+        yield ThinkingDelta(
+            index=index, thinking=reply.thinking, signature=reply.thinking_signature
+        )
         content.append(ThinkingContent(thinking=reply.thinking, signature=reply.thinking_signature))
         index += 1
     pieces = _pieces(reply.text, reply.chunks)

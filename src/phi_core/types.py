@@ -35,8 +35,8 @@ __all__ = [
     "TurnId",
     "Usage",
     "UserMessage",
-    "now_ms",
     "message_text",
+    "now_ms",
 ]
 
 
@@ -212,9 +212,7 @@ class ExtensionMessage(_MessageBase):
     data: Any = None
 
 
-Message = Annotated[
-    UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="role")
-]
+Message = Annotated[UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="role")]
 AgentMessage = Annotated[
     UserMessage | AssistantMessage | ToolResultMessage | ExtensionMessage,
     Field(discriminator="role"),
@@ -266,9 +264,7 @@ StreamDelta = Annotated[TextDelta | ThinkingDelta | ToolCallDelta, Field(discrim
 class ToolDefinition(_Model):
     name: str
     description: str = ""
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
 class ResponseFormat(_Model):

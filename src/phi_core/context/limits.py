@@ -1,0 +1,48 @@
+"""Execution-limit tracking: turns, tokens, wall-clock time and dollars of one run."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["ExecutionLimits", "ExecutionTracker"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionLimits:
+    """Runaway protection, checked before every turn; ``None`` switches a limit off."""
+
+    max_turns: int | None = 50
+    max_total_tokens: int | None = 1_000_000
+    max_duration: float | None = 600.0
+    max_cost: float | None = None
+
+
+@dataclass
+class ExecutionTracker:
+    limits: ExecutionLimits
+    turns: int = 0
+    tokens_used: int = 0
+    cost: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+    def record_turn(self, tokens: int) -> None:
+        self.turns += 1
+        self.tokens_used += tokens
+
+    def record_cost(self, dollars: float) -> None:
+        self.cost += dollars
+
+    def check_limits(self) -> str | None:
+        """The reason the run must stop before its next turn, or None (first violated wins)."""
+        limits = self.limits
+        if limits.max_turns is not None and self.turns >= limits.max_turns:
+            return f"Max turns reached ({self.turns}/{limits.max_turns})"
+        if limits.max_total_tokens is not None and self.tokens_used >= limits.max_total_tokens:
+            return f"Max tokens reached ({self.tokens_used}/{limits.max_total_tokens})"
+        elapsed = time.monotonic() - self.started
+        if limits.max_duration is not None and elapsed >= limits.max_duration:
+            return f"Max duration reached ({elapsed:.1f}s/{limits.max_duration:.1f}s)"
+        if limits.max_cost is not None and self.cost >= limits.max_cost:
+            return f"Max cost reached (${self.cost:.4f}/${limits.max_cost:.4f})"
+        return None

@@ -1,0 +1,632 @@
+"""The agent loop: ``agent_loop``, ``agent_loop_continue`` and their streaming forms.
+
+Event order per call (phi-core's, §3.3 of the study)::
+
+    before_loop → AgentStart
+      [limits] before_turn → TurnStart
+         MessageStart/End per prompt (first turn) and per injected steering/follow-up message
+         TurnRequest → MessageStart(placeholder) → MessageUpdate* (live) → MessageEnd(assistant)
+         per tool call: before_tool_execution → ToolExecutionStart → updates → ToolExecutionEnd
+                        → after_tool_execution → MessageStart/End(tool result)
+      TurnEnd → after_turn
+      ... more turns ...
+    AgentEnd → after_loop
+
+Exactly one ``AgentEnd`` is emitted on every path: completion, error, limit, veto, input
+rejection and cancellation (by a :class:`CancelToken` or by cancelling the task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cancel import CancelToken
+from ..context.limits import ExecutionTracker
+from ..errors import ProviderError, UserError
+from ..events import (
+    AgentEnd,
+    AgentStart,
+    Emitter,
+    EndReason,
+    EventStream,
+    InputRejected,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    TurnEnd,
+    TurnRequest,
+    TurnStart,
+    TurnTrigger,
+    Warning,
+)
+from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
+from ..providers.retry import stream_with_retry
+from ..tools.base import definition_of
+from ..tools.execute import ToolRunner
+from ..types import (
+    AgentMessage,
+    AssistantMessage,
+    Content,
+    ExtensionMessage,
+    Message,
+    TextContent,
+    TextDelta,
+    ThinkingContent,
+    ThinkingDelta,
+    TurnId,
+    Usage,
+    UserMessage,
+    now_ms,
+)
+from .config import AgentLoopConfig, maybe_await
+from .context import AgentContext
+
+__all__ = [
+    "LoopResult",
+    "agent_loop",
+    "agent_loop_continue",
+    "agent_loop_continue_stream",
+    "agent_loop_stream",
+]
+
+logger = logging.getLogger("phi_core.loop")
+
+_OBSERVER_HOOKS = frozenset(
+    {
+        "after_loop",
+        "after_turn",
+        "after_tool_execution",
+        "after_tool_execution_update",
+        "on_error",
+        "after_compaction_end",
+    }
+)
+
+
+@dataclass
+class LoopResult:
+    """What one loop call produced."""
+
+    loop_id: str
+    messages: list[AgentMessage] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    reason: EndReason = "completed"
+    error: str | None = None
+    rejection: str | None = None
+
+    @property
+    def final_message(self) -> AssistantMessage | None:
+        for message in reversed(self.messages):
+            if isinstance(message, AssistantMessage):
+                return message
+        return None
+
+    @property
+    def text(self) -> str:
+        final = self.final_message
+        return final.text if final is not None else ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "completed"
+
+
+def _coerce_prompts(prompts: str | AgentMessage | Sequence[AgentMessage]) -> list[AgentMessage]:
+    if isinstance(prompts, str):
+        return [UserMessage.text(prompts)]
+    if isinstance(prompts, UserMessage | AssistantMessage | ExtensionMessage):
+        return [prompts]
+    return list(prompts)  # type: ignore[arg-type]
+
+
+async def agent_loop(
+    prompts: str | AgentMessage | Sequence[AgentMessage],
+    context: AgentContext,
+    config: AgentLoopConfig,
+    *,
+    events: Any = None,
+    cancel: CancelToken | None = None,
+) -> LoopResult:
+    """Run the agent on new input: append ``prompts`` to ``context`` and loop until done.
+
+    ``events`` is a sink (sync/async callable or ``asyncio.Queue``); ``cancel`` stops the run
+    promptly with reason ``cancelled`` (stop reason ``aborted`` on an interrupted reply).
+    """
+    batch = _coerce_prompts(prompts)
+    if not batch:
+        raise UserError(
+            "agent_loop needs at least one prompt; to resume without new input use "
+            "agent_loop_continue."
+        )
+    if isinstance(prompts, str) and not prompts.strip():
+        raise UserError("The prompt is empty; pass the text the agent should answer.")
+    return await _Run(context, config, events, cancel, batch).execute()
+
+
+async def agent_loop_continue(
+    context: AgentContext,
+    config: AgentLoopConfig,
+    *,
+    events: Any = None,
+    cancel: CancelToken | None = None,
+) -> LoopResult:
+    """Resume from ``context`` without new prompts (e.g. after tool results or a race)."""
+    if not context.agent_id:
+        raise UserError("agent_loop_continue requires context.agent_id to be set")
+    if not context.session_id:
+        raise UserError("agent_loop_continue requires context.session_id to be set")
+    if not context.messages:
+        raise UserError("agent_loop_continue requires a context with at least one message")
+    if isinstance(context.messages[-1], AssistantMessage):
+        raise UserError(
+            "agent_loop_continue cannot continue from an assistant message: the model would "
+            "answer itself. Add a user message (use agent_loop) or a tool result first."
+        )
+    return await _Run(context, config, events, cancel, None).execute()
+
+
+def agent_loop_stream(
+    prompts: str | AgentMessage | Sequence[AgentMessage],
+    context: AgentContext,
+    config: AgentLoopConfig,
+    *,
+    cancel: CancelToken | None = None,
+) -> EventStream[LoopResult]:
+    """``async for event in agent_loop_stream(...)``; ``await`` it for the :class:`LoopResult`."""
+    return EventStream(
+        lambda queue: agent_loop(prompts, context, config, events=queue, cancel=cancel)
+    )
+
+
+def agent_loop_continue_stream(
+    context: AgentContext, config: AgentLoopConfig, *, cancel: CancelToken | None = None
+) -> EventStream[LoopResult]:
+    return EventStream(
+        lambda queue: agent_loop_continue(context, config, events=queue, cancel=cancel)
+    )
+
+
+def default_convert_to_llm(messages: list[AgentMessage]) -> list[Message]:
+    """Keep the messages a model can read: everything but extension messages."""
+    return [m for m in messages if not isinstance(m, ExtensionMessage)]
+
+
+class _Run:
+    """The state of one loop call. ``execute`` is the whole envelope."""
+
+    def __init__(
+        self,
+        context: AgentContext,
+        config: AgentLoopConfig,
+        events: Any,
+        cancel: CancelToken | None,
+        prompts: list[AgentMessage] | None,
+    ) -> None:
+        self.context = context
+        self.config = config
+        self.owns_emitter = not isinstance(events, Emitter)
+        self.emitter = Emitter.of(events)
+        self.cancel = cancel or CancelToken()
+        self.prompts = prompts
+        # Resolve before any event: a bad model string or a missing key is a usage error.
+        self.model: ModelConfig = config.model_config()
+        self.provider: Provider = config.provider or _registry_provider(self.model)
+        if prompts is None:
+            if not context.loop_id:
+                from .context import new_id
+
+                context.loop_id = new_id()
+        else:
+            context.ensure_ids()
+        assert context.loop_id is not None
+        self.loop_id: str = context.loop_id
+        self.new_messages: list[AgentMessage] = []
+        self.usage = Usage()
+        self.cost = 0.0
+        self.reason: EndReason = "completed"
+        self.error: str | None = None
+        self.rejection: str | None = None
+        self.tracker = ExecutionTracker(config.limits) if config.limits is not None else None
+        self.tool_defs = [definition_of(t) for t in context.tools]
+        self.started = False
+
+    # ------------------------------------------------------------------ envelope
+
+    async def execute(self) -> LoopResult:
+        emit = self.emitter.emit
+        try:
+            try:
+                async with self.cancel.scope() as scope:
+                    await self._envelope()
+                if scope.cancelled:
+                    self._mark_cancelled()
+            except asyncio.CancelledError:
+                # Cancelled from outside: still exactly one AgentEnd, then propagate.
+                self._mark_cancelled()
+                emit(self._end_event())
+                raise
+            emit(self._end_event())
+            if self.started:
+                await self._hook("after_loop", None, (list(self.new_messages), self.usage))
+        finally:
+            if self.owns_emitter:
+                await self.emitter.aclose()
+        return LoopResult(
+            loop_id=self.loop_id,
+            messages=self.new_messages,
+            usage=self.usage,
+            cost_usd=self.cost,
+            reason=self.reason,
+            error=self.error,
+            rejection=self.rejection,
+        )
+
+    def _mark_cancelled(self) -> None:
+        self.reason = "cancelled"
+        self.error = self.error or "cancelled"
+
+    def _end_event(self) -> AgentEnd:
+        return AgentEnd(
+            loop_id=self.loop_id,
+            messages=list(self.new_messages),
+            usage=self.usage,
+            cost_usd=self.cost,
+            reason=self.reason,
+            rejection=self.rejection,
+            error=self.error,
+        )
+
+    async def _envelope(self) -> None:
+        context = self.context
+        allowed, err = await self._hook("before_loop", True, (list(context.messages),))
+        if err is not None:
+            self.reason, self.error = "error", f"The before_loop hook raised: {err}"
+            return
+        if allowed is False:
+            self.reason = "vetoed"
+            return
+        assert context.agent_id and context.session_id
+        self.started = True
+        self.emitter.emit(
+            AgentStart(
+                loop_id=self.loop_id,
+                agent_id=context.agent_id,
+                session_id=context.session_id,
+                parent_loop_id=context.parent_loop_id,
+                continuation_kind=context.continuation_kind,
+                config_snapshot=self.config.snapshot(),
+            )
+        )
+        if self.prompts is not None:
+            batch = await self._filter(self.prompts)
+            if batch is None:
+                return
+            context.messages.extend(batch)
+            self.new_messages.extend(batch)
+            self.prompts = batch
+        await self._run_loop()
+
+    # ------------------------------------------------------------------ hooks & filters
+
+    async def _hook(self, name: str, default: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
+        """Call hook ``name`` if set. Returns (value, error text if it raised)."""
+        fn = getattr(self.config.hooks, name, None)
+        if fn is None:
+            return default, None
+        try:
+            value = await maybe_await(fn(*args))
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            logger.warning("hook %s raised %s", name, text, exc_info=True)
+            if name in _OBSERVER_HOOKS:
+                self.emitter.emit(
+                    Warning(loop_id=self.loop_id, message=f"The {name} hook raised {text}")
+                )
+            return default, text
+        return (default if value is None else value), None
+
+    async def _filter(self, batch: list[AgentMessage]) -> list[AgentMessage] | None:
+        """Apply input filters to a batch; None when rejected (InputRejected already emitted)."""
+        filters = self.config.input_filters
+        if not filters or not batch:
+            return batch
+        text = "\n".join(
+            c.text
+            for m in batch
+            if isinstance(m, UserMessage)
+            for c in m.content
+            if isinstance(c, TextContent)
+        )
+        warnings: list[str] = []
+        for input_filter in filters:
+            try:
+                verdict = await maybe_await(input_filter(text))
+            except Exception as exc:
+                verdict_reason = f"input filter raised {type(exc).__name__}: {exc}"
+                self._reject(verdict_reason)
+                return None
+            if verdict.action == "reject":
+                self._reject(verdict.message)
+                return None
+            if verdict.action == "warn":
+                warnings.append(verdict.message)
+        if warnings:
+            users = [i for i, m in enumerate(batch) if isinstance(m, UserMessage)]
+            if users:
+                last = batch[users[-1]]
+                assert isinstance(last, UserMessage)
+                note = "\n".join(f"[Warning: {w}]" for w in warnings)
+                batch = list(batch)
+                batch[users[-1]] = last.model_copy(
+                    update={"content": [*last.content, TextContent(text=note)]}
+                )
+        return batch
+
+    def _reject(self, reason: str) -> None:
+        self.emitter.emit(InputRejected(loop_id=self.loop_id, reason=reason))
+        self.reason = "rejected"
+        self.rejection = reason
+
+    async def _poll(self, getter: Any) -> list[AgentMessage]:
+        if getter is None:
+            return []
+        try:
+            messages = await maybe_await(getter())
+        except Exception as exc:
+            self.emitter.emit(
+                Warning(loop_id=self.loop_id, message=f"message getter raised {exc!r}")
+            )
+            return []
+        return list(messages or [])
+
+    # ------------------------------------------------------------------ the turn engine
+
+    async def _run_loop(self) -> None:
+        config = self.config
+        context = self.context
+        emit = self.emitter.emit
+        loop_id = self.loop_id
+        pending = await self._filter(await self._poll(config.get_steering_messages))
+        if pending is None:
+            return
+        first_turn = True
+        turn = 0
+        runner = ToolRunner(
+            tools=context.tools,
+            loop_id=loop_id,
+            emitter=self.emitter,
+            cancel=self.cancel,
+            strategy=config.tool_execution,
+            default_timeout=config.tool_timeout,
+            call_hook=self._hook,
+            poll_steering=lambda: self._poll(config.get_steering_messages),
+        )
+        while True:
+            while True:
+                trigger: TurnTrigger
+                if not first_turn:
+                    trigger = "continuation"
+                elif context.continuation_kind == "branch":
+                    trigger = "branch"
+                elif context.continuation_kind != "initial":
+                    trigger = "continuation"
+                else:
+                    trigger = config.first_turn_trigger
+                if self.tracker is not None:
+                    why = self.tracker.check_limits()
+                    if why is not None:
+                        stop = UserMessage.text(f"[Agent stopped: {why}]")
+                        emit(MessageStart(loop_id=loop_id, message=stop))
+                        emit(MessageEnd(loop_id=loop_id, message=stop))
+                        context.messages.append(stop)
+                        self.new_messages.append(stop)
+                        self.reason, self.error = "limit", why
+                        return
+                allowed, err = await self._hook("before_turn", True, (context.messages, turn))
+                if err is not None:
+                    self.reason, self.error = "error", f"The before_turn hook raised: {err}"
+                    return
+                if allowed is False:
+                    self.reason = "vetoed"
+                    return
+                emit(TurnStart(loop_id=loop_id, turn_index=turn, triggered_by=trigger))
+                this_turn = turn
+                turn += 1
+                turn_id = TurnId(loop_id=loop_id, turn_index=this_turn)
+                if first_turn and self.prompts:
+                    for prompt in self.prompts:
+                        emit(MessageStart(loop_id=loop_id, message=prompt))
+                        emit(MessageEnd(loop_id=loop_id, message=prompt))
+                first_turn = False
+                for message in pending:
+                    message.turn_id = turn_id
+                    emit(MessageStart(loop_id=loop_id, message=message))
+                    emit(MessageEnd(loop_id=loop_id, message=message))
+                    context.messages.append(message)
+                    self.new_messages.append(message)
+                pending = []
+
+                assistant = await self._stream_turn(this_turn, turn_id)
+                turn_cost = assistant.usage.cost(self.model.pricing)
+                self.usage = self.usage + assistant.usage
+                self.cost += turn_cost
+                if self.tracker is not None:
+                    self.tracker.record_cost(turn_cost)
+                if assistant.stop_reason in ("error", "aborted"):
+                    if assistant.stop_reason == "error":
+                        await self._hook(
+                            "on_error", None, (assistant.error_message or "Unknown error",)
+                        )
+                    emit(
+                        TurnEnd(
+                            loop_id=loop_id,
+                            turn_index=this_turn,
+                            message=assistant,
+                            usage=assistant.usage,
+                        )
+                    )
+                    await self._hook("after_turn", None, (context.messages, assistant.usage))
+                    self.reason = "error" if assistant.stop_reason == "error" else "cancelled"
+                    self.error = assistant.error_message or self.error
+                    return
+
+                calls = assistant.tool_calls
+                results: list[Any] = []
+                steering: list[AgentMessage] = []
+                if calls:
+                    try:
+                        results, steering = await runner.run(calls)
+                    except asyncio.CancelledError:
+                        self._append_tool_results(runner.take_partial_results(), turn_id)
+                        raise
+                    self._append_tool_results(results, turn_id)
+                if self.tracker is not None:
+                    self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
+                emit(
+                    TurnEnd(
+                        loop_id=loop_id,
+                        turn_index=this_turn,
+                        message=assistant,
+                        usage=assistant.usage,
+                        tool_results=results,
+                    )
+                )
+                await self._hook("after_turn", None, (context.messages, assistant.usage))
+                if steering:
+                    filtered = await self._filter(steering)
+                    if filtered is None:
+                        return
+                    pending = filtered
+                    continue
+                filtered = await self._filter(await self._poll(config.get_steering_messages))
+                if filtered is None:
+                    return
+                pending = filtered
+                if not calls and not pending:
+                    break
+            follow_ups = await self._filter(await self._poll(config.get_follow_up_messages))
+            if follow_ups is None:
+                return
+            if not follow_ups:
+                return
+            pending = follow_ups
+
+    def _append_tool_results(self, results: list[Any], turn_id: TurnId) -> None:
+        for result in results:
+            result.turn_id = turn_id
+            self.context.messages.append(result)
+            self.new_messages.append(result)
+
+    # ------------------------------------------------------------------ one model call
+
+    async def _build_request(self) -> StreamRequest:
+        config = self.config
+        working: list[AgentMessage] = list(self.context.messages)
+        if config.transform_context is not None:
+            working = list(await maybe_await(config.transform_context(working)))
+        convert = config.convert_to_llm or default_convert_to_llm
+        model = self.model
+        return StreamRequest(
+            model=model,
+            messages=convert(working),
+            system_prompt=self.context.system_prompt,
+            tools=self.tool_defs,
+            thinking=config.thinking,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature if config.temperature is not None else model.temperature,
+            top_p=config.top_p if config.top_p is not None else model.top_p,
+            seed=config.seed if config.seed is not None else model.seed,
+            response_format=config.response_format,
+            cache=config.cache,
+            extra=config.extra,
+        )
+
+    async def _stream_turn(self, turn_index: int, turn_id: TurnId) -> AssistantMessage:
+        emitter = self.emitter
+        emit = emitter.emit
+        loop_id = self.loop_id
+        live = emitter.active
+        request = await self._build_request()
+        if live:
+            emit(TurnRequest(loop_id=loop_id, turn_index=turn_index, payload=request.payload()))
+            placeholder = AssistantMessage(model=self.model.id, provider=self.model.provider)
+            emit(MessageStart(loop_id=loop_id, message=placeholder))
+        texts: dict[int, list[str]] = {}
+        thinking: dict[int, list[str]] = {}
+        final: AssistantMessage | None = None
+        construct = MessageUpdate.model_construct
+        try:
+            async for item in stream_with_retry(self.provider, request, self.config.retry):
+                if isinstance(item, StreamDone):
+                    final = item.message
+                    continue
+                if isinstance(item, TextDelta):
+                    texts.setdefault(item.index, []).append(item.text)
+                elif isinstance(item, ThinkingDelta):
+                    thinking.setdefault(item.index, []).append(item.thinking)
+                if live:
+                    emit(
+                        construct(
+                            loop_id=loop_id,
+                            timestamp=now_ms(),
+                            type="message_update",
+                            delta=item,
+                        )
+                    )
+        except ProviderError as exc:
+            final = AssistantMessage(
+                stop_reason="error",
+                model=self.model.id,
+                provider=self.model.provider,
+                error_message=str(exc),
+            )
+        except asyncio.CancelledError:
+            partial = _partial_message(texts, thinking, self.model)
+            partial.turn_id = turn_id
+            self.context.messages.append(partial)
+            self.new_messages.append(partial)
+            emit(MessageEnd(loop_id=loop_id, message=partial))
+            emit(TurnEnd(loop_id=loop_id, turn_index=turn_index, message=partial, usage=Usage()))
+            raise
+        if final is None:
+            final = AssistantMessage(
+                stop_reason="error",
+                model=self.model.id,
+                provider=self.model.provider,
+                error_message=f"Provider {self.provider.name!r} ended its stream without a message.",
+            )
+        final.turn_id = turn_id
+        self.context.messages.append(final)
+        self.new_messages.append(final)
+        emit(MessageEnd(loop_id=loop_id, message=final))
+        return final
+
+
+def _partial_message(
+    texts: dict[int, list[str]], thinking: dict[int, list[str]], model: ModelConfig
+) -> AssistantMessage:
+    """What had arrived when the run was cancelled (text and thinking; no partial tool calls)."""
+    content: list[Content] = []
+    for index in sorted(set(texts) | set(thinking)):
+        if index in thinking:
+            content.append(ThinkingContent(thinking="".join(thinking[index])))
+        if index in texts:
+            content.append(TextContent(text="".join(texts[index])))
+    return AssistantMessage(
+        content=content,
+        stop_reason="aborted",
+        model=model.id,
+        provider=model.provider,
+        error_message="cancelled",
+    )
+
+
+def _registry_provider(model: ModelConfig) -> Provider:
+    from ..providers.registry import get_provider
+
+    return get_provider(model)

@@ -1,0 +1,265 @@
+"""Running the tool calls of one assistant message: sequential, parallel or batched.
+
+Every call produces exactly one :class:`ToolResultMessage`, whatever happens: unknown tool,
+malformed arguments, a veto, a raising hook, a tool that raises or returns unsendable data, a
+timeout, or cancellation of the run (the unfinished calls get "Cancelled" results so the
+conversation stays valid for a later continuation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..cancel import CancelToken
+from ..events import (
+    Emitter,
+    MessageEnd,
+    MessageStart,
+    ProgressMessage,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    Warning,
+)
+from ..types import AgentMessage, TextContent, ToolCall, ToolResultMessage
+from .base import ToolContext, ToolResult, to_tool_result, tool_timeout
+
+__all__ = ["ToolRunner"]
+
+logger = logging.getLogger("phi_core.tools")
+
+HookCaller = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class ToolRunner:
+    """Executes tool calls for one loop; created per run by the agent loop."""
+
+    tools: Sequence[Any]
+    loop_id: str
+    emitter: Emitter
+    cancel: CancelToken
+    strategy: Any  # "parallel" | "sequential" | Batched
+    default_timeout: float | None
+    call_hook: Callable[[str, Any, tuple[Any, ...]], Awaitable[tuple[Any, str | None]]]
+    poll_steering: Callable[[], Awaitable[list[AgentMessage]]]
+
+    async def run(
+        self, calls: list[ToolCall]
+    ) -> tuple[list[ToolResultMessage], list[AgentMessage]]:
+        """Results in call order, plus steering messages that arrived during execution."""
+        results: dict[int, ToolResultMessage] = {}
+        steering: list[AgentMessage] = []
+        try:
+            if self.strategy == "sequential":
+                for i, tc in enumerate(calls):
+                    results[i] = await self._execute(tc)
+                    steering = await self.poll_steering()
+                    if steering:
+                        for j in range(i + 1, len(calls)):
+                            results[j] = self._skipped(calls[j])
+                        break
+            elif self.strategy == "parallel":
+                await self._run_batch(calls, range(len(calls)), results)
+                steering = await self.poll_steering()
+            else:
+                size = self.strategy.size
+                for start in range(0, len(calls), size):
+                    await self._run_batch(
+                        calls, range(start, min(start + size, len(calls))), results
+                    )
+                    steering = await self.poll_steering()
+                    if steering:
+                        for j in range(start + size, len(calls)):
+                            results[j] = self._skipped(calls[j])
+                        break
+        except asyncio.CancelledError:
+            # Keep the conversation valid: every call gets a result even when the run stops.
+            for i, tc in enumerate(calls):
+                if i not in results:
+                    results[i] = self._result_message(tc, ToolResult.error("Cancelled"))
+            self._pending_results = [results[i] for i in range(len(calls))]
+            raise
+        return [results[i] for i in range(len(calls))], steering
+
+    _pending_results: list[ToolResultMessage] | None = None
+
+    def take_partial_results(self) -> list[ToolResultMessage]:
+        """After a cancelled :meth:`run`: one result per call (finished or "Cancelled")."""
+        out, self._pending_results = self._pending_results or [], None
+        return out
+
+    async def _run_batch(
+        self, calls: list[ToolCall], indices: range, results: dict[int, ToolResultMessage]
+    ) -> None:
+        if len(indices) == 1:
+            results[indices[0]] = await self._execute(calls[indices[0]])
+            return
+
+        async def one(i: int) -> None:
+            results[i] = await self._execute(calls[i])
+
+        async with asyncio.TaskGroup() as group:
+            for i in indices:
+                group.create_task(one(i))
+
+    def _find(self, name: str) -> Any:
+        for t in self.tools:
+            if t.name == name:
+                return t
+        return None
+
+    def _skipped(self, tc: ToolCall) -> ToolResultMessage:
+        emit = self.emitter.emit
+        emit(ToolExecutionStart(loop_id=self.loop_id, tool_call_id=tc.id, tool_name=tc.name))
+        message = self._result_message(
+            tc, ToolResult.error("Skipped: a steering message arrived before this tool ran.")
+        )
+        emit(
+            ToolExecutionEnd(
+                loop_id=self.loop_id,
+                tool_call_id=tc.id,
+                tool_name=tc.name,
+                result=message,
+                is_error=True,
+            )
+        )
+        emit(MessageStart(loop_id=self.loop_id, message=message))
+        emit(MessageEnd(loop_id=self.loop_id, message=message))
+        return message
+
+    def _result_message(self, tc: ToolCall, result: ToolResult) -> ToolResultMessage:
+        return ToolResultMessage(
+            tool_call_id=tc.id,
+            tool_name=tc.name,
+            content=result.content or [TextContent(text="")],
+            is_error=result.is_error,
+        )
+
+    async def _execute(self, tc: ToolCall) -> ToolResultMessage:
+        emit = self.emitter.emit
+        loop_id = self.loop_id
+        allowed, hook_error = await self.call_hook(
+            "before_tool_execution", True, (tc.name, tc.id, tc.arguments)
+        )
+        if hook_error is not None or allowed is False:
+            text = (
+                f"Tool call refused: the before_tool_execution hook raised: {hook_error}"
+                if hook_error is not None
+                else "Tool execution was blocked by the before_tool_execution hook."
+            )
+            message = self._result_message(tc, ToolResult.error(text))
+            emit(MessageStart(loop_id=loop_id, message=message))
+            emit(MessageEnd(loop_id=loop_id, message=message))
+            return message
+
+        emit(
+            ToolExecutionStart(
+                loop_id=loop_id, tool_call_id=tc.id, tool_name=tc.name, args=tc.arguments
+            )
+        )
+        agent_tool = self._find(tc.name)
+        if agent_tool is None:
+            names = ", ".join(t.name for t in self.tools) or "none"
+            result = ToolResult.error(f"Tool {tc.name} not found. Available tools: {names}.")
+        elif tc.raw_arguments is not None:
+            result = ToolResult.error(
+                f"The arguments for tool {tc.name!r} are not a JSON object: "
+                f"{tc.raw_arguments[:500]!r}. Call the tool again with valid JSON arguments."
+            )
+        else:
+            result = await self._invoke(agent_tool, tc)
+        message = self._result_message(tc, result)
+        emit(
+            ToolExecutionEnd(
+                loop_id=loop_id,
+                tool_call_id=tc.id,
+                tool_name=tc.name,
+                result=message,
+                is_error=result.is_error,
+            )
+        )
+        await self.call_hook("after_tool_execution", None, (tc.name, tc.id, result.is_error))
+        emit(MessageStart(loop_id=loop_id, message=message))
+        emit(MessageEnd(loop_id=loop_id, message=message))
+        return message
+
+    async def _invoke(self, agent_tool: Any, tc: ToolCall) -> ToolResult:
+        child = self.cancel.child()
+        loop_id = self.loop_id
+        emit = self.emitter.emit
+        pending_updates: list[asyncio.Task[None]] = []
+
+        async def deliver_update(text: str) -> None:
+            allowed, _err = await self.call_hook(
+                "before_tool_execution_update", True, (tc.name, tc.id, text)
+            )
+            if allowed is False:
+                return
+            emit(
+                ToolExecutionUpdate(
+                    loop_id=loop_id, tool_call_id=tc.id, tool_name=tc.name, text=text
+                )
+            )
+            await self.call_hook("after_tool_execution_update", None, (tc.name, tc.id, text))
+
+        def on_update(text: str) -> None:
+            pending_updates.append(asyncio.get_running_loop().create_task(deliver_update(text)))
+
+        def on_progress(text: str) -> None:
+            emit(
+                ProgressMessage(
+                    loop_id=loop_id, tool_call_id=tc.id, tool_name=tc.name, text=str(text)
+                )
+            )
+
+        ctx = ToolContext(
+            tool_call_id=tc.id,
+            tool_name=tc.name,
+            loop_id=loop_id,
+            cancel=child,
+            _on_update=on_update,
+            _on_progress=on_progress,
+        )
+        timeout = tool_timeout(agent_tool)
+        if timeout is None:
+            timeout = self.default_timeout
+        try:
+            async with child.scope() as scope:
+                if timeout is not None:
+                    async with asyncio.timeout(timeout):
+                        value = await agent_tool.execute(dict(tc.arguments), ctx)
+                else:
+                    value = await agent_tool.execute(dict(tc.arguments), ctx)
+            if scope.cancelled:
+                return ToolResult.error(f"Tool {tc.name} was cancelled.")
+            return to_tool_result(value)
+        except TimeoutError:
+            child.cancel("timeout")
+            return ToolResult.error(f"Tool {tc.name} timed out after {timeout:g}s.")
+        except Exception as exc:
+            text = str(exc) or type(exc).__name__
+            if not isinstance(exc, _expected_tool_errors()):
+                logger.warning("tool %s raised %s", tc.name, type(exc).__name__, exc_info=True)
+            return ToolResult.error(f"Tool {tc.name} failed: {text}")
+        finally:
+            child.detach()
+            # Updates are delivered in order before the tool's end event; if the run is being
+            # cancelled they are cancelled with it.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                for task in pending_updates:
+                    task.cancel()
+            for outcome in await asyncio.gather(*pending_updates, return_exceptions=True):
+                if isinstance(outcome, Exception):
+                    emit(Warning(loop_id=loop_id, message=f"tool update hook failed for {tc.name}"))
+
+
+def _expected_tool_errors() -> tuple[type[BaseException], ...]:
+    from .base import ToolError
+
+    return (ToolError,)
