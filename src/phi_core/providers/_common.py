@@ -1,0 +1,337 @@
+"""Pieces every concrete provider shares: key lookup, error classification, message assembly.
+
+* :func:`api_key_for` finds a key (the ModelConfig's own, else the environment) when a provider is
+  built, registers it as a secret, and raises :class:`MissingApiKeyError` naming the variable.
+* :func:`classify_error` turns a status code, a message, a body and response headers into the
+  right :class:`ProviderError` subclass; each provider calls it from one ``except`` boundary.
+* :class:`MessageBuilder` turns vendor stream pieces into our deltas (with the content-block
+  ``index`` of the final message) and assembles the :class:`AssistantMessage` at the end. Text is
+  kept as a list of parts joined once, so accumulation stays linear in the reply length.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import importlib
+import json
+import os
+import time
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from ..errors import (
+    AuthError,
+    BadRequestError,
+    ContextOverflowError,
+    MissingApiKeyError,
+    NetworkError,
+    OverloadedError,
+    ProviderError,
+    RateLimitedError,
+    ServerError,
+    register_secret,
+)
+from ..types import (
+    AssistantMessage,
+    Content,
+    StopReason,
+    TextContent,
+    TextDelta,
+    ThinkingContent,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from .base import ModelConfig
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP libraries' transport exceptions (the SDKs use httpx or its fork httpx2)."""
+    found: list[type[BaseException]] = [OSError, EOFError]
+    for name in ("httpx", "httpx2"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        found.append(module.TransportError)
+    return tuple(found)
+
+
+TRANSPORT_ERRORS = _transport_errors()
+
+__all__ = [
+    "TRANSPORT_ERRORS",
+    "MessageBuilder",
+    "api_key_for",
+    "classify_error",
+    "is_context_overflow",
+    "parse_retry_after",
+]
+
+# Phrases vendors use when a prompt does not fit (lower-cased substring match).
+_OVERFLOW_PHRASES = (
+    "prompt is too long",
+    "input is too long",
+    "exceeds the context window",
+    "maximum prompt length",
+    "reduce the length of the messages",
+    "maximum context length",
+    "exceeds the available context size",
+    "greater than the context length",
+    "context window exceeds limit",
+    "exceeded model token limit",
+    "context length exceeded",
+    "context_length_exceeded",
+    "too many tokens",
+    "token limit exceeded",
+    "input token count",
+    "exceeds the maximum number of tokens",
+    "input is too long for requested model",
+)
+
+
+# Providers that cannot be called without a key (the others also run keyless: local servers).
+KEY_REQUIRED = frozenset(
+    {"openai", "openai-responses", "azure", "anthropic", "google", "openrouter", "xai", "groq",
+     "cerebras", "mistral", "deepseek"}
+)  # fmt: skip
+
+
+def api_key_for(
+    model: ModelConfig, env_var: str | None, *, required: bool | None = None
+) -> str | None:
+    """The key for ``model``: its own ``api_key``, else ``model.api_key_env`` or ``env_var``.
+
+    Raises :class:`MissingApiKeyError` naming the variable when the key is ``required`` (by
+    default: for the vendors in :data:`KEY_REQUIRED`) and nothing is set.
+    """
+    if required is None:
+        required = model.provider in KEY_REQUIRED
+    key = model.api_key_value()
+    var = model.api_key_env or env_var
+    if not key and var:
+        key = os.environ.get(var) or None
+    if not key and required:
+        raise MissingApiKeyError(model.provider, var or "<PROVIDER>_API_KEY")
+    register_secret(key)
+    return key
+
+
+def is_context_overflow(status: int | None, text: str) -> bool:
+    """Whether an error (status + message/body text) says the prompt exceeded the context window."""
+    lowered = text.lower()
+    if any(phrase in lowered for phrase in _OVERFLOW_PHRASES):
+        return True
+    return status == 413 and "rate" not in lowered
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        if parsed is None:
+            return None
+        return max(parsed.timestamp() - time.time(), 0.0)
+
+
+def classify_error(
+    *,
+    status: int | None,
+    message: str,
+    provider: str,
+    model: str,
+    body: Any = None,
+    headers: Mapping[str, str] | None = None,
+    error_type: str | None = None,
+) -> ProviderError:
+    """The :class:`ProviderError` subclass for one failed call (never raised here, returned).
+
+    ``error_type`` is the vendor's own error code when it has one (``overloaded_error``,
+    ``rate_limit_exceeded``, ``ThrottlingException`` ...); it wins over the status for streams
+    whose errors arrive inside a 200 response.
+    """
+    body_text = body if isinstance(body, str) else (json.dumps(body) if body is not None else "")
+    text = f"{message} {body_text}"
+    kind = (error_type or "").lower()
+    kwargs: dict[str, Any] = {
+        "status": status,
+        "provider": provider,
+        "model": model,
+        "body": body_text or None,
+        "retry_after": parse_retry_after(headers),
+    }
+    cls: type[ProviderError]
+    if is_context_overflow(status, text):
+        cls = ContextOverflowError
+    elif "overload" in kind or status == 529:
+        cls = OverloadedError
+    elif status == 429 or "rate_limit" in kind or "throttl" in kind or "resource_exhausted" in kind:
+        cls = RateLimitedError
+    elif status in (401, 403) or "auth" in kind or "permission" in kind or "accessdenied" in kind:
+        cls = AuthError
+    elif status == 503 or "unavailable" in kind:
+        cls = OverloadedError
+    elif (status is not None and status >= 500) or "server" in kind or "internal" in kind:
+        cls = ServerError
+    elif status is None and "rate limit" in text.lower():
+        cls = RateLimitedError
+    elif status is None and not kind:
+        cls = ServerError
+    else:
+        cls = BadRequestError
+    prefix = {
+        AuthError: "authentication failed (check the API key)",
+        RateLimitedError: "rate limited",
+        OverloadedError: "overloaded",
+        ServerError: "server error",
+        ContextOverflowError: "context overflow: the prompt exceeds the model's context window",
+        BadRequestError: "bad request",
+        NetworkError: "network error",
+    }[cls]
+    return cls(f"{provider}:{model} {prefix}: {message}", **kwargs)
+
+
+def network_error(provider: str, model: str, exc: BaseException) -> NetworkError:
+    detail = str(exc) or type(exc).__name__
+    return NetworkError(
+        f"{provider}:{model} network error: {detail}", provider=provider, model=model
+    )
+
+
+def malformed_stream(provider: str, model: str, exc: BaseException) -> ServerError:
+    return ServerError(
+        f"{provider}:{model} sent a malformed stream event: {exc}", provider=provider, model=model
+    )
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """JSON tool-call arguments: ``(dict, None)``, or ``({}, raw)`` when not a JSON object."""
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}, raw
+    if isinstance(value, dict):
+        return value, None
+    return {}, raw
+
+
+class _Block:
+    __slots__ = ("id", "kind", "name", "parts", "redacted", "signature")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.parts: list[str] = []
+        self.id: str | None = None
+        self.name: str | None = None
+        self.signature: str | None = None
+        self.redacted = False
+
+
+class MessageBuilder:
+    """Collect stream pieces keyed by the vendor's block key; emit deltas with our block index."""
+
+    __slots__ = ("_blocks", "_by_key", "model", "provider")
+
+    def __init__(self, provider: str, model: str) -> None:
+        self.provider = provider
+        self.model = model
+        self._blocks: list[_Block] = []
+        self._by_key: dict[Hashable, int] = {}
+
+    def _block(self, key: Hashable, kind: str) -> tuple[int, _Block]:
+        index = self._by_key.get(key)
+        if index is None:
+            index = len(self._blocks)
+            self._by_key[key] = index
+            self._blocks.append(_Block(kind))
+        return index, self._blocks[index]
+
+    def text(self, key: Hashable, text: str) -> TextDelta:
+        index, block = self._block(key, "text")
+        block.parts.append(text)
+        return TextDelta(index=index, text=text)
+
+    def thinking(
+        self, key: Hashable, text: str = "", signature: str | None = None, redacted: bool = False
+    ) -> ThinkingDelta:
+        index, block = self._block(key, "thinking")
+        if text:
+            block.parts.append(text)
+        if signature:
+            block.signature = (block.signature or "") + signature
+        if redacted:
+            block.redacted = True
+        return ThinkingDelta(index=index, thinking=text, signature=signature)
+
+    def tool_call(
+        self, key: Hashable, *, id: str | None = None, name: str | None = None, arguments: str = ""
+    ) -> ToolCallDelta:
+        index, block = self._block(key, "tool")
+        if id and not block.id:
+            block.id = id
+        if name and not block.name:
+            block.name = name
+        if arguments:
+            block.parts.append(arguments)
+        return ToolCallDelta(index=index, id=id, name=name, arguments=arguments)
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return any(b.kind == "tool" for b in self._blocks)
+
+    def content(self) -> list[Content]:
+        out: list[Content] = []
+        for n, block in enumerate(self._blocks):
+            text = "".join(block.parts)
+            if block.kind == "text":
+                out.append(TextContent(text=text))
+            elif block.kind == "thinking":
+                out.append(
+                    ThinkingContent(
+                        thinking=text, signature=block.signature, redacted=block.redacted
+                    )
+                )
+            else:
+                arguments, raw = parse_arguments(text)
+                out.append(
+                    ToolCall(
+                        id=block.id or f"call_{n}",
+                        name=block.name or "",
+                        arguments=arguments,
+                        raw_arguments=raw,
+                    )
+                )
+        return out
+
+    def finish(self, stop_reason: StopReason, usage: Usage) -> AssistantMessage:
+        if stop_reason == "stop" and self.has_tool_calls:
+            stop_reason = "tool_use"
+        return AssistantMessage(
+            content=self.content(),
+            stop_reason=stop_reason,
+            model=self.model,
+            provider=self.provider,
+            usage=usage,
+        )
+
+
+def thinking_as_text(block: ThinkingContent) -> str:
+    """How a thinking block is shown to a vendor that cannot take thinking (request-side only)."""
+    return f"[Reasoning] {block.thinking}"

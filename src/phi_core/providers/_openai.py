@@ -1,0 +1,100 @@
+"""What the OpenAI-SDK providers share: the error boundary and small request helpers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import openai
+
+from ..errors import ProviderError
+from ..types import ImageContent, ResponseFormat, ToolCall
+from ._common import TRANSPORT_ERRORS, classify_error, malformed_stream, network_error
+
+__all__ = ["arguments_text", "data_url", "map_openai_error"]
+
+TIMEOUT = 600.0
+
+
+def map_openai_error(exc: BaseException, provider: str, model: str) -> ProviderError | None:
+    """The one place OpenAI SDK (and transport) exceptions become classified errors.
+
+    Returns ``None`` for anything else (a bug, not a provider failure: it propagates as is).
+    """
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, (openai.APIConnectionError, *TRANSPORT_ERRORS)):
+        return network_error(provider, model, exc)
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body
+        return classify_error(
+            status=exc.status_code,
+            message=_message(exc.message, body),
+            provider=provider,
+            model=model,
+            body=body,
+            headers=exc.response.headers,
+            error_type=_code(body),
+        )
+    if isinstance(exc, openai.APIError):  # an `error` event inside a 200 stream
+        body = exc.body
+        return classify_error(
+            status=_status(body),
+            message=_message(exc.message, body),
+            provider=provider,
+            model=model,
+            body=body,
+            error_type=_code(body),
+        )
+    if isinstance(exc, ValueError):  # undecodable JSON in an SSE event
+        return malformed_stream(provider, model, exc)
+    return None
+
+
+def _message(default: str, body: Any) -> str:
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+    return default
+
+
+def _code(body: Any) -> str | None:
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            for key in ("code", "type"):
+                if isinstance(inner.get(key), str):
+                    return str(inner[key])
+    return None
+
+
+def _status(body: Any) -> int | None:
+    if isinstance(body, Mapping):
+        for key in ("status", "code", "status_code"):
+            value = body.get(key)
+            if isinstance(value, int) and 400 <= value < 600:
+                return value
+    return None
+
+
+def data_url(image: ImageContent) -> str:
+    return f"data:{image.mime_type};base64,{image.data}"
+
+
+def arguments_text(call: ToolCall) -> str:
+    """The argument text to send back for a call (the raw text when it was not valid JSON)."""
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def json_schema_format(fmt: ResponseFormat, *, strict_ok: bool) -> dict[str, Any]:
+    """Chat Completions ``response_format`` for a :class:`ResponseFormat`."""
+    if fmt.type == "json_object" or fmt.schema_ is None:
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
+    if strict_ok:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}

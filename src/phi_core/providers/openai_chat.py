@@ -1,0 +1,255 @@
+"""OpenAI Chat Completions, and every API that speaks it (xAI, Groq, Cerebras, OpenRouter,
+Mistral, DeepSeek, Ollama, vLLM, llama.cpp server, any ``openai-compat`` endpoint).
+
+One :class:`openai.AsyncOpenAI` client per endpoint (the registry shares the provider), with the
+SDK's own retries off. Vendor differences come from :class:`~.compat.OpenAICompat`. Thinking
+blocks of earlier turns are sent as ``[Reasoning] …`` text (the API has no thinking input); the
+stored conversation is never changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+
+from ..types import (
+    AssistantMessage,
+    ImageContent,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._common import MessageBuilder, api_key_for, network_error, thinking_as_text
+from ._openai import TIMEOUT, arguments_text, data_url, json_schema_format, map_openai_error
+from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
+from .compat import OpenAICompat
+
+__all__ = ["OpenAIChatProvider", "build_chat_params"]
+
+_FINISH: dict[str, StopReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "error",
+}
+_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+
+
+class OpenAIChatProvider:
+    """Streams Chat Completions through the official ``openai`` SDK."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        self.name = model.provider
+        key = api_key_for(model, "OPENAI_API_KEY")
+        self._client = openai.AsyncOpenAI(
+            api_key=key or "no-key",
+            base_url=model.base_url,
+            max_retries=0,
+            timeout=TIMEOUT,
+            default_headers=model.headers or None,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatProvider(name={self.name!r}, base_url={str(self._client.base_url)!r})"
+
+    async def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
+        model = request.model
+        compat = OpenAICompat.for_model(model.provider, model.compat)
+        params = build_chat_params(request, compat)
+        builder = MessageBuilder(model.provider, model.id)
+        finish: str | None = None
+        usage = Usage()
+        try:
+            response = await self._client.chat.completions.create(**params)
+            try:
+                async for chunk in response:
+                    if chunk.usage is not None:
+                        usage = _usage(chunk.usage)
+                    for choice in chunk.choices:
+                        delta = choice.delta
+                        extra = delta.model_extra
+                        if extra:
+                            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                            if isinstance(reasoning, str) and reasoning:
+                                yield builder.thinking("thinking", reasoning)
+                        if delta.content:
+                            yield builder.text("text", delta.content)
+                        if delta.tool_calls:
+                            for call in delta.tool_calls:
+                                function = call.function
+                                yield builder.tool_call(
+                                    ("tool", call.index),
+                                    id=call.id,
+                                    name=function.name if function else None,
+                                    arguments=(function.arguments or "") if function else "",
+                                )
+                        if choice.finish_reason:
+                            finish = choice.finish_reason
+            finally:
+                await response.close()
+        except Exception as exc:
+            mapped = map_openai_error(exc, model.provider, model.id)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        if finish is None:
+            raise network_error(
+                model.provider, model.id, EOFError("the stream ended before a finish_reason")
+            )
+        yield StreamDone(builder.finish(_FINISH.get(finish, "stop"), usage))
+
+
+def _usage(raw: Any) -> Usage:
+    prompt = raw.prompt_tokens or 0
+    cached = 0
+    details = getattr(raw, "prompt_tokens_details", None)
+    if details is not None:
+        cached = getattr(details, "cached_tokens", 0) or 0
+    reasoning = 0
+    out_details = getattr(raw, "completion_tokens_details", None)
+    if out_details is not None:
+        reasoning = getattr(out_details, "reasoning_tokens", 0) or 0
+    return Usage(
+        input=prompt - cached,
+        output=raw.completion_tokens or 0,
+        reasoning=reasoning,
+        cache_read=cached,
+        total=raw.total_tokens or 0,
+    )
+
+
+def build_chat_params(request: StreamRequest, compat: OpenAICompat) -> dict[str, Any]:
+    """The keyword arguments of ``chat.completions.create`` for ``request``."""
+    model = request.model
+    params: dict[str, Any] = {
+        "model": model.id,
+        "messages": _messages(request, compat),
+        "stream": True,
+    }
+    if compat.supports_usage_in_streaming:
+        params["stream_options"] = {"include_usage": True}
+    max_tokens = request.max_tokens or model.max_tokens
+    if max_tokens:
+        params[compat.max_tokens_field] = max_tokens
+    temperature = request.temperature if request.temperature is not None else model.temperature
+    top_p = request.top_p if request.top_p is not None else model.top_p
+    seed = request.seed if request.seed is not None else model.seed
+    if temperature is not None:
+        params["temperature"] = temperature
+    if top_p is not None:
+        params["top_p"] = top_p
+    if seed is not None:
+        params["seed"] = seed
+    if compat.supports_store:
+        params["store"] = False
+    if request.tools:
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in request.tools
+        ]
+    if request.response_format is not None:
+        params["response_format"] = json_schema_format(
+            request.response_format, strict_ok=compat.supports_strict_schema
+        )
+    if request.thinking != "off":
+        effort = _EFFORT[request.thinking]
+        if compat.thinking_format == "openrouter":
+            params["extra_body"] = {"reasoning": {"effort": effort}}
+        elif compat.thinking_format == "qwen":
+            params["extra_body"] = {"enable_thinking": True}
+        elif compat.supports_reasoning_effort and compat.thinking_format in ("openai", "xai"):
+            if compat.thinking_format == "xai":
+                effort = "high" if effort == "high" else "low"
+            params["reasoning_effort"] = effort
+    return params
+
+
+def _messages(request: StreamRequest, compat: OpenAICompat) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system_prompt:
+        role = (
+            "developer" if compat.supports_developer_role and request.model.reasoning else "system"
+        )
+        out.append({"role": role, "content": request.system_prompt})
+    pending_images: list[dict[str, Any]] = []
+    for message in request.messages:
+        if not isinstance(message, ToolResultMessage) and pending_images:
+            out.append({"role": "user", "content": pending_images})
+            pending_images = []
+        if isinstance(message, UserMessage):
+            if compat.requires_assistant_after_tool_result and out and out[-1]["role"] == "tool":
+                out.append({"role": "assistant", "content": "Tool results received."})
+            out.append({"role": "user", "content": _user_content(message)})
+        elif isinstance(message, AssistantMessage):
+            entry = _assistant(message)
+            if entry is not None:
+                out.append(entry)
+        elif isinstance(message, ToolResultMessage):
+            text = "".join(c.text for c in message.content if isinstance(c, TextContent))
+            images = [c for c in message.content if isinstance(c, ImageContent)]
+            tool: dict[str, Any] = {
+                "role": "tool",
+                "tool_call_id": message.tool_call_id,
+                "content": text or ("(see the attached image)" if images else "(no output)"),
+            }
+            if compat.requires_tool_result_name:
+                tool["name"] = message.tool_name
+            out.append(tool)
+            # Tool messages cannot carry images: they follow in one user message.
+            pending_images.extend(
+                {"type": "image_url", "image_url": {"url": data_url(i)}} for i in images
+            )
+    if pending_images:
+        out.append({"role": "user", "content": pending_images})
+    return out
+
+
+def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
+    if len(message.content) == 1 and isinstance(message.content[0], TextContent):
+        return message.content[0].text
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, TextContent):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageContent):
+            parts.append({"type": "image_url", "image_url": {"url": data_url(block)}})
+    return parts
+
+
+def _assistant(message: AssistantMessage) -> dict[str, Any] | None:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, TextContent):
+            texts.append(block.text)
+        elif isinstance(block, ThinkingContent):
+            if block.thinking and not block.redacted:
+                texts.append(thinking_as_text(block))
+        elif isinstance(block, ToolCall):
+            calls.append(
+                {
+                    "id": block.id,
+                    "type": "function",
+                    "function": {"name": block.name, "arguments": arguments_text(block)},
+                }
+            )
+    if not texts and not calls:
+        return None
+    entry: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
+    if calls:
+        entry["tool_calls"] = calls
+    return entry
