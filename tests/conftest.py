@@ -1,0 +1,31 @@
+"""Shared fixtures: a strict event loop that fails tests leaking tasks or unretrieved errors."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+async def strict_loop() -> AsyncIterator[list[dict[str, Any]]]:
+    """Collects everything that reaches the event loop's exception handler during the test
+    (e.g. "Task exception was never retrieved") and fails if any task is left running."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        yield errors
+        # Let finished tasks be collected so unretrieved exceptions are reported now.
+        await asyncio.sleep(0)
+        gc.collect()
+        await asyncio.sleep(0)
+        leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        assert not leftover, f"tasks left running: {leftover}"
+        assert not errors, f"event loop errors: {errors}"
+    finally:
+        loop.set_exception_handler(previous)
