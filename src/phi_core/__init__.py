@@ -1,3 +1,177 @@
-"""phi-core: evaluational parallelism for LLM agents."""
+"""phi-core: evaluational parallelism for LLM agents.
+
+Run the same task through several agent configurations at once, judge the outcomes, keep the best
+and continue with the winner; learn online which configuration to trust for which query; find the
+best model combination for a multi-step agent with far fewer evaluations than a grid search.
+
+The public names are listed in ``__all__`` below, grouped by layer; everything else is private.
+"""
+
+from .cancel import CancelToken
+from .context import ExecutionLimits
+from .errors import (
+    AllBranchesFailedError,
+    AuthError,
+    BadRequestError,
+    ConfigError,
+    ContextOverflowError,
+    MissingApiKeyError,
+    MissingExtraError,
+    NetworkError,
+    OverloadedError,
+    PhiError,
+    ProviderCancelledError,
+    ProviderError,
+    RateLimitedError,
+    RunError,
+    ServerError,
+    UnknownModelError,
+    UserError,
+)
+from .events import (
+    AgentEnd,
+    AgentEvent,
+    AgentStart,
+    CompactionEnded,
+    CompactionStarted,
+    EventStream,
+    InputRejected,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    ParallelLoopEnd,
+    ParallelLoopStart,
+    ProgressMessage,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    TurnEnd,
+    TurnRequest,
+    TurnStart,
+)
+from .loop import (
+    AgentContext,
+    AgentLoopConfig,
+    Batched,
+    FilterResult,
+    LoopHooks,
+    LoopResult,
+    MessageQueue,
+    agent_loop,
+    agent_loop_continue,
+    agent_loop_continue_stream,
+    agent_loop_stream,
+)
+from .providers import (
+    ModelConfig,
+    Provider,
+    RetryPolicy,
+    StreamDone,
+    StreamRequest,
+    get_provider,
+    known_providers,
+    resolve_model,
+)
+from .tools import AgentTool, ToolContext, ToolError, ToolResult, tool
+from .types import (
+    AgentMessage,
+    AssistantMessage,
+    ExtensionMessage,
+    ImageContent,
+    Message,
+    Pricing,
+    ResponseFormat,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
+    # the loop
+    "AgentContext",
+    "AgentLoopConfig",
+    "Batched",
+    "CancelToken",
+    "ExecutionLimits",
+    "FilterResult",
+    "LoopHooks",
+    "LoopResult",
+    "MessageQueue",
+    "agent_loop",
+    "agent_loop_continue",
+    "agent_loop_continue_stream",
+    "agent_loop_stream",
+    # tools
+    "AgentTool",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "tool",
+    # providers
+    "ModelConfig",
+    "Provider",
+    "RetryPolicy",
+    "StreamDone",
+    "StreamRequest",
+    "get_provider",
+    "known_providers",
+    "resolve_model",
+    # messages and content
+    "AgentMessage",
+    "AssistantMessage",
+    "ExtensionMessage",
+    "ImageContent",
+    "Message",
+    "Pricing",
+    "ResponseFormat",
+    "TextContent",
+    "ThinkingContent",
+    "ToolCall",
+    "ToolResultMessage",
+    "Usage",
+    "UserMessage",
+    # events
+    "AgentEnd",
+    "AgentEvent",
+    "AgentStart",
+    "CompactionEnded",
+    "CompactionStarted",
+    "EventStream",
+    "InputRejected",
+    "MessageEnd",
+    "MessageStart",
+    "MessageUpdate",
+    "ParallelLoopEnd",
+    "ParallelLoopStart",
+    "ProgressMessage",
+    "ToolExecutionEnd",
+    "ToolExecutionStart",
+    "ToolExecutionUpdate",
+    "TurnEnd",
+    "TurnRequest",
+    "TurnStart",
+    # errors
+    "AllBranchesFailedError",
+    "AuthError",
+    "BadRequestError",
+    "ConfigError",
+    "ContextOverflowError",
+    "MissingApiKeyError",
+    "MissingExtraError",
+    "NetworkError",
+    "OverloadedError",
+    "PhiError",
+    "ProviderCancelledError",
+    "ProviderError",
+    "RateLimitedError",
+    "RunError",
+    "ServerError",
+    "UnknownModelError",
+    "UserError",
+    "__version__",
+]
