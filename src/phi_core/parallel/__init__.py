@@ -1,0 +1,83 @@
+"""Evaluational parallelism: run one task through several agent configs at once, evaluate the
+outcomes, keep the best, and continue the session with the winner.
+
+Owns ``agent_loop_parallel`` (built on ``loop.agent_loop``/``agent_loop_continue``), the outcome
+and result types, the ``EvaluationStrategy`` protocol and the built-in strategies: phi-core's
+five (transparent, pick-first, token-efficient, elaborate, LLM judge) plus pairwise and rubric
+judges, verifiers with early accept, majority vote and composites. Knows nothing of routing,
+selection or the CLI.
+"""
+
+from ._judge import DEFAULT_JUDGE_SYSTEM_PROMPT, LlmJudgeEvaluation, build_judge_prompt
+from ._names import STRATEGY_NAMES, strategy_from_name
+from ._pairwise import PairwiseJudgeEvaluation
+from ._race import ToolFactory, adopt_winner, agent_loop_parallel
+from ._rubric import DEFAULT_CRITERIA, Criterion, RubricJudgeEvaluation
+from ._strategies import (
+    BaseEvaluation,
+    ElaborateEvaluation,
+    MajorityVoteEvaluation,
+    PickFirstEvaluation,
+    TokenEfficientEvaluation,
+    TransparentEvaluation,
+    normalize_answer,
+)
+from ._text import compact_for_judge, parse_judge_choice
+from ._types import (
+    EarlyAcceptStrategy,
+    EvaluationDecision,
+    EvaluationStrategy,
+    OutcomeStatus,
+    ParallelLoopOutcome,
+    ParallelLoopResult,
+    RaceStatus,
+)
+from ._verify import (
+    Check,
+    CheckResult,
+    CompositeEvaluation,
+    JsonSchemaCheck,
+    PredicateCheck,
+    PythonTestsCheck,
+    RegexCheck,
+    VerifierEvaluation,
+)
+
+__all__ = [
+    "DEFAULT_CRITERIA",
+    "DEFAULT_JUDGE_SYSTEM_PROMPT",
+    "STRATEGY_NAMES",
+    "BaseEvaluation",
+    "Check",
+    "CheckResult",
+    "CompositeEvaluation",
+    "Criterion",
+    "EarlyAcceptStrategy",
+    "ElaborateEvaluation",
+    "EvaluationDecision",
+    "EvaluationStrategy",
+    "JsonSchemaCheck",
+    "LlmJudgeEvaluation",
+    "MajorityVoteEvaluation",
+    "OutcomeStatus",
+    "PairwiseJudgeEvaluation",
+    "ParallelLoopOutcome",
+    "ParallelLoopResult",
+    "PickFirstEvaluation",
+    "PredicateCheck",
+    "PythonTestsCheck",
+    "RaceStatus",
+    "RegexCheck",
+    "RubricJudgeEvaluation",
+    "TokenEfficientEvaluation",
+    "ToolFactory",
+    "TransparentEvaluation",
+    "VerifierEvaluation",
+    "adopt_winner",
+    "agent_loop_parallel",
+    "build_judge_prompt",
+    "compact_for_judge",
+    "normalize_answer",
+    "parse_judge_choice",
+    "strategy_from_name",
+]

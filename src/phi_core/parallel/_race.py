@@ -1,0 +1,443 @@
+"""``agent_loop_parallel``: run one task through several configs at once and keep the best.
+
+Order of events on the sink: ``ParallelLoopStart`` → every branch's events (interleaved, each
+branch's ``AgentEnd`` last for that branch) → the judge's events, if any → ``ParallelLoopEnd``.
+``ParallelLoopEnd`` is emitted on every exit, including cancellation and a failing strategy.
+
+Branches run as tasks of one ``asyncio.TaskGroup``. Whatever a branch raises is captured into
+its outcome (status ``error``); a branch that emitted no ``AgentEnd`` (it raised before the loop
+could) gets one synthesised, so every branch ends with exactly one. Each branch has its own child
+:class:`CancelToken`: ``branch_timeout`` and early accept cancel one branch through it, so the loop
+ends that branch cleanly (reason ``cancelled``, partial usage kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..cancel import CancelToken
+from ..errors import UserError
+from ..events import AgentEnd, Emitter, EndReason, ParallelLoopEnd, ParallelLoopStart
+from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop, agent_loop_continue
+from ..types import AgentMessage, AssistantMessage, Usage, UserMessage
+from ._types import (
+    EarlyAcceptStrategy,
+    EvaluationDecision,
+    EvaluationStrategy,
+    OutcomeStatus,
+    ParallelLoopOutcome,
+    ParallelLoopResult,
+    ensure_valid_index,
+)
+
+__all__ = ["ToolFactory", "adopt_winner", "agent_loop_parallel"]
+
+ToolFactory = Callable[[int, AgentLoopConfig], Sequence[Any]]
+"""``(branch index, config) -> tools`` for branches that must not share tool state."""
+
+_STATUS_OF_REASON: dict[str, OutcomeStatus] = {
+    "completed": "ok",
+    "error": "error",
+    "limit": "error",
+    "cancelled": "cancelled",
+    "vetoed": "rejected",
+    "rejected": "rejected",
+}
+_REASON_OF_STATUS: dict[OutcomeStatus, EndReason] = {
+    "ok": "completed",
+    "error": "error",
+    "cancelled": "cancelled",
+    "timeout": "cancelled",
+    "rejected": "rejected",
+}
+
+
+def _coerce_prompts(prompts: str | Sequence[AgentMessage] | None) -> list[AgentMessage]:
+    if prompts is None:
+        return []
+    if isinstance(prompts, str):
+        if not prompts.strip():
+            raise UserError(
+                "The prompt is empty; pass the text to race, or [] to continue from the context."
+            )
+        return [UserMessage.text(prompts)]
+    return list(prompts)
+
+
+class _Forward:
+    """A branch's event sink: forwards to the race's emitter and remembers the branch's end."""
+
+    __slots__ = ("emitter", "end")
+
+    def __init__(self, emitter: Emitter) -> None:
+        self.emitter = emitter
+        self.end: AgentEnd | None = None
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, AgentEnd):
+            self.end = event
+        self.emitter.emit(event)
+
+
+class _Race:
+    def __init__(
+        self,
+        prompts: list[AgentMessage],
+        base: AgentContext,
+        configs: list[AgentLoopConfig],
+        strategy: EvaluationStrategy,
+        emitter: Emitter,
+        cancel: CancelToken,
+        max_concurrency: int | None,
+        branch_timeout: float | None,
+        tool_factory: ToolFactory | None,
+        early_accept: bool,
+    ) -> None:
+        self.prompts = prompts
+        self.base = base
+        self.configs = configs
+        self.strategy = strategy
+        self.emitter = emitter
+        self.cancel = cancel
+        self.semaphore = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self.branch_timeout = branch_timeout
+        self.tool_factory = tool_factory
+        self.early: EarlyAcceptStrategy | None = (
+            strategy if early_accept and isinstance(strategy, EarlyAcceptStrategy) else None
+        )
+        assert base.session_id is not None
+        self.session_id: str = base.session_id
+        self.loop_ids = [
+            f"{self.session_id}.{config.segment()}.{i + 1}" for i, config in enumerate(configs)
+        ]
+        self.tokens = [cancel.child() for _ in configs]
+        self.outcomes: list[ParallelLoopOutcome | None] = [None] * len(configs)
+        self.accepted: int | None = None
+        self._timed_out = [False] * len(configs)
+
+    async def run_branches(self) -> list[ParallelLoopOutcome]:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in range(len(self.configs)):
+                    group.create_task(self._branch(index))
+        finally:
+            for token in self.tokens:
+                token.detach()
+        return [o for o in self.outcomes if o is not None]
+
+    async def _branch(self, index: int) -> None:
+        config = self.configs[index]
+        loop_id = self.loop_ids[index]
+        token = self.tokens[index]
+        forward = _Forward(self.emitter)
+        context = self.base.clone()
+        context.loop_id = loop_id
+        outcome = ParallelLoopOutcome(
+            config_index=index,
+            loop_id=loop_id,
+            context=context,
+            config=config,
+            original_context_len=len(context.messages),
+            race_size=len(self.configs),
+        )
+        self.outcomes[index] = outcome
+
+        def on_timeout() -> None:
+            self._timed_out[index] = True
+            token.cancel("timeout")
+
+        try:
+            if self.semaphore is not None:
+                await self.semaphore.acquire()
+            try:
+                await self._execute(outcome, forward, on_timeout)
+            finally:
+                if self.semaphore is not None:
+                    self.semaphore.release()
+        except asyncio.CancelledError:
+            outcome.status, outcome.error = "cancelled", "the race's task was cancelled"
+            self._close(outcome, forward)
+            raise
+        self._close(outcome, forward)
+        if (
+            self.early is not None
+            and outcome.ok
+            and self.accepted is None
+            and await self.early.accept(outcome, cancel=self.cancel)
+            and self.accepted is None  # a sibling may have been accepted while we checked
+        ):
+            self.accepted = index
+            for other, sibling in enumerate(self.tokens):
+                if other != index:
+                    sibling.cancel("early_accept")
+
+    async def _execute(
+        self, outcome: ParallelLoopOutcome, forward: _Forward, on_timeout: Callable[[], None]
+    ) -> None:
+        index = outcome.config_index
+        token = self.tokens[index]
+        if token.cancelled:  # stopped while waiting for a slot: never started
+            outcome.status = "cancelled"
+            outcome.error = (
+                "cancelled before it started: another branch was accepted early"
+                if token.reason == "early_accept"
+                else "cancelled before it started: the race was cancelled"
+            )
+            return
+        timer = (
+            asyncio.get_running_loop().call_later(self.branch_timeout, on_timeout)
+            if self.branch_timeout is not None
+            else None
+        )
+        started = time.perf_counter()
+        try:
+            if self.tool_factory is not None:
+                outcome.context.tools = list(self.tool_factory(index, outcome.config))
+            result = await self._run_loop(outcome.context, outcome.config, forward, token)
+            self._record(outcome, result, self._timed_out[index])
+        except Exception as exc:
+            outcome.status = "error"
+            outcome.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            outcome.latency_s = time.perf_counter() - started
+            if timer is not None:
+                timer.cancel()
+
+    async def _run_loop(
+        self, context: AgentContext, config: AgentLoopConfig, forward: _Forward, token: CancelToken
+    ) -> LoopResult:
+        if self.prompts:
+            return await agent_loop(
+                [m.model_copy(deep=True) for m in self.prompts],
+                context,
+                config,
+                events=forward,
+                cancel=token,
+            )
+        return await agent_loop_continue(context, config, events=forward, cancel=token)
+
+    def _record(self, outcome: ParallelLoopOutcome, result: LoopResult, timed_out: bool) -> None:
+        outcome.result = result
+        outcome.new_messages = list(result.messages)
+        outcome.usage = result.usage
+        outcome.cost_usd = result.cost_usd
+        status = _STATUS_OF_REASON.get(result.reason, "error")
+        error = result.rejection if status == "rejected" else result.error
+        if status == "cancelled":
+            if timed_out:
+                status = "timeout"
+                error = f"the branch exceeded branch_timeout={self.branch_timeout}s"
+            elif self.tokens[outcome.config_index].reason == "early_accept":
+                error = "cancelled: another branch was accepted early"
+            else:
+                error = "cancelled: the race was cancelled"
+        elif status == "error" and not error:
+            final = result.final_message
+            error = (final.error_message if final else None) or f"loop ended with {result.reason}"
+        outcome.status = status
+        outcome.error = error
+
+    def _close(self, outcome: ParallelLoopOutcome, forward: _Forward) -> None:
+        """Guarantee the branch's single AgentEnd (synthesised if the loop never emitted one)."""
+        if forward.end is not None:
+            if outcome.result is None:  # the loop ended but raised afterwards: keep its usage
+                outcome.usage = forward.end.usage
+                outcome.cost_usd = forward.end.cost_usd
+            return
+        forward(
+            AgentEnd(
+                loop_id=outcome.loop_id,
+                usage=outcome.usage,
+                cost_usd=outcome.cost_usd,
+                reason=_REASON_OF_STATUS[outcome.status],
+                error=outcome.error,
+            )
+        )
+
+
+async def agent_loop_parallel(
+    prompts: str | Sequence[AgentMessage] | None,
+    base_context: AgentContext,
+    configs: Sequence[AgentLoopConfig],
+    strategy: EvaluationStrategy,
+    *,
+    events: Any = None,
+    cancel: CancelToken | None = None,
+    max_concurrency: int | None = None,
+    branch_timeout: float | None = None,
+    tool_factory: ToolFactory | None = None,
+    early_accept: bool = True,
+) -> ParallelLoopResult:
+    """Run ``prompts`` through every config concurrently and let ``strategy`` pick the winner.
+
+    Args:
+        prompts: the new input (a string or messages); empty (``[]`` or ``None``) continues from
+            ``base_context``, which must then end on a non-assistant message.
+        base_context: cloned once per branch (messages deep-copied, tools shared unless
+            ``tool_factory`` builds them per branch); never modified.
+        configs: one per branch; branch ``i`` runs under loop id ``{session}.{segment}.{i+1}``.
+        strategy: picks the winner; see :class:`EvaluationStrategy`.
+        events: a sink (callable, async callable or ``asyncio.Queue``) for every event.
+        cancel: cancels the whole race; the result then says ``cancelled``.
+        max_concurrency: at most this many branches run at once (``None``: all).
+        branch_timeout: seconds after which a branch is cancelled with status ``timeout``.
+        tool_factory: ``(index, config) -> tools`` giving each branch its own tool instances.
+        early_accept: with a strategy that can accept early (a verifier constructed with
+            ``early_accept=True``), let the first accepted branch win and cancel the others.
+
+    Raises:
+        UserError: no configs, a bad limit, a strategy that refuses the race (Transparent with
+            several configs) or a continue-mode context that cannot continue — all before any
+            branch runs.
+    """
+    messages = _coerce_prompts(prompts)
+    config_list = list(configs)
+    if not config_list:
+        raise UserError("agent_loop_parallel needs at least one config to run.")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UserError(
+            f"max_concurrency must be >= 1, got {max_concurrency}. Use None for no limit."
+        )
+    if branch_timeout is not None and branch_timeout <= 0:
+        raise UserError(f"branch_timeout must be > 0 seconds, got {branch_timeout}.")
+    if not callable(getattr(strategy, "evaluate", None)):
+        raise UserError(
+            f"strategy must implement `async evaluate(prompts, outcomes, *, events, cancel)`, "
+            f"got {strategy!r}."
+        )
+    check = getattr(strategy, "check_race", None)
+    if callable(check):
+        check(len(config_list))
+    if not messages:
+        if not base_context.messages:
+            raise UserError(
+                "Continue mode (no prompts) needs a base context with at least one message."
+            )
+        if isinstance(base_context.messages[-1], AssistantMessage):
+            raise UserError(
+                "Continue mode (no prompts) cannot start from a context that ends on an "
+                "assistant message; pass new prompts or append a user message first."
+            )
+    base = base_context.clone()
+    base.agent_id = base.agent_id or str(uuid.uuid4())
+    base.session_id = base.session_id or str(uuid.uuid4())
+    owns_emitter = not isinstance(events, Emitter)
+    emitter = Emitter.of(events)
+    cancel = cancel or CancelToken()
+    race = _Race(
+        messages,
+        base,
+        config_list,  # segment() resolves each model: a bad model string raises here
+        strategy,
+        emitter,
+        cancel,
+        max_concurrency,
+        branch_timeout,
+        tool_factory,
+        early_accept,
+    )
+    started = time.perf_counter()
+    decision: EvaluationDecision | None = None
+    cancelled = False
+    try:
+        emitter.emit(ParallelLoopStart(session_id=race.session_id, loop_ids=race.loop_ids))
+        try:
+            outcomes = await race.run_branches()
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        decision = await _decide(race, messages, outcomes)
+        ensure_valid_index(decision, outcomes)
+        cancelled = cancel.cancelled
+        total = Usage.sum(o.usage for o in outcomes) + decision.usage
+        cost = sum(o.cost_usd for o in outcomes) + decision.cost_usd
+        return ParallelLoopResult(
+            session_id=race.session_id,
+            loop_ids=race.loop_ids,
+            outcomes=outcomes,
+            decision=decision,
+            total_usage=total,
+            cost_usd=cost,
+            cancelled=cancelled,
+            wall_time_s=time.perf_counter() - started,
+        )
+    finally:
+        index = decision.index if decision is not None else None
+        emitter.emit(
+            ParallelLoopEnd(
+                session_id=race.session_id,
+                selected_loop_id=race.loop_ids[index] if index is not None else None,
+                selected_config_index=index,
+                evaluation_usage=decision.usage if decision is not None else Usage(),
+                cancelled=cancelled or cancel.cancelled,
+                decision=decision.summary() if decision is not None else None,
+            )
+        )
+        if owns_emitter:
+            await emitter.aclose()
+
+
+async def _decide(
+    race: _Race, prompts: list[AgentMessage], outcomes: list[ParallelLoopOutcome]
+) -> EvaluationDecision:
+    name = getattr(race.strategy, "name", type(race.strategy).__name__)
+    if race.accepted is not None:
+        stopped = [
+            o.config_index
+            for o in outcomes
+            if o.status == "cancelled" and o.config_index != race.accepted
+        ]
+        return EvaluationDecision(
+            index=race.accepted,
+            strategy=name,
+            early_accept=True,
+            scores={race.accepted: 1.0},
+            rationale=(
+                f"branch {race.accepted} was the first to pass verification; "
+                f"{len(stopped)} running sibling(s) cancelled"
+            ),
+            details={"cancelled_siblings": stopped},
+        )
+    if race.cancel.cancelled:
+        return EvaluationDecision(
+            index=None,
+            strategy=name,
+            rationale="the race was cancelled before evaluation; no branch was selected",
+        )
+    decision = await race.strategy.evaluate(
+        prompts, outcomes, events=race.emitter, cancel=race.cancel
+    )
+    if not decision.strategy:
+        decision.strategy = name
+    return decision
+
+
+def adopt_winner(
+    result: ParallelLoopResult,
+    prompt: str | None = None,
+    *,
+    loop_id: str | None = None,
+) -> AgentContext:
+    """A copy of the winner's context ready for the next run of the same session.
+
+    The copy gets a fresh ``loop_id`` (``loop_id`` or a new UUID) whose ``parent_loop_id`` is the
+    winner's loop id, and ``continuation_kind="default"``. Pass it to ``agent_loop`` with the next
+    prompt, or give ``prompt`` here to append it as a user message so that
+    ``agent_loop_continue`` can run on the context directly.
+
+    Raises:
+        AllBranchesFailedError: the race has no winner (every branch failed or it was cancelled).
+    """
+    winner = result.raise_for_status().selected
+    assert winner is not None
+    context = winner.context.clone()
+    context.parent_loop_id = winner.loop_id
+    context.loop_id = loop_id or str(uuid.uuid4())
+    context.continuation_kind = "default"
+    if prompt is not None:
+        context.messages.append(UserMessage.text(prompt))
+    return context

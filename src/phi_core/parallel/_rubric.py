@@ -1,0 +1,238 @@
+"""``RubricJudgeEvaluation``: one structured-output judge call scoring every answer 0–1 on
+weighted criteria (default: relevance, coverage, faithfulness, equally weighted).
+
+Answers are shuffled for every call and the mapping kept, so a position-biased judge does not
+systematically favour a config; the judge gives a reason before its scores; every answer must be
+scored exactly once (unscored answers are reported and cannot win while another was scored).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UserError
+from ..types import AgentMessage, ResponseFormat
+from ._judge import (
+    JudgeSpec,
+    as_loop_config,
+    base_messages,
+    judge_loop_id,
+    parse_json_object,
+    run_judge,
+)
+from ._strategies import BaseEvaluation, cost_key, successful
+from ._text import extract_query, transcript
+from ._types import EvaluationDecision, ParallelLoopOutcome
+
+if TYPE_CHECKING:
+    from ..cancel import CancelToken
+    from ..events import Emitter
+
+__all__ = ["DEFAULT_CRITERIA", "Criterion", "RubricJudgeEvaluation", "parse_rubric_scores"]
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str
+    weight: float = 1.0
+    description: str = ""
+
+
+DEFAULT_CRITERIA: tuple[Criterion, ...] = (
+    Criterion("relevance", 1.0, "answers the query directly"),
+    Criterion("coverage", 1.0, "covers everything the query asks, with enough depth"),
+    Criterion("faithfulness", 1.0, "accurate; no invented facts or unsupported claims"),
+)
+
+
+def rubric_format(criteria: Sequence[Criterion]) -> ResponseFormat:
+    item: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "answer": {"type": "integer"},
+            "reason": {"type": "string"},
+            **{c.name: {"type": "number", "minimum": 0, "maximum": 1} for c in criteria},
+        },
+        "required": ["answer", "reason", *[c.name for c in criteria]],
+        "additionalProperties": False,
+    }
+    return ResponseFormat(
+        name="rubric_scores",
+        schema={
+            "type": "object",
+            "properties": {"scores": {"type": "array", "items": item}},
+            "required": ["scores"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def parse_rubric_scores(
+    reply: str, criteria: Sequence[Criterion], count: int
+) -> dict[int, dict[str, float]]:
+    """``{answer number (1-based): {criterion: score in [0, 1]}}`` from a judge reply.
+
+    The first entry per answer number wins; numbers outside ``1..count``, non-numeric scores and
+    entries missing a criterion are dropped; scores are clamped to ``[0, 1]``.
+    """
+    data = parse_json_object(reply)
+    entries = data.get("scores") if data is not None else None
+    if not isinstance(entries, list):
+        return {}
+    parsed: dict[int, dict[str, float]] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        number = entry.get("answer")
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            continue
+        number = int(number)
+        if not 1 <= number <= count or number in parsed:
+            continue
+        scores: dict[str, float] = {}
+        for criterion in criteria:
+            value = entry.get(criterion.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                break
+            if math.isnan(value):
+                break
+            scores[criterion.name] = min(1.0, max(0.0, float(value)))
+        else:
+            parsed[number] = scores
+    return parsed
+
+
+class RubricJudgeEvaluation(BaseEvaluation):
+    """Weighted-criteria scoring in one judge call; see the module docstring."""
+
+    name = "rubric"
+
+    def __init__(
+        self,
+        judge_config: JudgeSpec,
+        criteria: Sequence[Criterion] = DEFAULT_CRITERIA,
+        *,
+        system_prompt: str | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        criteria = tuple(criteria)
+        if not criteria:
+            raise UserError("RubricJudgeEvaluation needs at least one criterion.")
+        names = [c.name for c in criteria]
+        if len(set(names)) != len(names):
+            raise UserError(f"Rubric criterion names must be unique, got {names}.")
+        bad = [c for c in criteria if not (c.weight >= 0 and math.isfinite(c.weight))]
+        if bad or sum(c.weight for c in criteria) <= 0:
+            raise UserError(
+                f"Rubric weights must be finite, >= 0 and not all zero, got "
+                f"{ {c.name: c.weight for c in criteria} }."
+            )
+        self.judge_config = as_loop_config(judge_config)
+        self.criteria = criteria
+        self.shuffle = shuffle
+        self._rng = random.Random(seed)
+        self.system_prompt = system_prompt or self._default_system_prompt()
+        self.response_format = rubric_format(criteria)
+
+    def _default_system_prompt(self) -> str:
+        lines = "\n".join(f"- {c.name}: {c.description or c.name}" for c in self.criteria)
+        example = ", ".join(f'"{c.name}": 0.8' for c in self.criteria)
+        return (
+            "You are an impartial judge. Score every candidate answer to the user's query from 0 "
+            "to 1 on each criterion below. Ignore the order of the answers and their length.\n"
+            f"{lines}\n"
+            "For each answer give a one-sentence reason first, then the scores. Reply with JSON "
+            f'only: {{"scores": [{{"answer": 1, "reason": "...", {example}}}, ...]}} with one '
+            "entry per answer."
+        )
+
+    def weighted(self, scores: dict[str, float]) -> float:
+        total = sum(c.weight for c in self.criteria)
+        return sum(c.weight * scores[c.name] for c in self.criteria) / total
+
+    async def evaluate(
+        self,
+        prompts: list[AgentMessage],
+        outcomes: list[ParallelLoopOutcome],
+        *,
+        events: Emitter,
+        cancel: CancelToken,
+    ) -> EvaluationDecision:
+        ok = successful(outcomes)
+        if not ok:
+            return self.no_success(outcomes)
+        if len(ok) == 1:
+            return self.decision(
+                ok[0].config_index,
+                rationale="only one branch succeeded; the judge was not called",
+                details={"judge_called": False},
+            )
+        query, prior_messages = extract_query(prompts, base_messages(outcomes))
+        prior = transcript(prior_messages)
+        shown = list(ok)
+        if self.shuffle:
+            self._rng.shuffle(shown)
+        parts = [f"Prior conversation context:\n{prior}\n"] if prior.strip() else []
+        parts.append(f"Original query:\n{query}\n")
+        parts.extend(f"Answer {k}:\n{o.text}\n" for k, o in enumerate(shown, start=1))
+        parts.append(f"Score each of the {len(shown)} answers as instructed.")
+        loop_id = judge_loop_id(outcomes, self.judge_config, 1)
+        call = await run_judge(
+            "\n".join(parts),
+            config=self.judge_config,
+            system_prompt=self.system_prompt,
+            session_id=outcomes[0].session_id,
+            loop_id=loop_id,
+            events=events,
+            cancel=cancel,
+            response_format=self.response_format,
+        )
+        parsed = parse_rubric_scores(call.text, self.criteria, len(shown))
+        per_branch = {shown[n - 1].config_index: s for n, s in parsed.items()}
+        details: dict[str, Any] = {
+            "judge_loop_id": loop_id,
+            "order": [o.config_index for o in shown],
+            "criteria": {c.name: c.weight for c in self.criteria},
+            "per_criterion": per_branch,
+            "unscored": [o.config_index for o in ok if o.config_index not in per_branch],
+            "reply": call.text,
+        }
+        if not per_branch:
+            problem = (
+                f"the judge run ended with {call.reason}: {call.error}"
+                if call.reason != "completed"
+                else f"no usable scores in the judge's reply {call.text[:200]!r}"
+            )
+            return self.decision(
+                ok[0].config_index,
+                usage=call.usage,
+                cost_usd=call.cost_usd,
+                fallback=True,
+                rationale=f"{problem}; fell back to the first successful branch",
+                details=details,
+            )
+        scores = {index: self.weighted(s) for index, s in per_branch.items()}
+        top = max(scores.values())
+        by_index = {o.config_index: o for o in ok}
+        leaders = [by_index[i] for i, v in scores.items() if v == top]
+        winner = min(leaders, key=cost_key)
+        tie = len(leaders) > 1
+        rationale = f"highest weighted score {top:.2f} (branch {winner.config_index})"
+        if tie:
+            rationale += f", tied with {len(leaders) - 1} other(s), cheapest wins"
+        if details["unscored"]:
+            rationale += f"; judge left branches {details['unscored']} unscored"
+        return self.decision(
+            winner.config_index,
+            usage=call.usage,
+            cost_usd=call.cost_usd,
+            scores=scores,
+            tie=tie,
+            rationale=rationale,
+            details=details,
+        )

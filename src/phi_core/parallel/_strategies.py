@@ -1,0 +1,270 @@
+"""The cheap built-in strategies: transparent, pick-first, token-efficient, elaborate and
+majority vote, plus the shared rules every built-in follows.
+
+Rules shared by all built-ins (phi-core's strategies had none of them):
+
+* a failed branch (status other than ``ok``) is never selected while a successful one exists;
+* when every branch failed the decision's ``index`` is ``None`` and the rationale lists why;
+* ties are broken by cost, then tokens, then branch order, and the decision says it was a tie.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import UserError
+from ..types import AgentMessage
+from ._types import EvaluationDecision, ParallelLoopOutcome
+
+if TYPE_CHECKING:
+    from ..cancel import CancelToken
+    from ..events import Emitter
+
+__all__ = [
+    "BaseEvaluation",
+    "ElaborateEvaluation",
+    "MajorityVoteEvaluation",
+    "PickFirstEvaluation",
+    "TokenEfficientEvaluation",
+    "TransparentEvaluation",
+    "cost_key",
+    "normalize_answer",
+]
+
+
+def cost_key(outcome: ParallelLoopOutcome) -> tuple[float, int, int]:
+    """Order by dollars, then tokens, then branch index (cheapest first)."""
+    return (outcome.cost_usd, outcome.usage.total, outcome.config_index)
+
+
+def latency_key(outcome: ParallelLoopOutcome) -> tuple[float, float, int]:
+    return (outcome.latency_s, outcome.cost_usd, outcome.config_index)
+
+
+class BaseEvaluation:
+    """Shared plumbing of the built-ins: a name and the failure rules in the module docstring."""
+
+    name: ClassVar[str] = "custom"
+
+    def check_race(self, count: int) -> None:
+        """Refuse a race this strategy cannot evaluate, before any branch runs."""
+
+    def decision(self, index: int | None, **fields: Any) -> EvaluationDecision:
+        return EvaluationDecision(index=index, strategy=self.name, **fields)
+
+    def no_success(self, outcomes: Sequence[ParallelLoopOutcome]) -> EvaluationDecision:
+        reasons = "; ".join(
+            f"branch {o.config_index}: {o.status} ({o.error or 'no error text'})" for o in outcomes
+        )
+        return self.decision(
+            None,
+            rationale=f"No branch succeeded ({len(outcomes)} failed): {reasons}.",
+            details={"statuses": {o.config_index: o.status for o in outcomes}},
+        )
+
+
+def successful(outcomes: Sequence[ParallelLoopOutcome]) -> list[ParallelLoopOutcome]:
+    return [o for o in outcomes if o.ok]
+
+
+class TransparentEvaluation(BaseEvaluation):
+    """Single-branch pass-through; a race with more than one config is refused before it runs."""
+
+    name = "transparent"
+
+    def check_race(self, count: int) -> None:
+        if count != 1:
+            raise UserError(
+                f"TransparentEvaluation needs exactly one config, got {count}. Use "
+                f"PickFirstEvaluation (or a judge) to race several configs."
+            )
+
+    async def evaluate(
+        self,
+        prompts: list[AgentMessage],
+        outcomes: list[ParallelLoopOutcome],
+        *,
+        events: Emitter,
+        cancel: CancelToken,
+    ) -> EvaluationDecision:
+        self.check_race(len(outcomes))
+        only = outcomes[0]
+        if not only.ok:
+            return self.no_success(outcomes)
+        return self.decision(only.config_index, rationale="single branch")
+
+
+class PickFirstEvaluation(BaseEvaluation):
+    """The first successful branch in config order. Deterministic and free."""
+
+    name = "pick-first"
+
+    async def evaluate(
+        self,
+        prompts: list[AgentMessage],
+        outcomes: list[ParallelLoopOutcome],
+        *,
+        events: Emitter,
+        cancel: CancelToken,
+    ) -> EvaluationDecision:
+        ok = successful(outcomes)
+        if not ok:
+            return self.no_success(outcomes)
+        skipped = ok[0].config_index - outcomes[0].config_index
+        why = "first branch" if skipped == 0 else "first successful branch"
+        return self.decision(ok[0].config_index, rationale=why)
+
+
+class TokenEfficientEvaluation(BaseEvaluation):
+    """Fewest total tokens among successful branches; ties go to the first such branch."""
+
+    name = "token-efficient"
+
+    async def evaluate(
+        self,
+        prompts: list[AgentMessage],
+        outcomes: list[ParallelLoopOutcome],
+        *,
+        events: Emitter,
+        cancel: CancelToken,
+    ) -> EvaluationDecision:
+        ok = successful(outcomes)
+        if not ok:
+            return self.no_success(outcomes)
+        best = min(o.usage.total for o in ok)
+        tied = [o for o in ok if o.usage.total == best]
+        return self.decision(
+            tied[0].config_index,
+            scores={o.config_index: float(o.usage.total) for o in ok},
+            tie=len(tied) > 1,
+            rationale=f"fewest tokens ({best})" + (", first of a tie" if len(tied) > 1 else ""),
+        )
+
+
+class ElaborateEvaluation(BaseEvaluation):
+    """Most total tokens among successful branches; ties go to the last such branch."""
+
+    name = "elaborate"
+
+    async def evaluate(
+        self,
+        prompts: list[AgentMessage],
+        outcomes: list[ParallelLoopOutcome],
+        *,
+        events: Emitter,
+        cancel: CancelToken,
+    ) -> EvaluationDecision:
+        ok = successful(outcomes)
+        if not ok:
+            return self.no_success(outcomes)
+        best = max(o.usage.total for o in ok)
+        tied = [o for o in ok if o.usage.total == best]
+        return self.decision(
+            tied[-1].config_index,
+            scores={o.config_index: float(o.usage.total) for o in ok},
+            tie=len(tied) > 1,
+            rationale=f"most tokens ({best})" + (", last of a tie" if len(tied) > 1 else ""),
+        )
+
+
+_SPACES = re.compile(r"\s+")
+_EDGE_PUNCT = " \t\n.,;:!?\"'`*()[]{}"
+
+
+def normalize_answer(text: str) -> str:
+    """Case-folded, NFKC, whitespace collapsed, surrounding punctuation and markup stripped."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _SPACES.sub(" ", text).strip(_EDGE_PUNCT)
+    return text
+
+
+class MajorityVoteEvaluation(BaseEvaluation):
+    """The most common normalised final answer wins; ties between answers go to the cheaper one.
+
+    ``extract`` picks the part of each answer to compare: a callable, or a regex whose *last*
+    match (first group if it has one) is used, e.g. ``r"-?\\d+(?:\\.\\d+)?"`` for numeric
+    answers. Among the branches that gave the winning answer, the cheapest is selected.
+    Successful branches with an empty answer do not vote.
+    """
+
+    name = "vote"
+
+    def __init__(
+        self,
+        *,
+        extract: str | Callable[[str], str] | None = None,
+        normalize: Callable[[str], str] = normalize_answer,
+    ) -> None:
+        if isinstance(extract, str):
+            try:
+                pattern = re.compile(extract)
+            except re.error as exc:
+                raise UserError(
+                    f"MajorityVoteEvaluation extract= is not a valid regex: {extract!r} ({exc})."
+                ) from exc
+            self._extract: Callable[[str], str] | None = lambda text: _last_match(pattern, text)
+        else:
+            self._extract = extract
+        self._normalize = normalize
+
+    def answer(self, text: str) -> str:
+        """The normalised answer a branch's text votes for."""
+        if self._extract is not None:
+            text = self._extract(text)
+        return self._normalize(text)
+
+    async def evaluate(
+        self,
+        prompts: list[AgentMessage],
+        outcomes: list[ParallelLoopOutcome],
+        *,
+        events: Emitter,
+        cancel: CancelToken,
+    ) -> EvaluationDecision:
+        ok = successful(outcomes)
+        if not ok:
+            return self.no_success(outcomes)
+        answers = {o.config_index: self.answer(o.text) for o in ok}
+        voters = [o for o in ok if answers[o.config_index]]
+        if not voters:
+            cheapest = min(ok, key=cost_key)
+            return self.decision(
+                cheapest.config_index,
+                fallback=True,
+                rationale="no successful branch gave a non-empty answer; picked the cheapest",
+            )
+        votes = Counter(answers[o.config_index] for o in voters)
+        top = max(votes.values())
+        leaders = [answer for answer, count in votes.items() if count == top]
+        # Cheapest representative of each leading answer decides a tie between answers.
+        groups = {
+            answer: min((o for o in voters if answers[o.config_index] == answer), key=cost_key)
+            for answer in leaders
+        }
+        winner_answer = min(leaders, key=lambda a: cost_key(groups[a]))
+        winner = groups[winner_answer]
+        tie = len(leaders) > 1
+        rationale = f"{top} of {len(voters)} votes for {winner_answer!r}"
+        if tie:
+            rationale += f"; tied with {len(leaders) - 1} other answer(s), cheapest wins"
+        return self.decision(
+            winner.config_index,
+            votes=dict(votes),
+            scores={o.config_index: votes[answers[o.config_index]] / len(voters) for o in voters},
+            tie=tie,
+            rationale=rationale,
+            details={"answers": {i: a for i, a in answers.items()}},
+        )
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> str:
+    last: re.Match[str] | None = None
+    for last in pattern.finditer(text):  # noqa: B007 - we want the final match
+        pass
+    if last is None:
+        return ""
+    return last.group(1) if pattern.groups else last.group(0)
