@@ -1,0 +1,498 @@
+"""The ``phi`` command: ``race``, ``run`` and ``models``.
+
+Exit codes: 0 success, 1 the run failed (every branch of a race failed), 2 a usage error (bad
+flag, unknown provider, missing key, bad config file, empty prompt), 130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..cancel import CancelToken
+from ..errors import PhiError, UserError
+from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
+from ..providers.base import Provider
+from ..providers.registry import get_provider, known_providers, resolve_model
+from ..testing import ScriptedProvider
+from ..types import TextDelta
+from ._race import RacePlan, race_payload, run_race
+from ._script import load_scripts
+from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, load_race_file, select_branches
+from ._view import JsonLines, RaceView, format_cost
+
+__all__ = ["app", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_LOCAL_MAX_TOKENS = 256
+STRATEGIES = ("judge", "pairwise", "rubric", "vote", "pick-first", "token-efficient", "elaborate")
+_JUDGED = ("judge", "pairwise", "rubric")
+
+app = typer.Typer(
+    name="phi",
+    help=(
+        "Race LLM agent configurations, judge the outcomes, keep the best.\n\n"
+        'Start with `phi race "your question"`: three configurations of the embedded model '
+        "(no key, no network) and a judge."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    """Ctrl-C arrived; carries whatever the interrupted run returned (or None)."""
+
+    def __init__(self, partial: Any = None) -> None:
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+def _err(message: str) -> None:
+    Console(stderr=True, highlight=False).print(Text("Error: ", style="bold red") + Text(message))
+
+
+def _usage_error(exc: BaseException) -> typer.Exit:
+    _err(str(exc))
+    return typer.Exit(EXIT_USAGE)
+
+
+def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, bool]:
+    """Run ``make(token)`` on a fresh event loop; Ctrl-C cancels ``token`` (a second one stops
+    the task outright). Returns the result and whether Ctrl-C was pressed."""
+    interrupted = False
+
+    async def main() -> T:
+        nonlocal interrupted
+        token = CancelToken()
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            if interrupted and task is not None:
+                task.cancel()
+            interrupted = True
+            token.cancel("interrupted")
+
+        installed = False
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+            installed = True
+        except (NotImplementedError, RuntimeError, ValueError):
+            installed = False  # not the main thread (or no signals here): Ctrl-C stays default
+        try:
+            return await make(token)
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        result = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        raise Interrupted() from exc
+    return result, interrupted
+
+
+def _read_prompt(prompt: str) -> str:
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise UserError(
+            'The prompt is empty; pass the question as an argument (phi race "...") '
+            "or pipe it in with `-`."
+        )
+    return prompt.strip()
+
+
+def _scripts(path: Path | None) -> dict[str, ScriptedProvider]:
+    return load_scripts(path) if path is not None else {}
+
+
+_SLUG = re.compile(r"[^\w-]+")
+
+
+def loop_config(
+    spec: BranchSpec,
+    scripts: dict[str, ScriptedProvider],
+    *,
+    max_tokens: int | None = None,
+    system: str | None = None,
+) -> AgentLoopConfig:
+    """An :class:`AgentLoopConfig` for ``spec``, checked now: unknown provider, missing key or
+    missing extra raise a :class:`UserError` before anything runs."""
+    provider: Provider | None = scripts.get(spec.model)
+    config = AgentLoopConfig(
+        model=spec.model,
+        provider=provider,
+        config_id=_SLUG.sub("-", spec.name).strip("-") or None if spec.name else None,
+        thinking=spec.thinking or "off",
+        max_tokens=spec.max_tokens if spec.max_tokens is not None else max_tokens,
+        temperature=spec.temperature,
+        top_p=spec.top_p,
+        seed=spec.seed,
+    )
+    model = config.model_config()
+    if provider is None:
+        provider = get_provider(model)  # builds the client: missing key/extra fail here
+    prompt = spec.system if spec.system is not None else system
+    if prompt is not None:
+        config = _with_system_prompt(config, provider, prompt)
+    return config
+
+
+def _with_system_prompt(
+    config: AgentLoopConfig, provider: Provider, prompt: str
+) -> AgentLoopConfig:
+    if any(f.name == "system_prompt" for f in dataclasses.fields(AgentLoopConfig)):
+        return dataclasses.replace(config, system_prompt=prompt)  # type: ignore[call-arg,unused-ignore]
+    # The loop takes its system prompt from the shared context; a branch's own prompt is put
+    # into its requests by a thin provider wrapper.
+    return dataclasses.replace(config, provider=_SystemPrompted(provider, prompt))
+
+
+class _SystemPrompted:
+    """Wraps a provider so every request carries this branch's system prompt."""
+
+    def __init__(self, inner: Provider, system_prompt: str) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.system_prompt = system_prompt
+
+    def stream(self, request: Any) -> Any:
+        return self.inner.stream(dataclasses.replace(request, system_prompt=self.system_prompt))
+
+
+# --------------------------------------------------------------------------- phi race
+
+
+@app.command()
+def race(
+    prompt: Annotated[str, typer.Argument(help="The task for every branch; `-` reads stdin.")],
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-m",
+            "--model",
+            help=(
+                "A branch: `provider:model`, optionally with settings "
+                "(`openai:gpt-4o-mini@temperature=0.2,max_tokens=200`), or a branch name from "
+                "--config. Repeat for more branches. Default: three configurations of "
+                "local:smollm2."
+            ),
+        ),
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(help="The judge model (`provider:model[@settings]`) for judge strategies."),
+    ] = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            "-s",
+            "--strategy",
+            help=f"How the winner is chosen: {', '.join(STRATEGIES)}. Default: judge.",
+        ),
+    ] = None,
+    system: Annotated[
+        str | None, typer.Option(help="System prompt for branches that set none.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=f"Output token limit per call (default {DEFAULT_LOCAL_MAX_TOKENS} for the "
+            "default local race).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(min=0.001, help="Seconds after which a branch times out.")
+    ] = None,
+    max_concurrency: Annotated[
+        int | None, typer.Option(min=1, help="At most this many branches run at once.")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "-c", "--config", help="TOML/YAML/JSON file describing the branches and the judge."
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="JSON lines: every event, then the result.")
+    ] = False,
+    script: Annotated[
+        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
+    ] = None,
+) -> None:
+    """Race configurations on one task, judge them, print the winner."""
+    try:
+        text = _read_prompt(prompt)
+        race_file = load_race_file(config) if config is not None else RaceFile()
+        scripts = _scripts(script)
+        plan = _plan(
+            model or [], race_file, scripts, judge, strategy, system, max_tokens, timeout,
+            max_concurrency,
+        )  # fmt: skip
+    except UserError as exc:
+        raise _usage_error(exc) from None
+
+    if json_output:
+        sink = JsonLines(sys.stdout)
+        try:
+            result, interrupted = run_interruptible(lambda token: run_race(plan, text, sink, token))
+        except Interrupted:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except UserError as exc:
+            raise _usage_error(exc) from None
+        sink.result(race_payload(result, plan))
+        raise typer.Exit(_race_exit(result, interrupted))
+
+    console = Console(highlight=False)
+    view = RaceView(
+        console,
+        [(b.label, b.model) for b in plan.branches],
+        judge=plan.judge.model if plan.judge is not None else None,
+    )
+    try:
+        with view:
+            result, interrupted = run_interruptible(lambda token: run_race(plan, text, view, token))
+    except Interrupted:
+        view.print_interrupted()
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except UserError as exc:
+        raise _usage_error(exc) from None
+    if interrupted or result.cancelled:
+        view.print_interrupted()
+        raise typer.Exit(EXIT_INTERRUPTED)
+    view.print_verdict(result, [b.label for b in plan.branches])
+    raise typer.Exit(_race_exit(result, interrupted))
+
+
+def _race_exit(result: Any, interrupted: bool) -> int:
+    if interrupted or result.cancelled:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if result.all_failed else EXIT_OK
+
+
+def _plan(
+    models: list[str],
+    race_file: RaceFile,
+    scripts: dict[str, ScriptedProvider],
+    judge: str | None,
+    strategy: str | None,
+    system: str | None,
+    max_tokens: int | None,
+    timeout: float | None,
+    max_concurrency: int | None,
+) -> RacePlan:
+    from ._spec import parse_branch
+
+    branches = select_branches(models, race_file)
+    default_race = not models and not race_file.branches
+    max_tokens = max_tokens if max_tokens is not None else race_file.max_tokens
+    if max_tokens is None and default_race:
+        max_tokens = DEFAULT_LOCAL_MAX_TOKENS
+    system = system if system is not None else race_file.system
+    strategy_name = (strategy or race_file.strategy or "judge").strip().lower()
+    configs = [loop_config(b, scripts, max_tokens=max_tokens, system=system) for b in branches]
+    judge_spec: BranchSpec | None = None
+    judge_config: AgentLoopConfig | None = None
+    if strategy_name in _JUDGED:
+        if judge is not None:
+            judge_spec = parse_branch(judge)
+        elif race_file.judge is not None:
+            judge_spec = race_file.judge
+        elif all(b.model.startswith("local:") for b in branches):
+            judge_spec = DEFAULT_JUDGE
+        else:
+            # Racing vendors: the first branch's model judges, deterministically.
+            judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
+        judge_config = loop_config(judge_spec, scripts, max_tokens=max_tokens)
+    elif judge is not None:
+        raise UserError(
+            f"--judge has no effect with --strategy {strategy_name}; "
+            "use --strategy judge, pairwise or rubric."
+        )
+    plan = RacePlan(
+        branches=branches,
+        configs=configs,
+        strategy=strategy_name,
+        judge=judge_spec,
+        judge_config=judge_config,
+        timeout=timeout if timeout is not None else race_file.timeout,
+        max_concurrency=(
+            max_concurrency if max_concurrency is not None else race_file.max_concurrency
+        ),
+    )
+    plan.build_strategy()  # an unknown strategy name is a usage error, raised before the race
+    return plan
+
+
+# --------------------------------------------------------------------------- phi run
+
+
+@app.command()
+def run(
+    prompt: Annotated[str, typer.Argument(help="The task; `-` reads stdin.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            "-m",
+            "--model",
+            envvar="PHI_MODEL",
+            help="`provider:model[@settings]` (env PHI_MODEL).",
+        ),
+    ] = "local:smollm2",
+    system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Output token limit.")] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="JSON lines: every event, then the result.")
+    ] = False,
+    script: Annotated[
+        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
+    ] = None,
+) -> None:
+    """Run one agent on a task, streaming its answer."""
+    from ._spec import parse_branch
+
+    try:
+        text = _read_prompt(prompt)
+        spec = parse_branch(model)
+        config = loop_config(spec, _scripts(script), max_tokens=max_tokens, system=system)
+    except UserError as exc:
+        raise _usage_error(exc) from None
+
+    out = sys.stdout
+    streamed = False
+
+    def on_event(event: Any) -> None:
+        nonlocal streamed
+        if json_output:
+            out.write(event.model_dump_json() + "\n")
+        elif getattr(event, "type", "") == "message_update" and isinstance(event.delta, TextDelta):
+            out.write(event.delta.text)
+            streamed = True
+        out.flush()
+
+    async def go(token: CancelToken) -> LoopResult:
+        return await agent_loop(text, AgentContext(), config, events=on_event, cancel=token)
+
+    try:
+        result, interrupted = run_interruptible(go)
+    except Interrupted:
+        out.write("\n")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except UserError as exc:
+        raise _usage_error(exc) from None
+    if json_output:
+        JsonLines(out).result(
+            {
+                "type": "run_result",
+                "loop_id": result.loop_id,
+                "model": config.model_config().spec,
+                "reason": result.reason,
+                "error": result.error,
+                "text": result.text,
+                "usage": result.usage.model_dump(mode="json"),
+                "cost_usd": result.cost_usd,
+            }
+        )
+    else:
+        if streamed:
+            out.write("\n")
+        footer = (
+            f"{config.model_config().spec} · {result.reason} · "
+            f"{result.usage.input} in / {result.usage.output} out · {format_cost(result.cost_usd)}"
+        )
+        errors = Console(stderr=True, highlight=False)
+        if result.error:
+            errors.print(Text(f"Error: {result.error}", style="red"))
+        errors.print(Text(footer, style="dim"))
+    if interrupted or result.reason == "cancelled":
+        raise typer.Exit(EXIT_INTERRUPTED)
+    raise typer.Exit(EXIT_OK if result.reason == "completed" else EXIT_FAILED)
+
+
+# --------------------------------------------------------------------------- phi models
+
+
+@app.command()
+def models(
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
+) -> None:
+    """List providers and models, their prices, and which API keys are set (never their values)."""
+    rows: list[dict[str, Any]] = []
+    for spec in known_providers():
+        if spec.name == "scripted":
+            continue
+        key_set = bool(os.environ.get(spec.key_env)) if spec.key_env else None
+        entries = spec.models or ("",)
+        for name in entries:
+            price = None
+            if name:
+                try:
+                    price = resolve_model(f"{spec.name}:{name}").pricing
+                except PhiError:
+                    price = None
+            rows.append(
+                {
+                    "provider": spec.name,
+                    "model": f"{spec.name}:{name}" if name else f"{spec.name}:<model>",
+                    "description": spec.description,
+                    "key_env": spec.key_env,
+                    "key_set": key_set,
+                    "input_per_mtok": price.input if price else None,
+                    "output_per_mtok": price.output if price else None,
+                }
+            )
+    if json_output:
+        for row in rows:
+            sys.stdout.write(json.dumps(row) + "\n")
+        return
+    table = Table(title="Known models (prices in $ per million tokens)")
+    for column in ("model", "input $/M", "output $/M", "key", "about"):
+        table.add_column(column)
+    previous = ""
+    for row in rows:
+        if row["key_env"] is None:
+            key = Text("not needed", style="green")
+        elif row["key_set"]:
+            key = Text(f"{row['key_env']} set", style="green")
+        else:
+            key = Text(f"{row['key_env']} missing", style="yellow")
+        first = row["provider"] != previous
+        previous = row["provider"]
+        table.add_row(
+            row["model"],
+            _price(row["input_per_mtok"]),
+            _price(row["output_per_mtok"]),
+            key if first else Text(""),
+            row["description"] if first else "",
+        )
+    Console(highlight=False).print(table)
+
+
+def _price(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
+
+
+def main() -> None:
+    """Console-script entry point (``phi``)."""
+    app()

@@ -1,0 +1,372 @@
+"""How a race looks in the terminal: a live side-by-side view, a plain log, or JSON lines.
+
+:class:`RaceView` is the event sink of a race. It keeps one :class:`BranchState` per branch (text
+so far, status, tokens) and draws them with ``rich.live.Live`` when stdout is a terminal: panels
+side by side when they fit (at least ``MIN_PANEL_WIDTH`` columns each), stacked otherwise. When
+stdout is not a terminal it prints each branch's answer once, as the branch ends. Either way it
+finishes with the verdict (winner and why) and a table of latency, tokens and cost.
+
+:class:`JsonLines` writes every event as one JSON object per line, then the result object.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..events import (
+    AgentEnd,
+    AgentStart,
+    MessageUpdate,
+    ParallelLoopEnd,
+    ParallelLoopStart,
+    TurnEnd,
+    Warning,
+)
+from ..types import TextDelta, Usage
+
+__all__ = ["MIN_PANEL_WIDTH", "BranchState", "JsonLines", "RaceView", "format_cost"]
+
+MIN_PANEL_WIDTH = 38
+_REFRESH_S = 1 / 12
+
+_STATUS_STYLE = {
+    "waiting": "dim",
+    "running": "yellow",
+    "done": "green",
+    "ok": "green",
+    "error": "red",
+    "cancelled": "magenta",
+    "timeout": "red",
+    "rejected": "red",
+}
+_STATUS_OF_REASON = {
+    "completed": "done",
+    "error": "error",
+    "cancelled": "cancelled",
+    "limit": "error",
+    "vetoed": "rejected",
+    "rejected": "rejected",
+}
+
+
+def format_cost(dollars: float) -> str:
+    if dollars == 0:
+        return "$0"
+    return f"${dollars:.6f}" if dollars < 0.01 else f"${dollars:.4f}"
+
+
+@dataclass
+class BranchState:
+    """What the view knows about one branch (or the judge) while the race runs."""
+
+    label: str
+    model: str
+    loop_id: str = ""
+    text: str = ""
+    status: str = "waiting"
+    error: str | None = None
+    deltas: int = 0
+    usage: Usage = field(default_factory=Usage)
+    started: float | None = None
+    ended: float | None = None
+
+    @property
+    def tokens_out(self) -> int:
+        """Output tokens: the provider's count once known, else the streamed deltas so far."""
+        return self.usage.output or self.deltas
+
+    def seconds(self, now: float) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended or now) - self.started
+
+
+class RaceView:
+    """The sink of a race's events, drawing live (terminal) or plain (pipe) output."""
+
+    def __init__(
+        self,
+        console: Console,
+        branches: list[tuple[str, str]],
+        *,
+        judge: str | None = None,
+        live: bool | None = None,
+    ) -> None:
+        self.console = console
+        self.branches = [BranchState(label, model) for label, model in branches]
+        self.by_loop: dict[str, BranchState] = {}
+        self.judge = BranchState("judge", judge) if judge else None
+        self.warnings: list[str] = []
+        self.live_mode = console.is_terminal if live is None else live
+        self._live: Live | None = None
+        self._last_draw = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> RaceView:
+        if self.live_mode:
+            self._live = Live(
+                self.render(),
+                console=self.console,
+                auto_refresh=False,
+                transient=False,
+                vertical_overflow="crop",
+            )
+            self._live.__enter__()
+        else:
+            names = ", ".join(f"{b.label} ({b.model})" for b in self.branches)
+            self.console.print(f"Racing {len(self.branches)} branches: {names}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self.render(), refresh=True)
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    # ------------------------------------------------------------------ events
+
+    def __call__(self, event: Any) -> None:
+        now = time.perf_counter()
+        if isinstance(event, ParallelLoopStart):
+            for state, loop_id in zip(self.branches, event.loop_ids, strict=False):
+                state.loop_id = loop_id
+                self.by_loop[loop_id] = state
+        elif isinstance(event, Warning):
+            self.warnings.append(event.message)
+        elif isinstance(event, ParallelLoopEnd):
+            pass
+        else:
+            target = self._state_for(event.loop_id)
+            if target is not None:
+                self._apply(target, event, now)
+        self._draw(now)
+
+    def _state_for(self, loop_id: str) -> BranchState | None:
+        state = self.by_loop.get(loop_id)
+        if state is None and loop_id and self.judge is not None:
+            # Any loop that is not a branch is the evaluation (judge calls).
+            return self.judge
+        return state
+
+    def _apply(self, state: BranchState, event: Any, now: float) -> None:
+        if isinstance(event, AgentStart):
+            if state.started is None:
+                state.started = now
+            state.status = "running"
+            if state is self.judge:
+                state.text = ""
+        elif isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
+            state.text += event.delta.text
+            state.deltas += 1
+        elif isinstance(event, TurnEnd):
+            state.usage = state.usage + event.usage
+        elif isinstance(event, AgentEnd):
+            state.ended = now
+            state.status = _STATUS_OF_REASON.get(event.reason, event.reason)
+            state.error = event.error
+            if not self.live_mode and state is not self.judge:
+                self._print_branch(state)
+
+    # ------------------------------------------------------------------ drawing
+
+    def _draw(self, now: float) -> None:
+        if self._live is None or now - self._last_draw < _REFRESH_S:
+            return
+        self._last_draw = now
+        self._live.update(self.render(), refresh=True)
+
+    def render(self) -> RenderableType:
+        """The live frame: branch panels (side by side or stacked) and the judge's status."""
+        now = time.perf_counter()
+        width = self.console.width
+        count = max(1, len(self.branches))
+        side_by_side = width // count >= MIN_PANEL_WIDTH
+        height = max(6, self.console.height - 8)
+        if not side_by_side:
+            height = max(4, (self.console.height - 6) // count)
+        panel_width = width // count if side_by_side else width
+        panels = [self._panel(b, now, height, panel_width) for b in self.branches]
+        parts: list[RenderableType] = []
+        if side_by_side:
+            grid = Table.grid(expand=True, padding=0)
+            for _ in panels:
+                grid.add_column(ratio=1)
+            grid.add_row(*panels)
+            parts.append(grid)
+        else:
+            parts.extend(panels)
+        if self.judge is not None and self.judge.status != "waiting":
+            parts.append(
+                Text.assemble(
+                    ("judge ", "bold"),
+                    (f"{self.judge.model}: ", "dim"),
+                    (self.judge.status, _STATUS_STYLE.get(self.judge.status, "")),
+                    (f"  {self.judge.tokens_out} tok  {self.judge.seconds(now):.1f}s", "dim"),
+                )
+            )
+        return Group(*parts)
+
+    def _panel(self, state: BranchState, now: float, height: int, width: int) -> Panel:
+        lines = height - 2
+        text = state.text
+        if state.error and state.status != "done":
+            text = (text + "\n" if text else "") + f"[{state.status}] {state.error}"
+        budget = max(1, (width - 4)) * lines
+        if len(text) > budget:
+            text = "…" + text[-budget:]
+        title = Text.assemble((state.label, "bold"), (f" {state.model}", "dim"))
+        subtitle = Text.assemble(
+            (state.status, _STATUS_STYLE.get(state.status, "")),
+            (f" · {state.tokens_out} tok · {state.seconds(now):.1f}s", "dim"),
+        )
+        return Panel(
+            Text(text, overflow="fold"),
+            title=title,
+            subtitle=subtitle,
+            height=height,
+            border_style=_STATUS_STYLE.get(state.status, ""),
+        )
+
+    def _print_branch(self, state: BranchState) -> None:
+        header = f"--- {state.label} ({state.model}): {state.status}"
+        if state.error and state.status != "done":
+            header += f": {state.error}"
+        self.console.print(header, markup=False, highlight=False)
+        if state.text:
+            self.console.print(state.text.strip(), markup=False, highlight=False)
+
+    # ------------------------------------------------------------------ after the race
+
+    def print_interrupted(self) -> None:
+        """What had arrived when the race was interrupted (plain mode printed ended branches)."""
+        self.console.print("Interrupted: every branch was cancelled. What had arrived:")
+        for state in self.branches:
+            if self.live_mode or state.ended is None:
+                self._print_branch(state)
+
+    def print_verdict(self, result: Any, labels: list[str]) -> None:
+        """The winner and why (from the decision object), then the cost table."""
+        decision = result.decision
+        winner = result.selected
+        console = self.console
+        console.print()
+        if winner is not None:
+            console.print(
+                Text.assemble(
+                    ("Winner: ", "bold"),
+                    (labels[winner.config_index], "bold green"),
+                    f" (strategy {decision.strategy})",
+                )
+            )
+        else:
+            console.print(Text.assemble(("No winner", "bold red"), f" ({decision.strategy})"))
+        why = _why(decision, labels)
+        if why:
+            console.print(Text("Why: " + why))
+        for message in self.warnings:
+            console.print(Text("warning: " + message, style="yellow"))
+        if winner is not None and self.live_mode:
+            console.print(Panel(Text(winner.text.strip()), title=f"{labels[winner.config_index]}"))
+        console.print(cost_table(result, labels))
+
+
+def _why(decision: Any, labels: list[str]) -> str:
+    parts: list[str] = []
+    if decision.scores:
+        shown = ", ".join(
+            f"{_label(labels, index)} {score:g}" for index, score in sorted(decision.scores.items())
+        )
+        parts.append(f"scores: {shown}")
+    if decision.votes:
+        shown = ", ".join(f"{answer!r} ×{count}" for answer, count in decision.votes.items())
+        parts.append(f"votes: {shown}")
+    if decision.rationale:
+        parts.append(decision.rationale.strip())
+    if decision.tie:
+        parts.append("(a tie, broken by cost, then tokens, then branch order)")
+    if decision.fallback:
+        parts.append("(the strategy fell back to its default rule)")
+    return "; ".join(parts)
+
+
+def _label(labels: list[str], index: Any) -> str:
+    try:
+        return labels[int(index)]
+    except (ValueError, IndexError):
+        return str(index)
+
+
+def cost_table(result: Any, labels: list[str]) -> Table:
+    """Latency, tokens and cost per branch, for the evaluation, and in total."""
+    table = Table(title=None, show_footer=False, expand=False)
+    for name, justify in (
+        ("branch", "left"),
+        ("model", "left"),
+        ("status", "left"),
+        ("latency", "right"),
+        ("tokens in", "right"),
+        ("tokens out", "right"),
+        ("cost", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    selected = result.decision.index
+    for outcome in result.outcomes:
+        marker = "★ " if outcome.config_index == selected else "  "
+        model = outcome.config.model_config().spec
+        table.add_row(
+            marker + labels[outcome.config_index],
+            model,
+            Text(outcome.status, style=_STATUS_STYLE.get(outcome.status, "")),
+            f"{outcome.latency_s:.2f}s",
+            str(outcome.usage.input),
+            str(outcome.usage.output),
+            format_cost(outcome.cost_usd),
+        )
+    evaluation = result.decision.usage
+    if evaluation.total or result.decision.cost_usd:
+        table.add_row(
+            "  evaluation",
+            result.decision.strategy,
+            "",
+            "",
+            str(evaluation.input),
+            str(evaluation.output),
+            format_cost(result.decision.cost_usd),
+        )
+    table.add_section()
+    table.add_row(
+        "  total",
+        "",
+        result.status,
+        f"{result.wall_time_s:.2f}s",
+        str(result.total_usage.input),
+        str(result.total_usage.output),
+        format_cost(result.cost_usd),
+        style="bold",
+    )
+    return table
+
+
+class JsonLines:
+    """Writes each event as one JSON line (``--json``); :meth:`result` writes the last line."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def __call__(self, event: Any) -> None:
+        self.stream.write(event.model_dump_json() + "\n")
+        self.stream.flush()
+
+    def result(self, payload: dict[str, Any]) -> None:
+        self.stream.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        self.stream.flush()
