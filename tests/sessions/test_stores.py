@@ -85,9 +85,13 @@ async def test_a_recorded_session_saved_and_reloaded_is_equal(store: SessionStor
 async def test_eight_concurrent_saves_of_one_session_all_succeed(tmp_path: Path) -> None:
     store = JsonFileSessionStore(tmp_path)
     await asyncio.gather(*(store.save(session("same", loops=n)) for n in range(1, 9)))
-    data = json.loads((tmp_path / "same.json").read_text())
+    _check_valid_and_no_temp_files(tmp_path)
+
+
+def _check_valid_and_no_temp_files(directory: Path) -> None:
+    data = json.loads((directory / "same.json").read_text())
     assert data["session_id"] == "same" and 1 <= len(data["loops"]) <= 8
-    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+    assert not list(directory.glob("*.tmp")) and not list(directory.glob(".*.tmp"))
 
 
 def test_free_functions_work_on_a_directory(tmp_path: Path) -> None:
