@@ -87,7 +87,7 @@ class FakeServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._handlers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.port = 0
 
     @property
@@ -105,24 +105,25 @@ class FakeServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        # Closing the connections ends each handler's read; handlers are awaited, never cancelled.
+        for writer in list(self._handlers.values()):
+            writer.transport.abort()
         for task in list(self._handlers):
-            task.cancel()
-        for task in list(self._handlers):
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            with contextlib.suppress(ConnectionError):
                 await task
         await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._handlers.add(task)
+        self._handlers[task] = writer
         try:
             while await self._one(reader, writer):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            self._handlers.discard(task)
+            self._handlers.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
