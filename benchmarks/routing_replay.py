@@ -1,0 +1,630 @@
+"""Routing and racing on real RouterBench outcomes, replayed (no network, no model calls).
+
+What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
+
+* **Replay.** Every prompt of the split is answered by each model's *recorded* response; quality
+  is the recorded correctness (0/1), cost the recorded dollars; latency is **simulated** from the
+  response length with the per-model throughputs in ``THROUGHPUT`` (it enters no reward here:
+  the sweep uses quality and cost only, latency is reported for information).
+* **Protocol.** 20 shuffles of the mixed prompts; each shuffle is cut into 5 folds. For each fold
+  the routers are warm-started from the *logged* outcomes of the other 4 folds (every arm
+  observed, as in an offline log) and then run **online** over the held-out fold in shuffled
+  order, learning only from the arms they actually ran (bandit feedback). Every prompt is thus
+  evaluated once per shuffle, by a router that never saw its outcomes beforehand.
+* **Cost sweep.** Reward = correctness − λ·(cost / $0.001) (``RewardPolicy`` with
+  ``quality_weight=1``, ``latency_weight=0``, ``cost_weight=λ``, ``cost_scale_usd=0.001``);
+  sweeping λ traces each router's cost–accuracy curve.
+* **Metrics.** accuracy and total dollars over the whole split (mean over shuffles); AIQ as in
+  RouterBench (area under the non-decreasing convex hull of the router's points, extended flat
+  to the highest single-model cost, divided by the single-model cost range; no quality is
+  credited below the router's cheapest point); oracle gap closed = (AIQ − AIQ_zero) /
+  (AIQ_oracle − AIQ_zero); the first cost on the hull at which GPT-4's accuracy is reached.
+  A router's headline accuracy/cost is its best operating point costing at most 25 % of
+  GPT-4's dollars (the moonshot budget); its full curve is in ``results.json``.
+* **Racing.** ``vote_k`` races the router's top-k arms and takes the plurality letter;
+  ``cascade_k`` races the router's top-k cheap arms and escalates to the strongest arm when they
+  disagree; ``router_cascade`` asks cheap arms one at a time in the router's order and decides
+  after each answer whether to stop, ask the next or escalate, by a policy fitted on the logged
+  outcomes of the warm-start folds (dynamic programming over the answer-agreement pattern and
+  the query's intent); it does not refit on the evaluated stream.
+
+Run: ``.venv/bin/python benchmarks/routing_replay.py --out benchmarks/results/routing``
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import json
+import math
+import re
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import itertools
+
+from phi_core.routing import (
+    ArmOutcome,
+    EpsilonGreedyRouter,
+    HashedFeatures,
+    LinearRouter,
+    LinearThompsonRouter,
+    LinUCBRouter,
+    RewardPolicy,
+    intent_signals,
+)
+
+HERE = Path(__file__).resolve().parent
+GPT4 = "gpt-4-1106-preview"
+COST_UNIT = 0.001
+N_SHUFFLES = 20
+N_FOLDS = 5
+BUDGET_SHARE = 0.25
+# Simulated decoding: (time to first token s, output tokens per second). Stated, not measured.
+THROUGHPUT = {
+    "WizardLM/WizardLM-13B-V1.2": (0.4, 60.0),
+    "claude-instant-v1": (0.5, 90.0),
+    "claude-v1": (0.9, 40.0),
+    "claude-v2": (1.0, 35.0),
+    "gpt-3.5-turbo-1106": (0.4, 80.0),
+    "gpt-4-1106-preview": (0.8, 30.0),
+    "meta/code-llama-instruct-34b-chat": (0.5, 45.0),
+    "meta/llama-2-70b-chat": (0.6, 35.0),
+    "mistralai/mistral-7b-chat": (0.3, 110.0),
+    "mistralai/mixtral-8x7b-chat": (0.4, 75.0),
+    "zero-one-ai/Yi-34B-Chat": (0.5, 45.0),
+}
+LAMBDAS = [0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0, 5.0, 20.0]
+CASCADE_LAMBDAS = [0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.07, 0.1, 0.3]
+_LETTER = re.compile(r"\b([A-E])\b")
+_LETTER_PAREN = re.compile(r"([A-E])\)")
+
+
+# ---------------------------------------------------------------------------- data
+
+
+@dataclass
+class Data:
+    models: list[str]
+    prompts: list[str]
+    tasks: list[str]
+    correct: np.ndarray  # (n, m) 0/1
+    cost: np.ndarray  # (n, m) dollars
+    latency: np.ndarray  # (n, m) simulated seconds
+    letters: list[list[str | None]]  # parsed single-letter answers (None when not a letter)
+    features: np.ndarray  # (n, d)
+    intent: np.ndarray  # (n,) 0 = two options, 1 = many options, 2 = other
+
+
+def _answer_letter(text: str) -> str | None:
+    head = text.strip()[:20]
+    found = _LETTER.search(head) or _LETTER_PAREN.search(text)
+    return found.group(1) if found else None
+
+
+def _literal_first(raw: str) -> str:
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+    if isinstance(value, list) and value:
+        return str(value[0])
+    return str(value)
+
+
+def load(data_dir: Path, dim: int) -> Data:
+    csv.field_size_limit(1 << 30)
+    files = sorted(data_dir.glob("*.csv"))
+    if not files:
+        raise SystemExit(f"No CSV files in {data_dir}; pass --data DIR with RouterBench CSVs.")
+    rows: list[dict[str, str]] = []
+    for path in files:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows.extend(csv.DictReader(fh))
+    skip = {"sample_id", "prompt", "eval_name", "oracle_model_to_route_to"}
+    models = [c for c in rows[0] if "|" not in c and c not in skip]
+    if GPT4 not in models:
+        raise SystemExit(f"{GPT4} missing from the data; the GPT-4 comparisons need it.")
+    extractor = HashedFeatures(dim)
+    prompts, tasks, letters, correct, cost, latency, feats, intent = [], [], [], [], [], [], [], []
+    for r in rows:
+        prompt = _literal_first(r["prompt"])
+        prompts.append(prompt)
+        tasks.append(r["eval_name"])
+        correct.append([float(r[m]) for m in models])
+        cost.append([float(r[f"{m}|total_cost"]) for m in models])
+        responses = [_literal_first(r.get(f"{m}|model_response", "")) for m in models]
+        letters.append([_answer_letter(t) for t in responses])
+        lat = []
+        for m, text in zip(models, responses, strict=True):
+            ttft, tps = THROUGHPUT.get(m, (0.5, 50.0))
+            lat.append(ttft + max(1, len(text) // 4) / tps)
+        latency.append(lat)
+        feats.append(extractor(prompt))
+        sig = intent_signals(prompt)
+        intent.append(0 if sig["choices_2"] else 1 if sig["choices_many"] else 2)
+    return Data(
+        models,
+        prompts,
+        tasks,
+        np.array(correct),
+        np.array(cost),
+        np.array(latency),
+        letters,
+        np.array(feats),
+        np.array(intent),
+    )
+
+
+# ---------------------------------------------------------------------------- curves, AIQ
+
+
+def ndch(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Non-decreasing upper convex hull of (cost, quality) points."""
+    pts = sorted(set(points))
+    mono: list[tuple[float, float]] = []
+    for c, q in pts:
+        if mono and q <= mono[-1][1]:
+            continue
+        mono.append((c, q))
+    hull: list[tuple[float, float]] = []
+    for p in mono:
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) >= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    return hull
+
+
+def hull_value(hull: list[tuple[float, float]], c: float) -> float:
+    if c < hull[0][0]:
+        return 0.0
+    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
+        if x1 <= c <= x2:
+            return y1 + (y2 - y1) * (c - x1) / (x2 - x1) if x2 > x1 else max(y1, y2)
+    return hull[-1][1]
+
+
+def aiq(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
+    hull = ndch(points)
+    grid = np.linspace(lo, hi, 4001)
+    values = np.array([hull_value(hull, float(c)) for c in grid])
+    return float(np.trapezoid(values, grid) / (hi - lo))
+
+
+def cost_to_reach(points: Sequence[tuple[float, float]], target: float) -> float | None:
+    hull = ndch(points)
+    if hull[-1][1] < target - 1e-12:
+        return None
+    if hull[0][1] >= target:
+        return hull[0][0]
+    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
+        if y1 < target <= y2:
+            return x1 + (x2 - x1) * (target - y1) / (y2 - y1)
+    return None
+
+
+def best_within(points: Sequence[tuple[float, float]], budget: float) -> tuple[float, float]:
+    inside = [p for p in points if p[0] <= budget + 1e-12]
+    if not inside:
+        return min(points)
+    return max(inside, key=lambda p: (p[1], -p[0]))
+
+
+# ---------------------------------------------------------------------------- policies
+
+
+def reward_policy(lam: float) -> RewardPolicy:
+    return RewardPolicy(
+        quality_weight=1.0, latency_weight=0.0, cost_weight=lam, cost_scale_usd=COST_UNIT
+    )
+
+
+def rewards_matrix(d: Data, idx: np.ndarray, lam: float) -> np.ndarray:
+    pol = reward_policy(lam)
+    return pol.quality_weight * d.correct[idx] + pol.cost_weight * pol.cost_term(d.cost[idx])
+
+
+def make_router(kind: str, dim: int, seed: int) -> LinearRouter:
+    if kind == "linucb":
+        return LinUCBRouter(dim, alpha=0.3, ridge=1.0, seed=seed)
+    if kind == "thompson":
+        return LinearThompsonRouter(dim, v=0.15, ridge=1.0, seed=seed)
+    if kind == "epsilon_greedy":
+        return EpsilonGreedyRouter(dim, epsilon=0.05, ridge=1.0, seed=seed)
+    raise ValueError(kind)
+
+
+def warm_router(kind: str, d: Data, warm: np.ndarray, lam: float, seed: int) -> LinearRouter:
+    router = make_router(kind, d.features.shape[1], seed)
+    r = rewards_matrix(d, warm, lam)
+    router.warm_start_matrix(d.features[warm], {m: r[:, j] for j, m in enumerate(d.models)})
+    return router
+
+
+def run_bandit(kind: str, d: Data, warm: np.ndarray, stream: np.ndarray, lam: float, seed: int):
+    router = warm_router(kind, d, warm, lam, seed)
+    pol = reward_policy(lam)
+    col = {m: j for j, m in enumerate(d.models)}
+    acc = cost = 0.0
+    for i in stream:
+        x = d.features[i]
+        arm = router.rank(x, d.models).top.arm
+        j = col[arm]
+        acc += d.correct[i, j]
+        cost += d.cost[i, j]
+        # Bandit feedback: only the arm that ran is observed.
+        r = pol.reward(ArmOutcome(arm, float(d.correct[i, j]), d.latency[i, j], d.cost[i, j]))
+        router.update(x, arm, r.reward)
+    return acc, cost
+
+
+def knn_scores(
+    d: Data, train: np.ndarray, test: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    sims = d.features[test] @ d.features[train].T
+    nn = np.argpartition(-sims, kth=min(k, len(train) - 1), axis=1)[:, :k]
+    neigh = train[nn]  # (t, k)
+    return d.correct[neigh].mean(axis=1), d.cost[neigh].mean(axis=1)
+
+
+def choose_k(d: Data, warm: np.ndarray, rng: np.random.Generator) -> int:
+    folds = np.array_split(rng.permutation(warm), 3)
+    best, best_k = -1.0, 10
+    for k in (5, 10, 20, 40, 80):
+        acc = 0.0
+        for f in range(3):
+            test = folds[f]
+            train = np.concatenate([folds[g] for g in range(3) if g != f])
+            q, _ = knn_scores(d, train, test, k)
+            acc += float(d.correct[test, q.argmax(axis=1)].sum())
+        if acc > best:
+            best, best_k = acc, k
+    return best_k
+
+
+def run_knn(d: Data, warm: np.ndarray, stream: np.ndarray, lams: list[float], k: int):
+    q, c = knn_scores(d, warm, stream, k)
+    out = []
+    for lam in lams:
+        pick = (q - lam * c / COST_UNIT).argmax(axis=1)
+        out.append((float(d.correct[stream, pick].sum()), float(d.cost[stream, pick].sum())))
+    return out
+
+
+def plurality(d: Data, i: int, arms: list[int]) -> tuple[float, bool]:
+    """Correctness of the plurality letter among ``arms`` and whether all arms agreed."""
+    votes: dict[str, int] = defaultdict(int)
+    for j in arms:
+        letter = d.letters[i][j]
+        if letter:
+            votes[letter] += 1
+    if not votes:
+        return float(d.correct[i, arms[0]]), len(arms) == 1
+    top = max(votes, key=lambda v: (votes[v], -[d.letters[i][j] for j in arms].index(v)))
+    agreed = votes[top] == len(arms)
+    return float(next(d.correct[i, j] for j in arms if d.letters[i][j] == top)), agreed
+
+
+def run_racing(
+    policy: str, d: Data, warm: np.ndarray, stream: np.ndarray, k: int, lam: float, seed: int
+):
+    """vote_k / cascade_k with a LinUCB router choosing the arms (cost-aware at weight lam)."""
+    router = warm_router("linucb", d, warm, lam, seed)
+    strong = warm_router("linucb", d, warm, 0.0, seed)
+    pol = reward_policy(lam)
+    col = {m: j for j, m in enumerate(d.models)}
+    acc = cost = 0.0
+    for i in stream:
+        x = d.features[i]
+        ranked = [col[a] for a in router.rank(x, d.models).order]
+        if policy == "cascade":
+            strongest = col[strong.rank(x, d.models).top.arm]
+            ranked = [j for j in ranked if j != strongest]
+        arms = ranked[:k]
+        correct, agreed = plurality(d, int(i), arms)
+        cost += float(d.cost[i, arms].sum())
+        for j in arms:  # every raced arm was observed
+            r = pol.reward(ArmOutcome(d.models[j], float(d.correct[i, j]), None, d.cost[i, j]))
+            router.update(x, d.models[j], r.reward)
+        if policy == "cascade" and not agreed:
+            acc += float(d.correct[i, strongest])
+            cost += float(d.cost[i, strongest])
+            strong.update(x, d.models[strongest], float(d.correct[i, strongest]))
+        else:
+            acc += correct
+    return acc, cost
+
+
+# -- router_cascade: a stop/ask/escalate policy over answer-agreement patterns
+
+
+def _pattern(d: Data, i: int, arms: list[int]) -> tuple[int, ...]:
+    seen: dict[str, int] = {}
+    out = []
+    for j in arms:
+        letter = d.letters[i][j]
+        if letter is None:
+            out.append(-1)
+            continue
+        out.append(seen.setdefault(letter, len(seen)))
+    return tuple(out)
+
+
+def fit_cascade(
+    d: Data, idx: np.ndarray, order: list[int], strong: int, lam: float
+) -> dict[tuple[int, ...], str]:
+    policy: dict[tuple[int, ...], str] = {}
+
+    def solve(members: np.ndarray, depth: int, node: tuple[int, ...]) -> float:
+        stop = (
+            float(np.mean([plurality(d, int(i), order[:depth])[0] for i in members]))
+            if depth
+            else -math.inf
+        )
+        escalate = float(
+            np.mean(d.correct[members, strong] - lam * d.cost[members, strong] / COST_UNIT)
+        )
+        best, action = (stop, "stop") if stop >= escalate else (escalate, "escalate")
+        if depth < len(order):
+            j = order[depth]
+            groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+            for i in members:
+                groups[_pattern(d, int(i), order[: depth + 1])].append(int(i))
+            value = -lam * float(np.mean(d.cost[members, j])) / COST_UNIT
+            for key, group in groups.items():
+                value += len(group) / len(members) * solve(np.array(group), depth + 1, key)
+            if value > best:
+                best, action = value, "ask"
+        policy[node] = action
+        return best
+
+    if len(idx):
+        solve(idx, 0, ())
+    return policy
+
+
+def cascade_order(d: Data, idx: np.ndarray, strong: int, lam: float) -> list[int]:
+    """Cheap arms (≤ 15 % of the strong arm's mean cost) by logged accuracy − λ·cost; top 3."""
+    mean_q = d.correct[idx].mean(axis=0)
+    mean_c = d.cost[idx].mean(axis=0)
+    cheap = [j for j in range(len(d.models)) if mean_c[j] <= 0.15 * mean_c[strong] and j != strong]
+    cheap.sort(key=lambda j: -(mean_q[j] - lam * 0.1 * mean_c[j] / COST_UNIT))
+    return cheap[:3]
+
+
+def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float):
+    """Fitted on the warm-start log per intent group; on the stream it only acts (no refit)."""
+    acc = cost = 0.0
+    plans: dict[int, tuple[list[int], int, dict[tuple[int, ...], str]]] = {}
+    for g in (0, 1, 2):
+        idx = warm[d.intent[warm] == g]
+        strong = int(d.correct[idx].mean(axis=0).argmax()) if len(idx) else 0
+        order = cascade_order(d, idx, strong, lam)
+        plans[g] = (order, strong, fit_cascade(d, idx, order, strong, lam))
+    for i in stream:
+        order, strong, plan = plans[int(d.intent[i])]
+        node: tuple[int, ...] = ()
+        depth = 0
+        while True:
+            action = plan.get(node, "escalate")
+            if action == "stop":
+                acc += plurality(d, int(i), order[:depth])[0]
+                break
+            if action == "escalate" or depth >= len(order):
+                acc += float(d.correct[i, strong])
+                cost += float(d.cost[i, strong])
+                break
+            cost += float(d.cost[i, order[depth]])
+            depth += 1
+            node = _pattern(d, int(i), order[:depth])
+    return acc, cost
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def one_shuffle(args: tuple[Data, int]) -> dict[str, list[tuple[float, float]]]:
+    d, s = args
+    rng = np.random.default_rng(1000 + s)
+    n = len(d.prompts)
+    perm = rng.permutation(n)
+    folds = np.array_split(perm, N_FOLDS)
+    totals: dict[str, list[list[float]]] = {}
+
+    def add(name: str, point_index: int, a: float, c: float, n_points: int) -> None:
+        rows = totals.setdefault(name, [[0.0, 0.0] for _ in range(n_points)])
+        rows[point_index][0] += a
+        rows[point_index][1] += c
+
+    for f in range(N_FOLDS):
+        stream = folds[f]
+        warm = np.concatenate([folds[g] for g in range(N_FOLDS) if g != f])
+        for kind in ("linucb", "thompson", "epsilon_greedy"):
+            for p, lam in enumerate(LAMBDAS):
+                a, c = run_bandit(kind, d, warm, stream, lam, seed=s * 31 + f)
+                add(kind, p, a, c, len(LAMBDAS))
+        k = choose_k(d, warm, rng)
+        for p, (a, c) in enumerate(run_knn(d, warm, stream, LAMBDAS, k)):
+            add("knn", p, a, c, len(LAMBDAS))
+        racing = [("vote", kk, lam) for kk in (3, 5) for lam in (0.0, 0.2, 1.0, 3.0)]
+        for p, (pol, kk, lam) in enumerate(racing):
+            a, c = run_racing(pol, d, warm, stream, kk, lam, seed=s * 31 + f)
+            add("vote_k", p, a, c, len(racing))
+        casc = [("cascade", kk, lam) for kk in (2, 3) for lam in (0.0, 0.2, 1.0, 3.0)]
+        for p, (pol, kk, lam) in enumerate(casc):
+            a, c = run_racing(pol, d, warm, stream, kk, lam, seed=s * 31 + f)
+            add("cascade_k", p, a, c, len(casc))
+        for p, lam in enumerate(CASCADE_LAMBDAS):
+            a, c = run_router_cascade(d, warm, stream, lam)
+            add("router_cascade", p, a, c, len(CASCADE_LAMBDAS))
+    return {name: [(a / n, c) for a, c in rows] for name, rows in totals.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=HERE / "data" / "routerbench")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "routing")
+    parser.add_argument("--shuffles", type=int, default=N_SHUFFLES)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    d = load(args.data, args.dim)
+    n = len(d.prompts)
+    d.models.index(GPT4)
+    print(f"{n} prompts, {len(d.models)} models, {args.shuffles} shuffles × {N_FOLDS} folds")
+
+    singles = {
+        m: (float(d.correct[:, j].mean()), float(d.cost[:, j].sum()))
+        for j, m in enumerate(d.models)
+    }
+    lo = min(c for _, c in singles.values())
+    hi = max(c for _, c in singles.values())
+    gpt4_acc, gpt4_cost = singles[GPT4]
+    budget = BUDGET_SHARE * gpt4_cost
+
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for m, (a, c) in singles.items():
+        curves[m] = [(c, a)]
+    curves["zero_hull"] = [(c, a) for a, c in singles.values()]
+    curves["random"] = [
+        (float(d.cost.sum(axis=1).mean() * n / len(d.models)), float(d.correct.mean()))
+    ]
+    oracle_pts = []
+    for lam in [*LAMBDAS, 10.0, 20.0, 50.0]:
+        pick = (d.correct - lam * d.cost / COST_UNIT).argmax(axis=1)
+        oracle_pts.append(
+            (float(d.cost[np.arange(n), pick].sum()), float(d.correct[np.arange(n), pick].mean()))
+        )
+    curves["oracle"] = oracle_pts
+
+    jobs = [(d, s) for s in range(args.shuffles)]
+    sums: dict[str, np.ndarray] = {}
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        for result in pool.map(one_shuffle, jobs):
+            for name, pts in result.items():
+                arr = np.array(pts)
+                sums[name] = sums.get(name, 0) + arr
+    for name, total in sums.items():
+        mean = total / args.shuffles
+        curves[name] = [(float(c), float(a)) for a, c in mean]
+
+    aiq_zero = aiq(curves["zero_hull"], lo, hi)
+    aiq_oracle = aiq(curves["oracle"], lo, hi)
+    cheap_best = max(
+        (m for m in d.models if singles[m][1] <= 0.1 * gpt4_cost), key=lambda m: singles[m][0]
+    )
+    cheap_cost = singles[cheap_best][1]
+    routers: dict[str, dict[str, Any]] = {}
+    for name, pts in curves.items():
+        value = aiq(pts, lo, hi)
+        if name == "zero_hull":
+            hull = ndch(pts)
+            op = (budget, hull_value(hull, budget))
+        else:
+            op = best_within(pts, budget) if len(pts) > 1 else pts[0]
+        routers[name] = {
+            "accuracy": round(op[1], 4),
+            "cost_usd": round(op[0], 4),
+            "aiq": round(value, 4),
+            "oracle_gap_closed": round((value - aiq_zero) / (aiq_oracle - aiq_zero), 4),
+            "cost_to_match_gpt4_usd": (
+                None if (c := cost_to_reach(pts, gpt4_acc)) is None else round(c, 4)
+            ),
+            "accuracy_at_best_cheap_cost": round(hull_value(ndch(pts), cheap_cost), 4),
+            "max_accuracy": round(max(a for _, a in pts), 4),
+            "curve": [{"cost_usd": round(c, 4), "accuracy": round(a, 4)} for c, a in sorted(pts)],
+        }
+    results = {
+        "n_prompts": n,
+        "shuffles": args.shuffles,
+        "folds": N_FOLDS,
+        "gpt4": {"accuracy": round(gpt4_acc, 4), "cost_usd": round(gpt4_cost, 4)},
+        "operating_point": f"best accuracy at cost <= {BUDGET_SHARE:.0%} of GPT-4 (${budget:.2f})",
+        "best_cheap_single_model": {"name": cheap_best, "cost_usd": round(cheap_cost, 4)},
+        "latency_note": "latency simulated from response length with THROUGHPUT; not in rewards",
+        "routers": routers,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    _plot(curves, singles, gpt4_acc, args.out / "cost_accuracy.png")
+    _print_table(routers, gpt4_acc, gpt4_cost, cheap_best)
+    print(
+        f"wrote {args.out / 'results.json'} and cost_accuracy.png in {time.monotonic() - started:.0f}s"
+    )
+    return 0
+
+
+def _print_table(
+    routers: dict[str, dict[str, Any]], gpt4_acc: float, gpt4_cost: float, cheap: str
+) -> None:
+    print(f"GPT-4: accuracy {gpt4_acc:.3f} at ${gpt4_cost:.2f}; best cheap single model: {cheap}")
+    header = f"{'router':36s} {'acc':>6s} {'cost$':>7s} {'%gpt4':>6s} {'AIQ':>6s} {'gap%':>6s} {'$match4':>8s} {'acc@cheap':>9s} {'maxacc':>6s}"
+    print(header)
+    for name, r in sorted(routers.items(), key=lambda kv: -kv[1]["aiq"]):
+        match = r["cost_to_match_gpt4_usd"]
+        print(
+            f"{name:36s} {r['accuracy']:6.3f} {r['cost_usd']:7.3f} {r['cost_usd'] / gpt4_cost:6.1%} "
+            f"{r['aiq']:6.3f} {r['oracle_gap_closed']:6.1%} {('-' if match is None else f'{match:.2f}'):>8s} "
+            f"{r['accuracy_at_best_cheap_cost']:9.3f} {r['max_accuracy']:6.3f}"
+        )
+
+
+def _plot(
+    curves: dict[str, list[tuple[float, float]]],
+    singles: dict[str, tuple[float, float]],
+    gpt4_acc: float,
+    path: Path,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for m, (a, c) in singles.items():
+        ax.scatter([c], [a], color="grey", s=18)
+        ax.annotate(m.split("/")[-1], (c, a), fontsize=6, color="grey")
+    for name in (
+        "zero_hull",
+        "oracle",
+        "knn",
+        "linucb",
+        "thompson",
+        "epsilon_greedy",
+        "vote_k",
+        "cascade_k",
+        "router_cascade",
+    ):
+        if name not in curves:
+            continue
+        hull = ndch(curves[name])
+        ax.plot([c for c, _ in hull], [a for _, a in hull], marker="o", ms=3, label=name)
+    ax.axhline(gpt4_acc, color="black", lw=0.6, ls="--", label="GPT-4 accuracy")
+    ax.set_xscale("log")
+    ax.set_xlabel("total cost over the split (US$, log scale)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("RouterBench (train split) replay: cost vs accuracy, NDCH of each router")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,471 @@
+"""Contextual bandit routers over additive sufficient statistics.
+
+Every router here is a per-arm ridge regression of reward on features. An arm's state is the pair
+of **additive** sufficient statistics ``XX = Σ w·x xᵀ`` and ``Xr = Σ w·r·x`` plus counts, so the
+statistics of two workers merge by addition and a store can apply updates atomically
+(:mod:`phi_core.routing.stores`). The ridge prior ``λI`` is added at decision time, never stored,
+so it cannot be shrunk by decay or lost by a merge: ``A = λI + XX``, ``θ = A⁻¹ Xr``.
+
+``A⁻¹`` is maintained by Sherman–Morrison rank-1 updates and recomputed exactly from ``A`` every
+``refresh_every`` updates (and after loads, merges and discounting), which bounds numerical drift.
+
+- :class:`LinUCBRouter` ranks by ``θᵀx + α·sqrt(xᵀA⁻¹x)``.
+- :class:`LinearThompsonRouter` ranks by ``θ̃ᵀx`` with ``θ̃ ~ N(θ, v²A⁻¹)``.
+- :class:`EpsilonGreedyRouter` ranks by ``θᵀx`` and shuffles with probability ``ε``.
+
+Ties keep the caller's arm order (a cold start ranks arms in the order given).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import UserError
+
+__all__ = [
+    "ArmStats",
+    "EpsilonGreedyRouter",
+    "LinUCBRouter",
+    "LinearRouter",
+    "LinearThompsonRouter",
+    "LoggedOutcome",
+    "RankedArm",
+    "Ranking",
+]
+
+Vector = npt.NDArray[np.float64]
+Matrix = npt.NDArray[np.float64]
+
+
+@dataclass
+class ArmStats:
+    """Additive sufficient statistics of one arm (``XX``, ``Xr``, counts, reward moments)."""
+
+    xx: Matrix
+    xr: Vector
+    n: float = 0.0
+    reward_sum: float = 0.0
+    reward_sq: float = 0.0
+    updated_at: float = 0.0
+
+    @classmethod
+    def zeros(cls, dim: int) -> ArmStats:
+        return cls(xx=np.zeros((dim, dim)), xr=np.zeros(dim))
+
+    @classmethod
+    def of(cls, x: Vector, reward: float, weight: float = 1.0) -> ArmStats:
+        """The delta contributed by one observation."""
+        return cls(
+            xx=weight * np.outer(x, x),
+            xr=weight * reward * x,
+            n=weight,
+            reward_sum=weight * reward,
+            reward_sq=weight * reward * reward,
+            updated_at=time.time(),
+        )
+
+    @property
+    def dim(self) -> int:
+        return int(self.xr.shape[0])
+
+    def __add__(self, other: ArmStats) -> ArmStats:
+        return ArmStats(
+            xx=self.xx + other.xx,
+            xr=self.xr + other.xr,
+            n=self.n + other.n,
+            reward_sum=self.reward_sum + other.reward_sum,
+            reward_sq=self.reward_sq + other.reward_sq,
+            updated_at=max(self.updated_at, other.updated_at),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "xx": self.xx.tolist(),
+            "xr": self.xr.tolist(),
+            "n": self.n,
+            "reward_sum": self.reward_sum,
+            "reward_sq": self.reward_sq,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ArmStats:
+        return cls(
+            xx=np.asarray(data["xx"], dtype=np.float64),
+            xr=np.asarray(data["xr"], dtype=np.float64),
+            n=float(data.get("n", 0.0)),
+            reward_sum=float(data.get("reward_sum", 0.0)),
+            reward_sq=float(data.get("reward_sq", 0.0)),
+            updated_at=float(data.get("updated_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class LoggedOutcome:
+    """One logged observation for warm starts: features, arm, reward (and a weight)."""
+
+    features: Vector
+    arm: str
+    reward: float
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class RankedArm:
+    """One arm in a ranking, with the numbers behind its place."""
+
+    arm: str
+    score: float
+    mean: float
+    width: float
+    n: float
+
+    @property
+    def lower(self) -> float:
+        return self.mean - self.width
+
+    @property
+    def upper(self) -> float:
+        return self.mean + self.width
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Arms best first, plus a one-line explanation per arm."""
+
+    arms: list[RankedArm]
+    policy: str
+
+    @property
+    def order(self) -> list[str]:
+        return [a.arm for a in self.arms]
+
+    @property
+    def top(self) -> RankedArm:
+        return self.arms[0]
+
+    def clearly_ahead(self) -> bool:
+        """True when the top arm's lower bound exceeds every other arm's upper bound."""
+        if len(self.arms) < 2:
+            return True
+        return all(self.arms[0].lower > other.upper for other in self.arms[1:])
+
+    def explain(self) -> list[str]:
+        return [
+            f"{i + 1}. {a.arm}: score {a.score:.3f} = mean {a.mean:.3f} ± {a.width:.3f} "
+            f"(n={a.n:g}, {self.policy})"
+            for i, a in enumerate(self.arms)
+        ]
+
+
+@dataclass
+class _Arm:
+    stats: ArmStats
+    a_inv: Matrix
+    theta: Vector
+    since_refresh: int = 0
+    retired: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LinearRouter:
+    """Shared machinery: per-arm ridge statistics, Sherman–Morrison, warm start, arm pool.
+
+    Args:
+        dim: feature dimension.
+        ridge: λ of the ridge prior ``λI`` (≈1 for unit-scale features and rewards).
+        refresh_every: recompute ``A⁻¹`` exactly from ``A`` after this many rank-1 updates.
+        discount: optional forgetting factor γ in (0, 1]; each update of an arm first scales its
+            statistics by γ (the prior ``λI`` is kept whole). Discounted statistics are not
+            additive, so a discounting router must not share a store with other workers.
+        seed: seed of the router's own random generator (Thompson, ε-greedy).
+    """
+
+    policy = "ridge"
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        ridge: float = 1.0,
+        refresh_every: int = 64,
+        discount: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if dim < 1:
+            raise UserError(f"dim must be >= 1, got {dim!r}.")
+        if not ridge > 0:
+            raise UserError(f"ridge must be > 0 (try 1.0), got {ridge!r}.")
+        if refresh_every < 1:
+            raise UserError(f"refresh_every must be >= 1, got {refresh_every!r}.")
+        if discount is not None and not 0 < discount <= 1:
+            raise UserError(f"discount must be in (0, 1], got {discount!r}.")
+        self.dim = dim
+        self.ridge = float(ridge)
+        self.refresh_every = refresh_every
+        self.discount = discount
+        self.rng = np.random.default_rng(seed)
+        self._arms: dict[str, _Arm] = {}
+
+    # ------------------------------------------------------------------ arm pool
+
+    @property
+    def arms(self) -> list[str]:
+        """Active arms, in insertion order."""
+        return [name for name, arm in self._arms.items() if not arm.retired]
+
+    def add_arm(self, name: str, stats: ArmStats | None = None) -> None:
+        """Add an arm (optionally with prior statistics); re-adding a retired arm restores it."""
+        existing = self._arms.get(name)
+        if existing is not None:
+            existing.retired = False
+            if stats is not None:
+                self.merge(name, stats)
+            return
+        stats = stats if stats is not None else ArmStats.zeros(self.dim)
+        self._check_dim(stats.xr)
+        self._arms[name] = self._fresh(stats)
+
+    def retire_arm(self, name: str) -> None:
+        """Stop ranking an arm; its statistics are kept so it can be re-added later."""
+        if name not in self._arms:
+            raise UserError(f"Unknown arm {name!r}; known arms: {', '.join(self._arms) or 'none'}.")
+        self._arms[name].retired = True
+
+    def stats(self, name: str) -> ArmStats:
+        return self._arm(name).stats
+
+    def state(self) -> dict[str, ArmStats]:
+        return {name: arm.stats for name, arm in self._arms.items()}
+
+    def load_state(self, state: dict[str, ArmStats]) -> None:
+        """Replace every arm's statistics (e.g. after reading a shared store)."""
+        for name, stats in state.items():
+            self._check_dim(stats.xr)
+            retired = self._arms[name].retired if name in self._arms else False
+            self._arms[name] = self._fresh(stats)
+            self._arms[name].retired = retired
+
+    def merge(self, name: str, delta: ArmStats) -> None:
+        """Add statistics gathered elsewhere (another worker, a log) to one arm."""
+        self._check_dim(delta.xr)
+        arm = self._arm(name, create=True)
+        self._arms[name] = self._fresh(arm.stats + delta, retired=arm.retired)
+
+    # ------------------------------------------------------------------ learning
+
+    def update(self, features: Vector, arm: str, reward: float, weight: float = 1.0) -> ArmStats:
+        """Learn from one observed reward of ``arm``; returns the additive delta applied."""
+        x = self._vector(features)
+        if not math.isfinite(reward):
+            raise UserError(f"reward must be a finite number, got {reward!r}.")
+        if weight <= 0:
+            raise UserError(f"weight must be > 0, got {weight!r}.")
+        state = self._arm(arm, create=True)
+        delta = ArmStats.of(x, float(reward), weight)
+        if self.discount is not None and self.discount < 1:
+            g = self.discount
+            decayed = ArmStats(
+                xx=g * state.stats.xx,
+                xr=g * state.stats.xr,
+                n=g * state.stats.n,
+                reward_sum=g * state.stats.reward_sum,
+                reward_sq=g * state.stats.reward_sq,
+                updated_at=state.stats.updated_at,
+            )
+            self._arms[arm] = self._fresh(decayed + delta, retired=state.retired)
+            return delta
+        state.stats = state.stats + delta
+        # Sherman–Morrison for A + w·x xᵀ.
+        v = state.a_inv @ x
+        denom = 1.0 + weight * float(x @ v)
+        state.a_inv = state.a_inv - weight * np.outer(v, v) / denom
+        state.since_refresh += 1
+        if state.since_refresh >= self.refresh_every:
+            self._refresh(state)
+        else:
+            state.theta = state.a_inv @ state.stats.xr
+        return delta
+
+    def warm_start(self, outcomes: Iterable[LoggedOutcome]) -> int:
+        """Accumulate logged outcomes in one batch (exact inverse afterwards); returns the count."""
+        deltas: dict[str, ArmStats] = {}
+        count = 0
+        for outcome in outcomes:
+            x = self._vector(outcome.features)
+            delta = ArmStats.of(x, float(outcome.reward), outcome.weight)
+            deltas[outcome.arm] = deltas[outcome.arm] + delta if outcome.arm in deltas else delta
+            count += 1
+        for name, delta in deltas.items():
+            self.merge(name, delta)
+        return count
+
+    def warm_start_matrix(
+        self, features: Matrix, rewards: dict[str, Vector], weight: float = 1.0
+    ) -> None:
+        """Vectorised warm start: every arm observed on every row of ``features`` (a log)."""
+        x = np.asarray(features, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise UserError(f"features must have shape (n, {self.dim}), got {x.shape}.")
+        xx = weight * (x.T @ x)
+        for name, r in rewards.items():
+            r = np.asarray(r, dtype=np.float64)
+            delta = ArmStats(
+                xx=xx.copy(),
+                xr=weight * (x.T @ r),
+                n=weight * len(r),
+                reward_sum=weight * float(r.sum()),
+                reward_sq=weight * float((r * r).sum()),
+                updated_at=time.time(),
+            )
+            self.merge(name, delta)
+
+    # ------------------------------------------------------------------ deciding
+
+    def estimate(self, features: Vector, arm: str) -> tuple[float, float]:
+        """Posterior mean ``θᵀx`` and standard width ``sqrt(xᵀA⁻¹x)`` of one arm."""
+        x = self._vector(features)
+        state = self._arm(arm, create=True)
+        mean = float(state.theta @ x)
+        width = math.sqrt(max(0.0, float(x @ state.a_inv @ x)))
+        return mean, width
+
+    def rank(self, features: Vector, arms: Sequence[str] | None = None) -> Ranking:
+        """Rank ``arms`` (default: every active arm) best first; unknown arms are added."""
+        names = list(arms) if arms is not None else self.arms
+        if not names:
+            raise UserError("rank() needs at least one arm; add arms with add_arm() first.")
+        if len(set(names)) != len(names):
+            raise UserError(f"Duplicate arms in {names!r}.")
+        x = self._vector(features)
+        ranked: list[tuple[float, int, RankedArm]] = []
+        for position, name in enumerate(names):
+            state = self._arm(name, create=True)
+            if state.retired:
+                continue
+            mean = float(state.theta @ x)
+            width = math.sqrt(max(0.0, float(x @ state.a_inv @ x)))
+            score, shown_width = self._score(state, x, mean, width)
+            ranked.append(
+                (score, position, RankedArm(name, score, mean, shown_width, state.stats.n))
+            )
+        if not ranked:
+            raise UserError(f"Every arm in {names!r} is retired.")
+        ranked.sort(key=lambda item: (-item[0], item[1]))
+        result = [item[2] for item in ranked]
+        return Ranking(self._reorder(result), self.policy)
+
+    def _score(self, arm: _Arm, x: Vector, mean: float, width: float) -> tuple[float, float]:
+        return mean, width
+
+    def _reorder(self, ranked: list[RankedArm]) -> list[RankedArm]:
+        return ranked
+
+    # ------------------------------------------------------------------ helpers
+
+    def _vector(self, features: Vector) -> Vector:
+        x = np.asarray(features, dtype=np.float64).reshape(-1)
+        self._check_dim(x)
+        if not np.all(np.isfinite(x)):
+            raise UserError("features contain NaN or infinity.")
+        return x
+
+    def _check_dim(self, x: Vector) -> None:
+        if x.shape[0] != self.dim:
+            raise UserError(
+                f"Feature vector has dimension {x.shape[0]}, the router expects {self.dim}. "
+                "Use the same feature extractor the router state was built with."
+            )
+
+    def _arm(self, name: str, *, create: bool = False) -> _Arm:
+        arm = self._arms.get(name)
+        if arm is None:
+            if not create:
+                raise UserError(f"Unknown arm {name!r}; known: {', '.join(self._arms) or 'none'}.")
+            arm = self._fresh(ArmStats.zeros(self.dim))
+            self._arms[name] = arm
+        return arm
+
+    def _fresh(self, stats: ArmStats, *, retired: bool = False) -> _Arm:
+        arm = _Arm(stats=stats, a_inv=np.eye(self.dim), theta=np.zeros(self.dim), retired=retired)
+        self._refresh(arm)
+        return arm
+
+    def _refresh(self, arm: _Arm) -> None:
+        a = self.ridge * np.eye(self.dim) + arm.stats.xx
+        a = (a + a.T) / 2
+        inverse = np.asarray(np.linalg.inv(a), dtype=np.float64)
+        arm.a_inv = (inverse + inverse.T) / 2
+        arm.theta = arm.a_inv @ arm.stats.xr
+        arm.since_refresh = 0
+        arm.extra.pop("chol", None)
+
+    def a_matrix(self, name: str) -> Matrix:
+        """``A = λI + XX`` of one arm (for checks and exports)."""
+        return self.ridge * np.eye(self.dim) + self._arm(name).stats.xx
+
+    def a_inverse(self, name: str) -> Matrix:
+        """The maintained ``A⁻¹`` of one arm (Sherman–Morrison between exact refreshes)."""
+        return self._arm(name).a_inv.copy()
+
+
+class LinUCBRouter(LinearRouter):
+    """LinUCB: score = ``θᵀx + α·sqrt(xᵀA⁻¹x)``; ``width`` in rankings is ``α·sqrt(…)``."""
+
+    policy = "linucb"
+
+    def __init__(self, dim: int, *, alpha: float = 1.0, **kwargs: Any) -> None:
+        if alpha < 0:
+            raise UserError(f"alpha must be >= 0, got {alpha!r}.")
+        super().__init__(dim, **kwargs)
+        self.alpha = float(alpha)
+
+    def _score(self, arm: _Arm, x: Vector, mean: float, width: float) -> tuple[float, float]:
+        return mean + self.alpha * width, self.alpha * width
+
+
+class LinearThompsonRouter(LinearRouter):
+    """Linear Thompson sampling: score = ``θ̃ᵀx`` with ``θ̃ ~ N(θ, v²·A⁻¹)``."""
+
+    policy = "thompson"
+
+    def __init__(self, dim: int, *, v: float = 0.5, **kwargs: Any) -> None:
+        if v < 0:
+            raise UserError(f"v (posterior scale) must be >= 0, got {v!r}.")
+        super().__init__(dim, **kwargs)
+        self.v = float(v)
+
+    def posterior(self, name: str) -> tuple[Vector, Matrix]:
+        """Mean ``θ`` and covariance ``v²A⁻¹`` of one arm's weight posterior."""
+        arm = self._arm(name)
+        return arm.theta.copy(), (self.v**2) * arm.a_inv
+
+    def _score(self, arm: _Arm, x: Vector, mean: float, width: float) -> tuple[float, float]:
+        # θ̃ᵀx is Gaussian with mean θᵀx and sd v·sqrt(xᵀA⁻¹x): sample it directly (exact, O(d²)).
+        sampled = mean + self.v * width * float(self.rng.standard_normal())
+        return sampled, self.v * width
+
+
+class EpsilonGreedyRouter(LinearRouter):
+    """Greedy on ``θᵀx``; with probability ``epsilon`` the ranking is shuffled."""
+
+    policy = "epsilon-greedy"
+
+    def __init__(self, dim: int, *, epsilon: float = 0.05, **kwargs: Any) -> None:
+        if not 0 <= epsilon <= 1:
+            raise UserError(f"epsilon must be in [0, 1], got {epsilon!r}.")
+        super().__init__(dim, **kwargs)
+        self.epsilon = float(epsilon)
+
+    def _reorder(self, ranked: list[RankedArm]) -> list[RankedArm]:
+        if self.epsilon and self.rng.random() < self.epsilon:
+            order = self.rng.permutation(len(ranked))
+            return [ranked[int(i)] for i in order]
+        return ranked
