@@ -7,15 +7,17 @@ flag, unknown provider, missing key, bad config file, empty prompt), 130 interru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,6 +26,7 @@ from rich.text import Text
 
 from ..cancel import CancelToken
 from ..errors import PhiError, UserError
+from ..events import MessageUpdate
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
 from ..providers.base import Provider
 from ..providers.registry import get_provider, known_providers, resolve_model
@@ -65,12 +68,39 @@ class Interrupted(Exception):
         self.partial = partial
 
 
-def _err(message: str) -> None:
-    Console(stderr=True, highlight=False).print(Text("Error: ", style="bold red") + Text(message))
+def own_stream(stream: TextIO) -> TextIO:
+    """A private duplicate of ``stream``'s file descriptor (or ``stream`` itself if it has none).
+
+    llama-cpp-python silences model loading by pointing fds 1 and 2 at /dev/null and swapping
+    ``sys.stdout`` for a while, from a worker thread; two overlapping loads can leave them
+    swapped. Writing through our own duplicate keeps the race's output on the real terminal.
+    """
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return stream
+    stream.flush()
+    return os.fdopen(
+        os.dup(fd), "w", encoding=stream.encoding or "utf-8", errors="replace", buffering=1
+    )
 
 
-def _usage_error(exc: BaseException) -> typer.Exit:
-    _err(str(exc))
+@contextlib.contextmanager
+def _streams() -> Iterator[tuple[TextIO, TextIO]]:
+    out, err = own_stream(sys.stdout), own_stream(sys.stderr)
+    try:
+        yield out, err
+    finally:
+        for mine, theirs in ((out, sys.stdout), (err, sys.stderr)):
+            if mine is not theirs:
+                mine.close()
+            else:
+                mine.flush()
+
+
+def _usage_error(exc: BaseException, err: TextIO | None = None) -> typer.Exit:
+    console = Console(file=err or sys.stderr, highlight=False)
+    console.print(Text("Error: ", style="bold red") + Text(str(exc)))
     return typer.Exit(EXIT_USAGE)
 
 
@@ -253,20 +283,27 @@ def race(
     except UserError as exc:
         raise _usage_error(exc) from None
 
-    if json_output:
-        sink = JsonLines(sys.stdout)
+    with _streams() as (out, err):
         try:
-            result, interrupted = run_interruptible(lambda token: run_race(plan, text, sink, token))
-        except Interrupted:
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            code = _race_json(plan, text, out) if json_output else _race_live(plan, text, out)
         except UserError as exc:
-            raise _usage_error(exc) from None
-        sink.result(race_payload(result, plan))
-        raise typer.Exit(_race_exit(result, interrupted))
+            raise _usage_error(exc, err) from None
+    raise typer.Exit(code)
 
-    console = Console(highlight=False)
+
+def _race_json(plan: RacePlan, text: str, out: TextIO) -> int:
+    sink = JsonLines(out)
+    try:
+        result, interrupted = run_interruptible(lambda token: run_race(plan, text, sink, token))
+    except Interrupted:
+        return EXIT_INTERRUPTED
+    sink.result(race_payload(result, plan))
+    return _race_exit(result, interrupted)
+
+
+def _race_live(plan: RacePlan, text: str, out: TextIO) -> int:
     view = RaceView(
-        console,
+        _console(out),
         [(b.label, b.model) for b in plan.branches],
         judge=plan.judge.model if plan.judge is not None else None,
     )
@@ -275,14 +312,20 @@ def race(
             result, interrupted = run_interruptible(lambda token: run_race(plan, text, view, token))
     except Interrupted:
         view.print_interrupted()
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except UserError as exc:
-        raise _usage_error(exc) from None
+        return EXIT_INTERRUPTED
     if interrupted or result.cancelled:
         view.print_interrupted()
-        raise typer.Exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     view.print_verdict(result, [b.label for b in plan.branches])
-    raise typer.Exit(_race_exit(result, interrupted))
+    return _race_exit(result, interrupted)
+
+
+def _console(out: TextIO) -> Console:
+    """A terminal-width console, or a wide plain one for pipes (tables then fit unclipped)."""
+    console = Console(file=out, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(file=out, highlight=False, width=120)
+    return console
 
 
 def _race_exit(result: Any, interrupted: bool) -> int:
@@ -379,14 +422,22 @@ def run(
     except UserError as exc:
         raise _usage_error(exc) from None
 
-    out = sys.stdout
+    with _streams() as (out, err):
+        try:
+            code = _run_one(text, config, out, err, json_output)
+        except UserError as exc:
+            raise _usage_error(exc, err) from None
+    raise typer.Exit(code)
+
+
+def _run_one(text: str, config: AgentLoopConfig, out: TextIO, err: TextIO, as_json: bool) -> int:
     streamed = False
 
     def on_event(event: Any) -> None:
         nonlocal streamed
-        if json_output:
+        if as_json:
             out.write(event.model_dump_json() + "\n")
-        elif getattr(event, "type", "") == "message_update" and isinstance(event.delta, TextDelta):
+        elif isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
             out.write(event.delta.text)
             streamed = True
         out.flush()
@@ -398,15 +449,14 @@ def run(
         result, interrupted = run_interruptible(go)
     except Interrupted:
         out.write("\n")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except UserError as exc:
-        raise _usage_error(exc) from None
-    if json_output:
+        return EXIT_INTERRUPTED
+    spec = config.model_config().spec
+    if as_json:
         JsonLines(out).result(
             {
                 "type": "run_result",
                 "loop_id": result.loop_id,
-                "model": config.model_config().spec,
+                "model": spec,
                 "reason": result.reason,
                 "error": result.error,
                 "text": result.text,
@@ -417,17 +467,19 @@ def run(
     else:
         if streamed:
             out.write("\n")
-        footer = (
-            f"{config.model_config().spec} · {result.reason} · "
-            f"{result.usage.input} in / {result.usage.output} out · {format_cost(result.cost_usd)}"
-        )
-        errors = Console(stderr=True, highlight=False)
+        errors = Console(file=err, highlight=False)
         if result.error:
             errors.print(Text(f"Error: {result.error}", style="red"))
-        errors.print(Text(footer, style="dim"))
+        errors.print(
+            Text(
+                f"{spec} · {result.reason} · {result.usage.input} in / "
+                f"{result.usage.output} out · {format_cost(result.cost_usd)}",
+                style="dim",
+            )
+        )
     if interrupted or result.reason == "cancelled":
-        raise typer.Exit(EXIT_INTERRUPTED)
-    raise typer.Exit(EXIT_OK if result.reason == "completed" else EXIT_FAILED)
+        return EXIT_INTERRUPTED
+    return EXIT_OK if result.reason == "completed" else EXIT_FAILED
 
 
 # --------------------------------------------------------------------------- phi models

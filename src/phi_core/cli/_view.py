@@ -124,7 +124,9 @@ class RaceView:
             self._live.__enter__()
         else:
             names = ", ".join(f"{b.label} ({b.model})" for b in self.branches)
-            self.console.print(f"Racing {len(self.branches)} branches: {names}")
+            self.console.print(
+                f"Racing {len(self.branches)} branches: {names}", markup=False, soft_wrap=True
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -241,9 +243,9 @@ class RaceView:
         header = f"--- {state.label} ({state.model}): {state.status}"
         if state.error and state.status != "done":
             header += f": {state.error}"
-        self.console.print(header, markup=False, highlight=False)
+        self.console.print(header, markup=False, highlight=False, soft_wrap=True)
         if state.text:
-            self.console.print(state.text.strip(), markup=False, highlight=False)
+            self.console.print(state.text.strip(), markup=False, highlight=False, soft_wrap=True)
 
     # ------------------------------------------------------------------ after the race
 
@@ -272,7 +274,7 @@ class RaceView:
             console.print(Text.assemble(("No winner", "bold red"), f" ({decision.strategy})"))
         why = _why(decision, labels)
         if why:
-            console.print(Text("Why: " + why))
+            console.print(Text("Why: " + why), soft_wrap=True)
         for message in self.warnings:
             console.print(Text("warning: " + message, style="yellow"))
         if winner is not None and self.live_mode:
@@ -335,7 +337,7 @@ def cost_table(result: Any, labels: list[str]) -> Table:
     evaluation = result.decision.usage
     if evaluation.total or result.decision.cost_usd:
         table.add_row(
-            "  evaluation",
+            "  judging",
             result.decision.strategy,
             "",
             "",
