@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import importlib
 import json
 import os
 import time
-from collections.abc import Hashable, Mapping
-from typing import Any
+import weakref
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Generic, TypeVar
 
 from ..errors import (
     AuthError,
@@ -45,6 +47,8 @@ from ..types import (
 )
 from .base import ModelConfig
 
+T = TypeVar("T")
+
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
     """The HTTP libraries' transport exceptions (the SDKs use httpx or its fork httpx2)."""
@@ -60,9 +64,34 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 TRANSPORT_ERRORS = _transport_errors()
 
+
+class PerLoop(Generic[T]):
+    """One SDK client per running event loop.
+
+    An async HTTP client's connections belong to the loop that opened them; a client reused from
+    another loop (a second ``asyncio.run``, or each test's own loop) fails on its stale
+    connections. The client is built on first use in each loop and then shared by every call in it.
+    """
+
+    __slots__ = ("_client", "_factory", "_loop")
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._client: T | None = None
+
+    def get(self) -> T:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is None or self._loop() is not loop:
+            self._client = self._factory()
+            self._loop = weakref.ref(loop)
+        return self._client
+
+
 __all__ = [
     "TRANSPORT_ERRORS",
     "MessageBuilder",
+    "PerLoop",
     "api_key_for",
     "classify_error",
     "is_context_overflow",

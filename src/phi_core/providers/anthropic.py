@@ -39,6 +39,7 @@ from ..types import (
 from ._common import (
     TRANSPORT_ERRORS,
     MessageBuilder,
+    PerLoop,
     api_key_for,
     classify_error,
     malformed_stream,
@@ -69,16 +70,20 @@ class AnthropicProvider:
     def __init__(self, model: ModelConfig) -> None:
         self.name = model.provider
         key = api_key_for(model, "ANTHROPIC_API_KEY")
-        self._client = anthropic.AsyncAnthropic(
-            api_key=key or "no-key",
-            base_url=model.base_url,
-            max_retries=0,
-            timeout=600.0,
-            default_headers=model.headers or None,
+        self.base_url = model.base_url
+        self._clients = PerLoop(
+            lambda: anthropic.AsyncAnthropic(
+                api_key=key or "no-key",
+                base_url=model.base_url,
+                max_retries=0,
+                timeout=600.0,
+                default_headers=model.headers or None,
+                http_client=anthropic.DefaultAsyncHttpxClient(timeout=600.0),
+            )
         )
 
     def __repr__(self) -> str:
-        return f"AnthropicProvider(name={self.name!r}, base_url={str(self._client.base_url)!r})"
+        return f"AnthropicProvider(name={self.name!r}, base_url={self.base_url!r})"
 
     async def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
         model = request.model
@@ -89,7 +94,7 @@ class AnthropicProvider:
         usage = Usage()
         finished = False
         try:
-            response = await self._client.messages.create(**params)
+            response = await self._clients.get().messages.create(**params)
             try:
                 async for event in response:
                     kind = event.type

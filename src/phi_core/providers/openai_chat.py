@@ -25,7 +25,7 @@ from ..types import (
     Usage,
     UserMessage,
 )
-from ._common import MessageBuilder, api_key_for, network_error, thinking_as_text
+from ._common import MessageBuilder, PerLoop, api_key_for, network_error, thinking_as_text
 from ._openai import TIMEOUT, arguments_text, data_url, json_schema_format, map_openai_error
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 from .compat import OpenAICompat
@@ -48,16 +48,20 @@ class OpenAIChatProvider:
     def __init__(self, model: ModelConfig) -> None:
         self.name = model.provider
         key = api_key_for(model, "OPENAI_API_KEY")
-        self._client = openai.AsyncOpenAI(
-            api_key=key or "no-key",
-            base_url=model.base_url,
-            max_retries=0,
-            timeout=TIMEOUT,
-            default_headers=model.headers or None,
+        self.base_url = model.base_url
+        self._clients = PerLoop(
+            lambda: openai.AsyncOpenAI(
+                api_key=key or "no-key",
+                base_url=model.base_url,
+                max_retries=0,
+                timeout=TIMEOUT,
+                default_headers=model.headers or None,
+                http_client=openai.DefaultAsyncHttpxClient(timeout=TIMEOUT),
+            )
         )
 
     def __repr__(self) -> str:
-        return f"OpenAIChatProvider(name={self.name!r}, base_url={str(self._client.base_url)!r})"
+        return f"OpenAIChatProvider(name={self.name!r}, base_url={self.base_url!r})"
 
     async def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
         model = request.model
@@ -67,7 +71,7 @@ class OpenAIChatProvider:
         finish: str | None = None
         usage = Usage()
         try:
-            response = await self._client.chat.completions.create(**params)
+            response = await self._clients.get().chat.completions.create(**params)
             try:
                 async for chunk in response:
                     if chunk.usage is not None:

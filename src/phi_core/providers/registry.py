@@ -63,7 +63,7 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
     Raises :class:`UnknownModelError` listing the known providers when the prefix is unknown.
     """
     if isinstance(spec, ModelConfig):
-        return spec.model_copy(update=overrides) if overrides else spec
+        return _override(spec, overrides) if overrides else spec
     _ensure_builtins()
     name, sep, model = spec.partition(":")
     if not sep or not name or not model:
@@ -81,7 +81,12 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
             f"Known providers: {', '.join(sorted(_PROVIDERS))}."
         )
     config = provider.build(model)
-    return config.model_copy(update=overrides) if overrides else config
+    return _override(config, overrides) if overrides else config
+
+
+def _override(config: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
+    """A validated copy (so ``api_key="..."`` becomes a SecretStr and typos are rejected)."""
+    return ModelConfig(**{**dict(config), **overrides})
 
 
 def get_provider(model: ModelConfig) -> Provider:
