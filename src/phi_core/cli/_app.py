@@ -100,7 +100,7 @@ def _streams() -> Iterator[tuple[TextIO, TextIO]]:
 
 def _usage_error(exc: BaseException, err: TextIO | None = None) -> typer.Exit:
     console = Console(file=err or sys.stderr, highlight=False)
-    console.print(Text("Error: ", style="bold red") + Text(str(exc)))
+    console.print(Text("Error: ", style="bold red") + Text(str(exc)), soft_wrap=True)
     return typer.Exit(EXIT_USAGE)
 
 
