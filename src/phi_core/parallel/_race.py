@@ -107,27 +107,37 @@ class _Race:
         self.branch_timeout = branch_timeout
         self.tool_factory = tool_factory
         self.early: EarlyAcceptStrategy | None = (
-            strategy if early_accept and isinstance(strategy, EarlyAcceptStrategy) else None
+            strategy
+            if early_accept
+            and isinstance(strategy, EarlyAcceptStrategy)
+            and strategy.early_accept is True
+            else None
         )
         assert base.session_id is not None
         self.session_id: str = base.session_id
         self.loop_ids = [
             f"{self.session_id}.{config.segment()}.{i + 1}" for i, config in enumerate(configs)
         ]
-        self.tokens = [cancel.child() for _ in configs]
+        # Independent tokens fed by one callback rather than ``cancel.child()``: cancelling a
+        # parent skipped every other child (CancelToken.cancel mutated the list it iterated).
+        self.tokens = [CancelToken() for _ in configs]
         self.outcomes: list[ParallelLoopOutcome | None] = [None] * len(configs)
         self.accepted: int | None = None
         self._timed_out = [False] * len(configs)
 
     async def run_branches(self) -> list[ParallelLoopOutcome]:
+        unhook = self.cancel.on_cancel(self._cancel_branches)
         try:
             async with asyncio.TaskGroup() as group:
                 for index in range(len(self.configs)):
                     group.create_task(self._branch(index))
         finally:
-            for token in self.tokens:
-                token.detach()
+            unhook()
         return [o for o in self.outcomes if o is not None]
+
+    def _cancel_branches(self) -> None:
+        for token in self.tokens:
+            token.cancel(self.cancel.reason or "cancelled")
 
     async def _branch(self, index: int) -> None:
         config = self.configs[index]
@@ -350,8 +360,9 @@ async def agent_loop_parallel(
         except asyncio.CancelledError:
             cancelled = True
             raise
-        decision = await _decide(race, messages, outcomes)
-        ensure_valid_index(decision, outcomes)
+        chosen = await _decide(race, messages, outcomes)
+        ensure_valid_index(chosen, outcomes)
+        decision = chosen
         cancelled = cancel.cancelled
         total = Usage.sum(o.usage for o in outcomes) + decision.usage
         cost = sum(o.cost_usd for o in outcomes) + decision.cost_usd
