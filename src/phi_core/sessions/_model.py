@@ -244,7 +244,8 @@ class Session(_Record):
     # ------------------------------------------------------------------ navigation
 
     def get_loop(self, loop_id: str) -> LoopRecord | None:
-        for record in self.loops:
+        """The loop with this id (the latest, should a caller have reused an id)."""
+        for record in reversed(self.loops):
             if record.loop_id == loop_id:
                 return record
         return None

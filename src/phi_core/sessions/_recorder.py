@@ -211,7 +211,7 @@ class SessionRecorder:
         if not session.agent_id:
             session.agent_id = event.agent_id
         record = session.get_loop(event.loop_id)
-        if record is None:
+        if record is None or record.status != "pending":
             record = LoopRecord(loop_id=event.loop_id, session_id=event.session_id)
             session.loops.append(record)
         record.agent_id = event.agent_id

@@ -1,0 +1,527 @@
+"""``BasicAgent``: the stateful agent most users start from.
+
+It keeps the conversation, the tools, the steering and follow-up queues, the identity (a fixed
+``agent_id``, a rotatable ``session_id``) and deterministic loop ids ``{session}.{segment}.{N}``
+(``N`` counted per config segment, from 1, reset by :meth:`BasicAgent.new_session`). Every
+prompt sends the full history (phi-core's §3.10 defect is fixed in the loop)::
+
+    agent = BasicAgent("openai:gpt-4o-mini").with_system_prompt("Be brief.")
+    result = await agent.prompt("What is 2 + 2?")          # run to the end
+    async for event in agent.prompt("And times 3?"):       # or watch it live
+        ...
+    race = await agent.prompt_parallel("Prove it.", ["openai:gpt-4o", "local:smollm2"], "judge")
+
+Only one run at a time: a second ``prompt`` while one runs raises :class:`AgentBusyError`; use
+:meth:`BasicAgent.steer` / :meth:`BasicAgent.follow_up` to add input to the running one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from .cancel import CancelToken
+from .context.compaction import CompactionConfig, CompactionReport, ContextCompactor
+from .context.limits import ExecutionLimits
+from .errors import UserError
+from .events import CompactionEnded, CompactionStarted, ContinuationKind, EventStream
+from .loop import (
+    AgentContext,
+    AgentLoopConfig,
+    InputFilter,
+    LoopHooks,
+    LoopResult,
+    MessageQueue,
+    QueueMode,
+    ToolExecution,
+    agent_loop,
+    agent_loop_continue,
+)
+from .loop.config import maybe_await
+from .providers.base import ModelConfig, Provider
+from .providers.retry import RetryPolicy
+from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
+from .types import AgentMessage, AssistantMessage, ThinkingLevel, UserMessage
+
+__all__ = ["AgentBusyError", "BasicAgent"]
+
+logger = logging.getLogger("phi_core.agent")
+
+_MESSAGES = TypeAdapter(list[AgentMessage])
+_HOOK_NAMES = frozenset(f.name for f in dataclasses.fields(LoopHooks))
+
+
+class AgentBusyError(UserError):
+    """A second run was started while the agent was still running one."""
+
+
+class BasicAgent:
+    """A stateful agent; see the module docstring. Builder methods return ``self``."""
+
+    def __init__(
+        self,
+        model: str | ModelConfig | None = None,
+        *,
+        provider: Provider | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Any] = (),
+        messages: Sequence[AgentMessage] = (),
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.config = AgentLoopConfig(model=model, provider=provider)
+        self.system_prompt = system_prompt
+        self.tools: list[Any] = list(tools)
+        self.messages: list[AgentMessage] = list(messages)
+        self.agent_id = agent_id or str(uuid.uuid4())
+        self.session_id = session_id or str(uuid.uuid4())
+        self.last_loop_id: str | None = None
+        self.steering = MessageQueue()
+        self.follow_ups = MessageQueue()
+        self.compaction: CompactionConfig | None = None
+        self.recorder: SessionRecorder | None = None
+        self.store: SessionStore | None = None
+        self.name: str | None = None
+        self.workspace: str | None = None
+        self._listeners: list[Callable[[Any], Any]] = []
+        self._counters: dict[str, int] = {}
+        self._used_ids: set[str] = set()
+        self._running = False
+        self._cancel: CancelToken | None = None
+        self._last_active: float | None = None
+
+    def __repr__(self) -> str:
+        model = self.config.model
+        spec = model.spec if isinstance(model, ModelConfig) else model
+        return (
+            f"BasicAgent(model={spec!r}, session_id={self.session_id!r}, "
+            f"messages={len(self.messages)})"
+        )
+
+    # ------------------------------------------------------------------ builder
+
+    def _set(self, **changes: Any) -> BasicAgent:
+        self.config = dataclasses.replace(self.config, **changes)
+        return self
+
+    def with_model(self, model: str | ModelConfig) -> BasicAgent:
+        return self._set(model=model)
+
+    def with_provider(self, provider: Provider | None) -> BasicAgent:
+        return self._set(provider=provider)
+
+    def with_system_prompt(self, prompt: str | None) -> BasicAgent:
+        self.system_prompt = prompt
+        return self
+
+    def with_tools(self, tools: Sequence[Any]) -> BasicAgent:
+        self.tools = list(tools)
+        return self
+
+    def with_messages(self, messages: Sequence[AgentMessage]) -> BasicAgent:
+        self.messages = list(messages)
+        return self
+
+    def with_thinking(self, level: ThinkingLevel) -> BasicAgent:
+        return self._set(thinking=level)
+
+    def with_temperature(self, temperature: float | None) -> BasicAgent:
+        return self._set(temperature=temperature)
+
+    def with_max_tokens(self, max_tokens: int | None) -> BasicAgent:
+        return self._set(max_tokens=max_tokens)
+
+    def with_config_id(self, config_id: str | None) -> BasicAgent:
+        return self._set(config_id=config_id)
+
+    def with_limits(self, limits: ExecutionLimits | None) -> BasicAgent:
+        return self._set(limits=limits)
+
+    def with_retry(self, retry: RetryPolicy) -> BasicAgent:
+        return self._set(retry=retry)
+
+    def with_cache(self, enabled: bool) -> BasicAgent:
+        return self._set(cache=enabled)
+
+    def with_tool_execution(
+        self, strategy: ToolExecution, *, timeout: float | None = None
+    ) -> BasicAgent:
+        return self._set(tool_execution=strategy, tool_timeout=timeout)
+
+    def with_hooks(self, hooks: LoopHooks) -> BasicAgent:
+        return self._set(hooks=hooks)
+
+    def with_hook(self, name: str, fn: Callable[..., Any] | None) -> BasicAgent:
+        """Set one lifecycle hook by name (``before_loop``, ``after_turn``, …)."""
+        if name not in _HOOK_NAMES:
+            raise UserError(
+                f"Unknown hook {name!r}; choose one of: {', '.join(sorted(_HOOK_NAMES))}."
+            )
+        return self._set(hooks=dataclasses.replace(self.config.hooks, **{name: fn}))
+
+    def with_input_filter(self, input_filter: InputFilter) -> BasicAgent:
+        return self._set(input_filters=[*self.config.input_filters, input_filter])
+
+    def with_compaction(self, compaction: CompactionConfig | None) -> BasicAgent:
+        self.compaction = compaction
+        return self
+
+    def with_steering_mode(self, mode: QueueMode) -> BasicAgent:
+        self.steering.mode = MessageQueue(mode).mode
+        return self
+
+    def with_follow_up_mode(self, mode: QueueMode) -> BasicAgent:
+        self.follow_ups.mode = MessageQueue(mode).mode
+        return self
+
+    def with_config(self, **changes: Any) -> BasicAgent:
+        """Set any :class:`AgentLoopConfig` field (``top_p``, ``seed``, ``response_format``, …)."""
+        return self._set(**changes)
+
+    def with_session_recorder(
+        self,
+        recorder: SessionRecorder | None = None,
+        *,
+        store: SessionStore | None = None,
+    ) -> BasicAgent:
+        """Record every run (a new recorder if none is given); with ``store``, save the session
+        after every run."""
+        self.recorder = recorder or SessionRecorder(SessionRecorderConfig())
+        self.store = store
+        return self
+
+    def subscribe(self, listener: Callable[[Any], Any]) -> Callable[[], None]:
+        """Call ``listener(event)`` for every event of every run; returns an unsubscribe."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def is_running(self) -> bool:
+        return self._running
+
+    def build_config(self, **overrides: Any) -> AgentLoopConfig:
+        """The :class:`AgentLoopConfig` of the next run (queues wired in)."""
+        return dataclasses.replace(
+            self.config,
+            get_steering_messages=self.steering.get,
+            get_follow_up_messages=self.follow_ups.get,
+            **overrides,
+        )
+
+    def steer(self, message: AgentMessage | str) -> None:
+        """Queue a message the running loop takes at its next steering checkpoint."""
+        self.steering.push(message)
+
+    def follow_up(self, message: AgentMessage | str) -> None:
+        """Queue a message the loop takes when it would otherwise stop."""
+        self.follow_ups.push(message)
+
+    def abort(self) -> None:
+        """Cancel the running prompt (it ends with reason ``cancelled``); no-op when idle."""
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    def reset(self) -> None:
+        """Forget the conversation and the queued messages (identity and config stay)."""
+        self._ensure_idle("reset()")
+        self.messages = []
+        self.steering.clear()
+        self.follow_ups.clear()
+        self.last_loop_id = None
+
+    def save_messages(self) -> str:
+        """The conversation as JSON (see :meth:`restore_messages`)."""
+        return _MESSAGES.dump_json(self.messages).decode()
+
+    def restore_messages(self, data: str | bytes) -> None:
+        self._ensure_idle("restore_messages()")
+        self.messages = _MESSAGES.validate_json(data)
+
+    def new_session(self) -> str:
+        """Start a new session id; loop counters restart at 1."""
+        self._ensure_idle("new_session()")
+        self.session_id = str(uuid.uuid4())
+        self._counters.clear()
+        self.last_loop_id = None
+        self._last_active = None
+        return self.session_id
+
+    def check_and_rotate(self, idle_seconds: float) -> str | None:
+        """Rotate the session when the agent has been idle for at least ``idle_seconds``.
+
+        Returns the new session id, or None (never prompted, not idle long enough, or running).
+        """
+        if self._running or self._last_active is None:
+            return None
+        if time.monotonic() - self._last_active < idle_seconds:
+            return None
+        return self.new_session()
+
+    def next_loop_id(self, segment: str) -> str:
+        """``{session}.{segment}.{N}`` with ``N`` counted per segment in this session."""
+        while True:
+            n = self._counters.get(segment, 0) + 1
+            self._counters[segment] = n
+            loop_id = f"{self.session_id}.{segment}.{n}"
+            if loop_id not in self._used_ids:
+                self._used_ids.add(loop_id)
+                return loop_id
+
+    def _ensure_idle(self, what: str) -> None:
+        if self._running:
+            raise AgentBusyError(
+                f"This agent is already running a prompt, so {what} is refused; await the run "
+                "(or call abort()) first, or use steer()/follow_up() to add input to it."
+            )
+
+    # ------------------------------------------------------------------ running
+
+    def prompt(
+        self, prompts: str | AgentMessage | Sequence[AgentMessage]
+    ) -> EventStream[LoopResult]:
+        """Run on new input. ``await`` the result for the :class:`LoopResult`, or iterate it
+        (``async for event in agent.prompt(...)``) to see every event as it happens."""
+        self._ensure_idle("prompt()")
+        if isinstance(prompts, str):
+            if not prompts.strip():
+                raise UserError("The prompt is empty; pass the text the agent should answer.")
+            batch: list[AgentMessage] = [UserMessage.text(prompts)]
+        elif isinstance(prompts, BaseModel):
+            batch = [prompts]
+        else:
+            batch = list(prompts)
+        if not batch:
+            raise UserError("prompt() needs at least one message; use continue_() to resume.")
+        return EventStream(lambda queue: self._run(queue, batch, "initial"))
+
+    def continue_(self, kind: ContinuationKind = "default") -> EventStream[LoopResult]:
+        """Resume from the history without new input (after tool results, an error, a restore).
+
+        The run's parent is the previous run; ``kind`` is ``default``, ``rerun`` or ``branch``.
+        """
+        self._ensure_idle("continue_()")
+        if not self.messages:
+            raise UserError("continue_() needs a conversation; call prompt() first.")
+        if isinstance(self.messages[-1], AssistantMessage):
+            raise UserError(
+                "continue_() cannot resume from an assistant message (the model would answer "
+                "itself); call prompt() with the next user message instead."
+            )
+        return EventStream(lambda queue: self._run(queue, None, kind))
+
+    def _sink(self, queue: Any) -> Callable[[Any], None]:
+        listeners = list(self._listeners)
+        if self.recorder is not None:
+            listeners.insert(0, self.recorder.on_event)
+
+        def sink(event: Any) -> None:
+            for listener in listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    logger.exception("agent event listener %r raised; continuing", listener)
+            if queue is not None:
+                queue.put_nowait(event)
+
+        return sink
+
+    def _compactor(self, holder: dict[str, Any]) -> ContextCompactor | None:
+        if self.compaction is None:
+            return None
+        hooks = self.config.hooks
+
+        def started(tokens: int, count: int) -> None:
+            holder["sink"](
+                CompactionStarted(
+                    loop_id=holder["loop_id"], estimated_tokens=tokens, message_count=count
+                )
+            )
+
+        async def ended(report: CompactionReport) -> None:
+            holder["sink"](
+                CompactionEnded(
+                    loop_id=holder["loop_id"],
+                    messages_before=report.messages_before,
+                    messages_after=report.messages_after,
+                    estimated_tokens_before=report.estimated_tokens_before,
+                    estimated_tokens_after=report.estimated_tokens_after,
+                )
+            )
+            if hooks.after_compaction_end is not None:
+                try:
+                    await maybe_await(
+                        hooks.after_compaction_end(
+                            report.messages_before,
+                            report.messages_after,
+                            report.estimated_tokens_before,
+                            report.estimated_tokens_after,
+                        )
+                    )
+                except Exception:
+                    logger.exception("after_compaction_end hook raised; continuing")
+
+        return ContextCompactor(
+            self.compaction,
+            before_start=hooks.before_compaction_start,
+            on_started=started,
+            on_compacted=ended,
+        )
+
+    def _begin(self) -> CancelToken:
+        if self._running:
+            raise AgentBusyError(
+                "This agent is already running a prompt; await it (or call abort()) before "
+                "starting another, or use steer()/follow_up() to add input to the running one."
+            )
+        self._running = True
+        self._cancel = CancelToken()
+        self._last_active = time.monotonic()
+        return self._cancel
+
+    async def _run(
+        self, queue: Any, prompts: list[AgentMessage] | None, kind: ContinuationKind
+    ) -> LoopResult:
+        cancel = self._begin()
+        try:
+            holder: dict[str, Any] = {}
+            compactor = self._compactor(holder)
+            overrides: dict[str, Any] = {}
+            if compactor is not None:
+                user_transform = self.config.transform_context
+
+                async def transform(messages: list[AgentMessage]) -> list[AgentMessage]:
+                    if user_transform is not None:
+                        messages = list(await maybe_await(user_transform(messages)))
+                    return await compactor(messages)
+
+                overrides["transform_context"] = transform
+            config = self.build_config(**overrides)
+            loop_id = self.next_loop_id(config.segment())
+            sink = self._sink(queue)
+            holder.update(sink=sink, loop_id=loop_id)
+            context = AgentContext(
+                system_prompt=self.system_prompt,
+                messages=list(self.messages),
+                tools=list(self.tools),
+                agent_id=self.agent_id,
+                session_id=self.session_id,
+                loop_id=loop_id,
+                parent_loop_id=self.last_loop_id if prompts is None else None,
+                continuation_kind=kind,
+            )
+            if prompts is not None:
+                result = await agent_loop(prompts, context, config, events=sink, cancel=cancel)
+            else:
+                result = await agent_loop_continue(context, config, events=sink, cancel=cancel)
+            self.messages = context.messages
+            self.last_loop_id = loop_id
+        finally:
+            self._running = False
+            self._cancel = None
+            self._last_active = time.monotonic()
+        await self._persist()
+        return result
+
+    async def _persist(self) -> None:
+        if self.recorder is None or self.store is None:
+            return
+        session = self.recorder.get_session(self.session_id)
+        if session is not None:
+            await self.store.save(session)
+
+    # ------------------------------------------------------------------ racing
+
+    def prompt_parallel(
+        self,
+        prompts: str | Sequence[AgentMessage] | None,
+        configs: Sequence[AgentLoopConfig | str | ModelConfig],
+        strategy: Any = "pick-first",
+        **race_options: Any,
+    ) -> EventStream[Any]:
+        """Race ``configs`` on ``prompts`` (``None`` continues from the history) and continue
+        the conversation with the winner.
+
+        ``configs`` are :class:`AgentLoopConfig` objects, or model specs that inherit this
+        agent's settings; ``strategy`` is an :class:`~phi_core.parallel.EvaluationStrategy` or a
+        built-in name (``"pick-first"``, ``"judge"``, …). Every branch and judge loop runs in this
+        agent's session. Awaiting gives the :class:`~phi_core.parallel.ParallelLoopResult`; when
+        no branch succeeded the history is left unchanged.
+        """
+        self._ensure_idle("prompt_parallel()")
+        if not configs:
+            raise UserError("prompt_parallel() needs at least one config to race.")
+        resolved = [
+            c if isinstance(c, AgentLoopConfig) else self.build_config(model=c, provider=None)
+            for c in configs
+        ]
+        if isinstance(strategy, str):
+            from .parallel import strategy_from_name
+
+            strategy = strategy_from_name(strategy)
+        return EventStream(
+            lambda queue: self._race(queue, prompts, resolved, strategy, race_options)
+        )
+
+    async def _race(
+        self,
+        queue: Any,
+        prompts: str | Sequence[AgentMessage] | None,
+        configs: list[AgentLoopConfig],
+        strategy: Any,
+        options: dict[str, Any],
+    ) -> Any:
+        from .parallel import agent_loop_parallel
+
+        cancel = self._begin()
+        try:
+            configs = self._unique_branch_ids(configs)
+            base = AgentContext(
+                system_prompt=self.system_prompt,
+                messages=list(self.messages),
+                tools=list(self.tools),
+                agent_id=self.agent_id,
+                session_id=self.session_id,
+                parent_loop_id=self.last_loop_id,
+            )
+            result = await agent_loop_parallel(
+                prompts,
+                base,
+                configs,
+                strategy,
+                events=self._sink(queue),
+                cancel=cancel,
+                **options,
+            )
+            self._used_ids.update(result.loop_ids)
+            winner = result.selected
+            if winner is not None and winner.ok:
+                self.messages = list(winner.context.messages)
+                self.last_loop_id = winner.loop_id
+        finally:
+            self._running = False
+            self._cancel = None
+            self._last_active = time.monotonic()
+        await self._persist()
+        return result
+
+    def _unique_branch_ids(self, configs: list[AgentLoopConfig]) -> list[AgentLoopConfig]:
+        """Branch ``i`` runs as ``{session}.{segment}.{i+1}``; give a branch whose id was already
+        used in this session its own segment so loop ids stay unique within the session."""
+        out = []
+        for i, config in enumerate(configs):
+            segment = config.segment()
+            if f"{self.session_id}.{segment}.{i + 1}" in self._used_ids:
+                n = 2
+                while f"{self.session_id}.{segment}-r{n}.{i + 1}" in self._used_ids:
+                    n += 1
+                config = dataclasses.replace(config, config_id=f"{segment}-r{n}")
+            out.append(config)
+        return out
