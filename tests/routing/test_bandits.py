@@ -70,7 +70,9 @@ def test_thompson_posterior_is_the_ridge_solution_and_samples_spread_with_its_va
     x = np.array([1.0, 0.0, 0.0])
     samples = [router.rank(x, ["a"]).top.score for _ in range(4000)]
     expected_sd = float(np.sqrt(x @ cov @ x))
-    assert np.mean(samples) == pytest.approx(float(mean @ x), abs=4 * expected_sd / np.sqrt(4000) + 1e-9)
+    assert np.mean(samples) == pytest.approx(
+        float(mean @ x), abs=4 * expected_sd / np.sqrt(4000) + 1e-9
+    )
     assert np.std(samples) == pytest.approx(expected_sd, rel=0.1)
 
 
@@ -97,7 +99,9 @@ def test_arms_can_be_added_and_retired_without_touching_the_others_statistics():
 
 def test_warm_start_equals_sequential_updates():
     rng = np.random.default_rng(2)
-    logged = [LoggedOutcome(rng.normal(size=4), "a" if i % 2 else "b", float(i % 3)) for i in range(60)]
+    logged = [
+        LoggedOutcome(rng.normal(size=4), "a" if i % 2 else "b", float(i % 3)) for i in range(60)
+    ]
     batch = LinUCBRouter(4)
     batch.warm_start(logged)
     online = LinUCBRouter(4)
@@ -149,7 +153,9 @@ def test_hashed_features_are_deterministic_fixed_length_and_see_intent():
     f = HashedFeatures(64)
     a = f("Which is right?\nA) one\nB) two\nC) three\nD) four")
     assert a.shape == (64,)
-    assert np.array_equal(a, HashedFeatures(64)("Which is right?\nA) one\nB) two\nC) three\nD) four"))
+    assert np.array_equal(
+        a, HashedFeatures(64)("Which is right?\nA) one\nB) two\nC) three\nD) four")
+    )
     assert a[-1] == 1.0  # bias
     assert a[-5] == 1.0  # many choices
     code = f("Write a python function to reverse a list.")

@@ -18,7 +18,9 @@ def test_rewards_are_keyed_by_arm_not_by_list_position():
 
 
 def test_cost_term_uses_real_dollars_so_the_price_does_not_cancel():
-    policy = RewardPolicy(quality_weight=1.0, latency_weight=0.0, cost_weight=1.0, cost_scale_usd=0.01)
+    policy = RewardPolicy(
+        quality_weight=1.0, latency_weight=0.0, cost_weight=1.0, cost_scale_usd=0.01
+    )
     cheap = policy.reward(ArmOutcome("cheap", 0.8, cost_usd=0.001))
     dear = policy.reward(ArmOutcome("dear", 0.8, cost_usd=0.009))
     assert cheap.reward - dear.reward == pytest.approx(0.8)
@@ -33,9 +35,15 @@ def test_latency_is_normalised_by_pooled_p95_and_query_length():
     policy = RewardPolicy(quality_weight=0.0, latency_weight=1.0, length_threshold=100)
     p95 = tracker.p95()
     assert p95 == pytest.approx(4.0)
-    short_fast = policy.reward(ArmOutcome("fast", 0.5, latency_s=1.0), query_chars=0, tracker=tracker)
-    short_slow = policy.reward(ArmOutcome("slow", 0.5, latency_s=4.0), query_chars=0, tracker=tracker)
-    long_slow = policy.reward(ArmOutcome("slow", 0.5, latency_s=4.0), query_chars=500, tracker=tracker)
+    short_fast = policy.reward(
+        ArmOutcome("fast", 0.5, latency_s=1.0), query_chars=0, tracker=tracker
+    )
+    short_slow = policy.reward(
+        ArmOutcome("slow", 0.5, latency_s=4.0), query_chars=0, tracker=tracker
+    )
+    long_slow = policy.reward(
+        ArmOutcome("slow", 0.5, latency_s=4.0), query_chars=500, tracker=tracker
+    )
     assert short_fast.latency_term == pytest.approx(0.75)
     assert short_slow.latency_term == pytest.approx(0.0)
     assert long_slow.latency_term == pytest.approx(0.5)

@@ -93,8 +93,19 @@ def redis_url(tmp_path: Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -162,7 +173,9 @@ def test_json_store_writes_atomically_and_reloads_sums(tmp_path: Path):
     loaded = store.load("ns")["a"]
     assert loaded.n == 2 and loaded.reward_sum == 1.0
     assert json.loads((tmp_path / "state.json").read_text())["version"] == 1
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("state.json.") and "lock" not in p.name]
+    assert not [
+        p for p in tmp_path.iterdir() if p.name.startswith("state.json.") and "lock" not in p.name
+    ]
 
 
 def test_corrupt_json_state_is_moved_aside_and_learning_restarts(tmp_path: Path, caplog):
@@ -200,8 +213,13 @@ def test_router_restored_from_a_store_ranks_like_the_original(tmp_path: Path):
 
 
 def test_preview_cache_keys_change_with_every_sampling_parameter_and_sample_index():
-    base = dict(model="openai:gpt-4o-mini", prompt="hi", max_tokens=100, sample_index=0,
-                params={"temperature": 0.7, "top_p": 1.0, "seed": None})
+    base = dict(
+        model="openai:gpt-4o-mini",
+        prompt="hi",
+        max_tokens=100,
+        sample_index=0,
+        params={"temperature": 0.7, "top_p": 1.0, "seed": None},
+    )
     key = preview_cache_key(**base)
     assert key == preview_cache_key(**base)
     variants = [

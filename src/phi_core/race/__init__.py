@@ -1,0 +1,28 @@
+"""The racing pipeline: a router decides which configurations to preview, a judge scores the
+previews, the best answers in full (with fallback or speculatively), and the router learns.
+
+Owns :class:`BanditRace` and its settings, budgets and results, plus the entry points the CLI
+calls (:func:`run_bandit_race`). Builds on ``loop/`` (``agent_loop``) and ``routing/``.
+"""
+
+from .pipeline import (
+    Arm,
+    BanditRace,
+    PreviewOutcome,
+    RaceBudget,
+    RaceResult,
+    RaceSettings,
+    parse_judge_scores,
+    preview_token_limit,
+)
+
+__all__ = [
+    "Arm",
+    "BanditRace",
+    "PreviewOutcome",
+    "RaceBudget",
+    "RaceResult",
+    "RaceSettings",
+    "parse_judge_scores",
+    "preview_token_limit",
+]
