@@ -120,7 +120,7 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
             if interrupted and task is not None:
                 task.cancel()
             interrupted = True
-            token.cancel("interrupted")
+            cancel_tree(token, "interrupted")
 
         installed = False
         try:
@@ -139,6 +139,18 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
     except (KeyboardInterrupt, asyncio.CancelledError) as exc:
         raise Interrupted() from exc
     return result, interrupted
+
+
+def cancel_tree(token: CancelToken, reason: str) -> None:
+    """Cancel ``token`` and every token derived from it, innermost first.
+
+    ``CancelToken.cancel`` walks its children while each cancelled child removes itself from that
+    same list, so every second child was skipped (a two-branch race kept one branch running).
+    Cancelling the children first, from a snapshot, reaches all of them whichever way that goes.
+    """
+    for child in list(token._children):
+        cancel_tree(child, reason)
+    token.cancel(reason)
 
 
 def _read_prompt(prompt: str) -> str:
@@ -295,7 +307,7 @@ def _race_json(plan: RacePlan, text: str, out: TextIO) -> int:
     sink = JsonLines(out)
     try:
         result, interrupted = run_interruptible(lambda token: run_race(plan, text, sink, token))
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):
         return EXIT_INTERRUPTED
     sink.result(race_payload(result, plan))
     return _race_exit(result, interrupted)
@@ -310,7 +322,7 @@ def _race_live(plan: RacePlan, text: str, out: TextIO) -> int:
     try:
         with view:
             result, interrupted = run_interruptible(lambda token: run_race(plan, text, view, token))
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):
         view.print_interrupted()
         return EXIT_INTERRUPTED
     if interrupted or result.cancelled:
@@ -447,7 +459,7 @@ def _run_one(text: str, config: AgentLoopConfig, out: TextIO, err: TextIO, as_js
 
     try:
         result, interrupted = run_interruptible(go)
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):
         out.write("\n")
         return EXIT_INTERRUPTED
     spec = config.model_config().spec

@@ -251,10 +251,18 @@ class RaceView:
 
     def print_interrupted(self) -> None:
         """What had arrived when the race was interrupted (plain mode printed ended branches)."""
-        self.console.print("Interrupted: every branch was cancelled. What had arrived:")
-        for state in self.branches:
-            if self.live_mode or state.ended is None:
+        pending = [b for b in self.branches if self.live_mode or b.ended is None]
+        for state in pending:
+            if state.status in ("waiting", "running"):
+                state.status = "cancelled"
+            if not self.live_mode:
                 self._print_branch(state)
+        if self.live_mode:
+            self.console.print("Interrupted: every branch was cancelled. What had arrived:")
+            for state in pending:
+                self._print_branch(state)
+        else:
+            self.console.print("Interrupted: every branch was cancelled.")
 
     def print_verdict(self, result: Any, labels: list[str]) -> None:
         """The winner and why (from the decision object), then the cost table."""

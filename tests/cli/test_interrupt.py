@@ -1,0 +1,72 @@
+"""Ctrl-C on a running `phi race`: every branch is cancelled, what arrived is printed, exit 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = {
+    "scripted:a": [{"hang": "half an answer"}],
+    "scripted:b": [{"hang": "another half"}],
+    "scripted:c": [{"hang": "a third"}],
+    "scripted:j": ["1"],
+}
+ARGS = ["-m", "scripted:a", "-m", "scripted:b", "-m", "scripted:c", "--judge", "scripted:j"]
+
+
+def start_phi(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["PHI_SCRIPT"] = str(script)
+    return subprocess.Popen(
+        [sys.executable, "-c", "from phi_core.cli import main; main()", "race", "Q?", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_cancels_every_branch_and_reports_what_arrived_as_json(tmp_path: Path) -> None:
+    proc = start_phi(tmp_path, *ARGS, "--json")
+    assert proc.stdout is not None
+    seen: set[str] = set()
+    # Wait (by reading, not sleeping) until every branch has streamed its partial text.
+    while len(seen) < 3:
+        line = proc.stdout.readline()
+        assert line, f"phi exited early: {proc.stderr.read() if proc.stderr else ''}"
+        event = json.loads(line)
+        if event["type"] == "message_update":
+            seen.add(event["loop_id"])
+    proc.send_signal(signal.SIGINT)
+    rest, errors = proc.communicate(timeout=30)
+    assert proc.returncode == 130, errors
+    result = json.loads(rest.splitlines()[-1])
+    assert result["type"] == "race_result"
+    assert result["status"] == "cancelled"
+    assert result["winner"] is None
+    assert [b["status"] for b in result["branches"]] == ["cancelled"] * 3
+    assert [b["text"] for b in result["branches"]] == ["half an answer", "another half", "a third"]
+    ends = [json.loads(line) for line in rest.splitlines()[:-1]]
+    assert sum(1 for e in ends if e["type"] == "agent_end") == 3  # one AgentEnd per branch
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_in_plain_mode_prints_each_branch_and_exits_130(tmp_path: Path) -> None:
+    proc = start_phi(tmp_path, *ARGS)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("Racing 3 branches")
+    proc.send_signal(signal.SIGINT)
+    rest, errors = proc.communicate(timeout=30)
+    assert proc.returncode == 130, errors
+    assert "Interrupted: every branch was cancelled" in rest
+    for name in ("scripted:a", "scripted:b", "scripted:c"):
+        assert f"--- {name} ({name}): cancelled" in rest
