@@ -1,0 +1,416 @@
+"""Replay AgentOpt's recorded HotpotQA matrices through every selection algorithm, ours and theirs.
+
+Each (configuration, question) cell of the accuracy / cost / latency matrices is the outcome of
+one agent run. A seed shuffles the question order (and seeds the algorithm); every algorithm runs
+over ``--seeds`` seeds and is scored against brute force on the full matrix:
+
+- find rate: % of seeds whose pick is brute force's pick (accuracy, then cost, latency, name);
+- mean regret: accuracy points between brute force's pick and the pick, averaged over seeds;
+- evaluations: cells run, as % of the full grid;
+- cost saved: 1 - dollars of the cells run / dollars of the full grid, in %.
+
+The same workload also runs through the real ``agentopt-py==0.1.0`` selectors, in a separate
+process and virtualenv (``benchmarks/.agentopt-venv``, ``openai<3`` pinned there; AgentOpt
+patches httpx process-wide, so it is never imported here). Both processes refuse connections to
+any non-loopback address while they run.
+
+Usage::
+
+    .venv/bin/python benchmarks/selection_replay.py [--data DIR] [--out DIR] [--seeds 50] [--no-agentopt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from phi_core.select import Arena, Evaluation, SearchSpace, make_algorithm, run_algorithm
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA = HERE / "data" / "agentopt_hotpotqa"
+DEFAULT_OUT = HERE / "results" / "selection"
+AGENTOPT_VENV = HERE / ".agentopt-venv"
+
+# name -> (algorithm, parameters). Defaults unless a variant says otherwise.
+PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "brute_force": ("brute_force", {}),
+    "random": ("random", {}),
+    "hill_climbing": ("hill_climbing", {}),
+    "arm_elimination": ("arm_elimination", {}),
+    "threshold": ("threshold", {}),
+    "epsilon_lucb": ("epsilon_lucb", {}),
+    "bayesian": ("bayesian", {}),
+    "matrix_ucb": ("matrix_ucb", {}),
+    "matrix_ucb_35": ("matrix_ucb", {"budget_fraction": 0.35}),
+    "paired_race": ("paired_race", {}),
+}
+
+
+# --------------------------------------------------------------------------- offline guard
+
+
+def forbid_non_loopback() -> None:
+    """Make any connection to a non-loopback address fail loudly in this process."""
+    original = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else str(address)
+        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in (
+            "127.0.0.1",
+            "::1",
+            "localhost",
+        ):
+            raise ConnectionRefusedError(f"benchmark is offline: refused connection to {host!r}")
+        return original(self, address)
+
+    socket.socket.connect = connect  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- data
+
+
+class Matrices:
+    def __init__(self, data: Path) -> None:
+        self.names, self.accuracy = _read_matrix(data / "accuracy_matrix.csv")
+        cost_names, self.cost = _read_matrix(data / "cost_matrix_usd.csv")
+        if cost_names != self.names:
+            raise SystemExit("accuracy and cost matrices list different configurations")
+        latency_file = data / "latency_matrix_seconds.csv"
+        if latency_file.exists():
+            _, self.latency = _read_matrix(latency_file)
+        else:
+            self.latency = np.zeros_like(self.accuracy)
+        self.space, self.rows = _space_from_names(self.names)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.accuracy.shape  # type: ignore[return-value]
+
+    def best(self) -> int:
+        """Brute force's pick (a space index): accuracy, then cost, latency, name."""
+        keys = [
+            (
+                -self.accuracy[r].mean(),
+                self.cost[r].mean(),
+                self.latency[r].mean(),
+                self.space.name(k),
+            )
+            for k, r in enumerate(self.rows)
+        ]
+        return min(range(len(keys)), key=keys.__getitem__)
+
+
+def _read_matrix(path: Path) -> tuple[list[str], np.ndarray]:
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    names = [r[0] for r in rows[1:]]
+    return names, np.array([[float(x) for x in r[1:]] for r in rows[1:]])
+
+
+def _space_from_names(names: list[str]) -> tuple[SearchSpace, list[int]]:
+    """A step space from ``"planner=a + solver=b"`` row names (a one-step space if not a grid)."""
+    parsed = [dict(part.split("=", 1) for part in name.split(" + ")) for name in names]
+    if all("=" in name for name in names) and len({tuple(p) for p in parsed}) == 1:
+        steps: dict[str, list[str]] = {s: [] for s in parsed[0]}
+        for p in parsed:
+            for s, m in p.items():
+                if m not in steps[s]:
+                    steps[s].append(m)
+        space = SearchSpace(steps)
+        if len(space) == len(names):
+            rows = [0] * len(space)
+            for r, p in enumerate(parsed):
+                rows[space.find(p)] = r
+            return space, rows
+    space = SearchSpace({"config": names})
+    return space, list(range(len(names)))
+
+
+class ReplayEvaluator:
+    """Answers every cell from the recorded matrices (no agent, no network)."""
+
+    def __init__(self, m: Matrices) -> None:
+        self.m = m
+
+    async def evaluate(self, batch: Mapping[int, Sequence[int]]) -> dict[int, list[Evaluation]]:
+        out: dict[int, list[Evaluation]] = {}
+        for k, questions in batch.items():
+            r = self.m.rows[k]
+            out[k] = [
+                Evaluation(
+                    score=float(self.m.accuracy[r, q]),
+                    cost=float(self.m.cost[r, q]),
+                    latency=float(self.m.latency[r, q]),
+                )
+                for q in questions
+            ]
+        return out
+
+
+# --------------------------------------------------------------------------- phi selectors
+
+
+def run_phi(m: Matrices, seeds: int) -> dict[str, list[tuple[int, int, float]]]:
+    """{selector: [(pick, evaluations, cost) per seed]}."""
+    n_combos, n_questions = m.shape
+    names = [m.space.name(k) for k in range(n_combos)]
+    out: dict[str, list[tuple[int, int, float]]] = {}
+    for label, (algo, params) in PHI_SELECTORS.items():
+        runs = []
+        started = time.perf_counter()
+        for seed in range(seeds):
+            arena = Arena(n_combos, n_questions, ReplayEvaluator(m), seed=seed, names=names)
+            pick = asyncio.run(run_algorithm(make_algorithm(algo, **params), arena, m.space))
+            runs.append((pick, arena.evaluations, arena.cost_spent))
+        out[label] = runs
+        print(f"  phi {label:<16} {time.perf_counter() - started:6.1f}s", file=sys.stderr)
+    return out
+
+
+# --------------------------------------------------------------------------- agentopt selectors
+
+AGENTOPT_SCRIPT = r"""
+import contextlib, json, random, socket, sys
+
+_connect = socket.socket.connect
+def _guard(self, address):
+    host = address[0] if isinstance(address, tuple) else str(address)
+    if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
+        raise ConnectionRefusedError("offline: refused " + repr(host))
+    return _connect(self, address)
+socket.socket.connect = _guard
+
+import agentopt
+
+job = json.load(open(sys.argv[1]))
+acc, cost, rows = job["accuracy"], job["cost"], job["rows"]
+steps, candidates = job["steps"], job["candidates"]
+n = len(acc[0])
+STATE = {"evals": 0, "cost": 0.0}
+
+def row_of(models):
+    k = 0
+    for s, cands in zip(steps, candidates):
+        k = k * len(cands) + cands.index(models[s])
+    return rows[k]
+
+class ReplayAgent:
+    def __init__(self, models):
+        self.row = row_of(models)
+    def run(self, q):
+        STATE["evals"] += 1
+        STATE["cost"] += cost[self.row][q]
+        return acc[self.row][q]
+
+class StubTracker:
+    def start(self): pass
+    def stop(self): pass
+    @contextlib.contextmanager
+    def track(self, **kw):
+        yield
+    def get_usage(self, **kw): return {}
+    def get_cached_latency(self, **kw): return 0.0
+    def get_records(self): return []
+
+def eval_fn(expected, actual):
+    return float(actual)
+
+results = {}
+models = {s: list(c) for s, c in zip(steps, candidates)}
+for method in job["methods"]:
+    runs = []
+    for seed in range(job["seeds"]):
+        order = list(range(n)); random.Random(seed).shuffle(order)
+        dataset = [(q, None) for q in order]
+        kwargs = {}
+        if method in ("random", "hill_climbing"):
+            kwargs["seed"] = seed
+        random.seed(seed)
+        STATE.update(evals=0, cost=0.0)
+        sel = agentopt.ModelSelector(agent=ReplayAgent, models=models, eval_fn=eval_fn, dataset=dataset,
+                                     method=method, tracker=StubTracker(), **kwargs)
+        with contextlib.redirect_stdout(sys.stderr):
+            res = sel.select_best(parallel=False)
+        best = res.get_best_combo()
+        runs.append([row_of(best), STATE["evals"], STATE["cost"]])
+    results[method] = runs
+    print("  agentopt", method, file=sys.stderr, flush=True)
+json.dump({"version": agentopt.__version__ if hasattr(agentopt, "__version__") else "0.1.0", "results": results}, sys.stdout)
+"""
+
+AGENTOPT_METHODS = [
+    "brute_force",
+    "random",
+    "hill_climbing",
+    "arm_elimination",
+    "threshold",
+    "epsilon_lucb",
+]
+
+
+def ensure_agentopt_venv(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating {venv} (agentopt-py==0.1.0, openai<3)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    probe = subprocess.run([str(python), "-c", "import agentopt"], capture_output=True)
+    if probe.returncode != 0:
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "agentopt-py==0.1.0", "openai<3"],
+            check=True,
+        )
+    return python
+
+
+def run_agentopt(
+    m: Matrices, seeds: int, venv: Path, out_dir: Path
+) -> dict[str, list[tuple[int, int, float]]]:
+    python = ensure_agentopt_venv(venv)
+    job = {
+        "accuracy": m.accuracy.tolist(),
+        "cost": m.cost.tolist(),
+        "rows": m.rows,
+        "steps": m.space.steps,
+        "candidates": m.space.candidates,
+        "seeds": seeds,
+        "methods": AGENTOPT_METHODS,
+    }
+    job_file = out_dir / "agentopt_job.tmp"
+    job_file.write_text(json.dumps(job))
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        done = subprocess.run(
+            [str(python), "-c", AGENTOPT_SCRIPT, str(job_file)],
+            capture_output=True,
+            text=True,
+            cwd=out_dir,
+            env=env,
+        )
+    finally:
+        job_file.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise SystemExit(f"agentopt run failed:\n{done.stderr[-4000:]}")
+    payload = json.loads(done.stdout)
+    row_to_k = {r: k for k, r in enumerate(m.rows)}
+    return {
+        method: [(row_to_k[row], evals, cost) for row, evals, cost in runs]
+        for method, runs in payload["results"].items()
+    }
+
+
+# --------------------------------------------------------------------------- scoring and output
+
+
+def summarise(m: Matrices, runs: list[tuple[int, int, float]]) -> dict[str, float]:
+    best = m.best()
+    acc = m.accuracy.mean(axis=1)
+    full_cost = float(m.cost.sum())
+    cells = m.accuracy.size
+    best_acc = acc[m.rows[best]]
+    return {
+        "find_rate": 100.0 * float(np.mean([pick == best for pick, _, _ in runs])),
+        "mean_regret_pts": 100.0
+        * float(np.mean([best_acc - acc[m.rows[pick]] for pick, _, _ in runs])),
+        "evals_pct": 100.0 * float(np.mean([e / cells for _, e, _ in runs])),
+        "cost_saved_pct": 100.0 * float(np.mean([1 - c / full_cost for _, _, c in runs])),
+    }
+
+
+def plot(selectors: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name, row in selectors.items():
+        ours = row["source"] == "phi"
+        marker = "*" if name == "phi:paired_race" else ("o" if ours else "s")
+        ax.scatter(
+            row["cost_saved_pct"],
+            row["mean_regret_pts"],
+            marker=marker,
+            s=160 if marker == "*" else 50,
+            color="tab:blue" if ours else "tab:orange",
+        )
+        ax.annotate(
+            name,
+            (row["cost_saved_pct"], row["mean_regret_pts"]),
+            fontsize=7,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    ax.axvline(70, color="grey", lw=0.8, ls="--")
+    ax.axhline(0.2, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("cost saved vs brute force (%)")
+    ax.set_ylabel("mean regret (accuracy points, lower is better)")
+    ax.set_title("Selection on replayed matrices: phi (blue) vs agentopt-py 0.1.0 (orange)")
+    ax.set_yscale("symlog", linthresh=0.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--no-agentopt", action="store_true", help="skip the agentopt-py side")
+    parser.add_argument("--agentopt-venv", type=Path, default=AGENTOPT_VENV)
+    args = parser.parse_args(argv)
+
+    if not args.no_agentopt:  # install first (needs the package registry), then go offline
+        ensure_agentopt_venv(args.agentopt_venv)
+    forbid_non_loopback()
+    m = Matrices(args.data)
+    n_combos, n_questions = m.shape
+    args.out.mkdir(parents=True, exist_ok=True)
+    selectors: dict[str, dict[str, Any]] = {}
+    for label, runs in run_phi(m, args.seeds).items():
+        selectors[f"phi:{label}"] = {**summarise(m, runs), "source": "phi"}
+    if not args.no_agentopt:
+        for label, runs in run_agentopt(m, args.seeds, args.agentopt_venv, args.out).items():
+            selectors[f"agentopt:{label}"] = {**summarise(m, runs), "source": "agentopt"}
+    best = m.best()
+    result = {
+        "n_configs": n_combos,
+        "n_questions": n_questions,
+        "seeds": args.seeds,
+        "best_accuracy": float(m.accuracy[m.rows[best]].mean()),
+        "best_config": m.space.name(best),
+        "data": str(args.data),
+        "selectors": selectors,
+    }
+    (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(selectors, args.out / "regret_vs_savings.png")
+    print(
+        f"{n_combos} configs x {n_questions} questions, {args.seeds} seeds; best {m.space.name(best)} "
+        f"({100 * result['best_accuracy']:.2f}%)"
+    )
+    print(f"{'selector':<28}{'find %':>8}{'regret pts':>12}{'evals %':>9}{'saved %':>9}")
+    for name, row in selectors.items():
+        print(
+            f"{name:<28}{row['find_rate']:>8.1f}{row['mean_regret_pts']:>12.3f}"
+            f"{row['evals_pct']:>9.1f}{row['cost_saved_pct']:>9.1f}"
+        )
+    print(f"wrote {args.out / 'results.json'} and {args.out / 'regret_vs_savings.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""Offline selection: find the best model combination for a multi-step agent.
+
+``select/`` owns the search space of step -> candidate models, the evaluation arena that the
+best-arm identification algorithms run against, the algorithms themselves (AgentOpt's baselines
+with their defects fixed, plus our :class:`PairedRace`), the metered model handle agents call,
+the response cache and the result tables. It builds on ``providers/`` and never imports the CLI.
+"""
+
+from ._algorithms import (
+    ALGORITHMS,
+    ArmElimination,
+    BayesianOptimization,
+    BruteForce,
+    EpsilonLUCB,
+    HillClimbing,
+    MatrixUCB,
+    RandomSearch,
+    SelectionAlgorithm,
+    ThresholdSuccessiveElimination,
+    make_algorithm,
+    run_algorithm,
+)
+from ._arena import Arena, Budget, BudgetExhausted, Evaluation, Evaluator
+from ._cache import CachedResponse, ResponseCache, cache_key
+from ._meter import CallRecord, Meter, MeteredModel, current_meter, metered
+from ._race import PairedRace
+from ._results import CombinationResult, FailureRecord, SelectionResult, build_result
+from ._selector import AgentEvaluator, ModelSelector, concurrency_split, default_cache_path
+from ._space import SearchSpace
+
+__all__ = [
+    "ALGORITHMS",
+    "AgentEvaluator",
+    "Arena",
+    "ArmElimination",
+    "BayesianOptimization",
+    "BruteForce",
+    "Budget",
+    "BudgetExhausted",
+    "CachedResponse",
+    "CallRecord",
+    "CombinationResult",
+    "EpsilonLUCB",
+    "Evaluation",
+    "Evaluator",
+    "FailureRecord",
+    "HillClimbing",
+    "MatrixUCB",
+    "Meter",
+    "MeteredModel",
+    "ModelSelector",
+    "PairedRace",
+    "RandomSearch",
+    "ResponseCache",
+    "SearchSpace",
+    "SelectionAlgorithm",
+    "SelectionResult",
+    "ThresholdSuccessiveElimination",
+    "build_result",
+    "cache_key",
+    "concurrency_split",
+    "current_meter",
+    "default_cache_path",
+    "make_algorithm",
+    "metered",
+    "run_algorithm",
+]

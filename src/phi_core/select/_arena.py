@@ -1,0 +1,271 @@
+"""The abstract evaluation interface every selection algorithm runs against.
+
+An algorithm never calls an agent. It asks the :class:`Arena` to evaluate some combinations on
+some *positions* of the (per-seed shuffled) dataset; the arena hands the batch to an
+:class:`Evaluator` (the real agent runner, or a replay of recorded matrices in benchmarks),
+records every :class:`Evaluation` it gets back, never evaluates a cell twice, and enforces the
+budget. All statistics the algorithms need (means, paired differences over shared positions, the
+deterministic ranking) are computed here from the recorded cells.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import UserError
+
+__all__ = ["Arena", "Budget", "BudgetExhausted", "Evaluation", "Evaluator"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The outcome of running one combination on one datapoint.
+
+    A run that raised has ``error`` set and ``score`` 0: failures count against a combination,
+    they are never dropped.
+    """
+
+    score: float
+    cost: float = 0.0
+    latency: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None
+    calls: int = 0
+
+
+class Evaluator(Protocol):
+    """Runs combinations on datapoints: ``{combo: [dataset index, ...]} -> {combo: [Evaluation]}``.
+
+    The returned lists are in the order of the requested indices. The evaluator owns the
+    concurrency of one batch (see :func:`~phi_core.select.concurrency_split`).
+    """
+
+    async def evaluate(
+        self, batch: Mapping[int, Sequence[int]]
+    ) -> Mapping[int, Sequence[Evaluation]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Stop when either limit is reached: cells evaluated, or dollars spent (checked per batch)."""
+
+    max_evaluations: int | None = None
+    max_cost: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_evaluations is not None and self.max_evaluations < 1:
+            raise UserError(f"Budget.max_evaluations must be >= 1, got {self.max_evaluations!r}.")
+        if self.max_cost is not None and self.max_cost <= 0:
+            raise UserError(f"Budget.max_cost must be > 0 dollars, got {self.max_cost!r}.")
+
+
+class BudgetExhausted(Exception):
+    """Raised inside an algorithm when the budget is spent; the runner recommends from what it has."""
+
+
+class Arena:
+    """Recorded evaluations of ``n_combos`` combinations on ``n_datapoints`` shuffled datapoints.
+
+    Args:
+        n_combos: number of combinations (arms).
+        n_datapoints: dataset size.
+        evaluator: runs the cells.
+        seed: seeds the dataset order and :attr:`rng`; the same seed gives the same run.
+        names: combination names, the last key of the deterministic ranking.
+        budget: optional limit on evaluations and dollars.
+        on_batch: called after every batch with the arena (progress reporting).
+    """
+
+    def __init__(
+        self,
+        n_combos: int,
+        n_datapoints: int,
+        evaluator: Evaluator,
+        *,
+        seed: int | None = None,
+        names: Sequence[str] | None = None,
+        budget: Budget | None = None,
+        on_batch: Callable[[Arena], None] | None = None,
+        shuffle: bool = True,
+    ) -> None:
+        if n_combos < 1:
+            raise UserError("There are no combinations to select from.")
+        if n_datapoints < 1:
+            raise UserError("The dataset is empty; give at least one (input, expected) pair.")
+        self.n_combos = n_combos
+        self.n_datapoints = n_datapoints
+        self.evaluator = evaluator
+        self.seed = seed
+        self.rng = random.Random(seed)
+        order = list(range(n_datapoints))
+        if shuffle:
+            random.Random(f"order:{seed}").shuffle(order)
+        self.order: list[int] = order
+        self.names = list(names) if names is not None else [str(k) for k in range(n_combos)]
+        ranks = {name: i for i, name in enumerate(sorted(self.names))}
+        self._name_rank = np.array([ranks[name] for name in self.names], dtype=np.int64)
+        self.budget = budget
+        self.on_batch = on_batch
+        shape = (n_combos, n_datapoints)
+        self.observed = np.zeros(shape, dtype=bool)
+        self.scores = np.zeros(shape)
+        self.costs = np.zeros(shape)
+        self.latencies = np.zeros(shape)
+        self.input_tokens = np.zeros(shape, dtype=np.int64)
+        self.output_tokens = np.zeros(shape, dtype=np.int64)
+        self.errors: dict[tuple[int, int], str] = {}
+        self.batches = 0
+
+    # ------------------------------------------------------------------ evaluation
+
+    @property
+    def evaluations(self) -> int:
+        return int(self.observed.sum())
+
+    @property
+    def cost_spent(self) -> float:
+        return float(self.costs[self.observed].sum())
+
+    def exhausted(self) -> bool:
+        b = self.budget
+        if b is None:
+            return False
+        if b.max_evaluations is not None and self.evaluations >= b.max_evaluations:
+            return True
+        return b.max_cost is not None and self.cost_spent >= b.max_cost
+
+    async def evaluate(self, batch: Mapping[int, Iterable[int]]) -> None:
+        """Evaluate each combination on the given dataset *positions* (already-seen cells are skipped).
+
+        Raises:
+            BudgetExhausted: the budget was spent before or during this batch.
+        """
+        if self.exhausted():
+            raise BudgetExhausted
+        todo: dict[int, list[int]] = {}
+        for k, positions in batch.items():
+            fresh = [p for p in dict.fromkeys(positions) if not self.observed[k, p]]
+            if fresh:
+                todo[k] = fresh
+        if not todo:
+            return
+        truncated = False
+        b = self.budget
+        if b is not None and b.max_evaluations is not None:
+            room = b.max_evaluations - self.evaluations
+            trimmed: dict[int, list[int]] = {}
+            for k, positions in todo.items():
+                if room <= 0:
+                    truncated = True
+                    break
+                trimmed[k] = positions[:room]
+                truncated = truncated or len(positions) > room
+                room -= len(trimmed[k])
+            todo = trimmed
+        request = {k: [self.order[p] for p in positions] for k, positions in todo.items()}
+        results = await self.evaluator.evaluate(request)
+        for k, positions in todo.items():
+            got = list(results[k])
+            if len(got) != len(positions):
+                raise RuntimeError(
+                    f"The evaluator returned {len(got)} results for {len(positions)} datapoints of combination {k}."
+                )
+            for p, ev in zip(positions, got, strict=True):
+                self.observed[k, p] = True
+                self.scores[k, p] = 0.0 if ev.error is not None else min(max(ev.score, 0.0), 1.0)
+                self.costs[k, p] = ev.cost
+                self.latencies[k, p] = ev.latency
+                self.input_tokens[k, p] = ev.input_tokens
+                self.output_tokens[k, p] = ev.output_tokens
+                if ev.error is not None:
+                    self.errors[(k, p)] = ev.error
+        self.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(self)
+        if truncated or self.exhausted():
+            raise BudgetExhausted
+
+    async def evaluate_prefix(self, combos: Iterable[int], n: int) -> None:
+        """Make sure every combination in ``combos`` has seen positions ``0 .. n-1`` (paired)."""
+        n = min(n, self.n_datapoints)
+        await self.evaluate({k: range(n) for k in combos})
+
+    # ------------------------------------------------------------------ statistics
+
+    def count(self, k: int) -> int:
+        return int(self.observed[k].sum())
+
+    def prefix(self, k: int) -> int:
+        """How many leading positions combination ``k`` has seen without a gap."""
+        row = self.observed[k]
+        if row.all():
+            return self.n_datapoints
+        return int(np.argmin(row))
+
+    def mean(self, k: int) -> float:
+        n = self.count(k)
+        return float(self.scores[k][self.observed[k]].sum() / n) if n else float("nan")
+
+    def std(self, k: int) -> float:
+        """Sample standard deviation of ``k``'s scores (n-1 denominator; NaN below two samples)."""
+        n = self.count(k)
+        if n < 2:
+            return float("nan")
+        return float(np.std(self.scores[k][self.observed[k]], ddof=1))
+
+    def rank_key(self, k: int) -> tuple[float, float, float, str]:
+        """Deterministic order: higher accuracy, then lower cost, lower latency, then name."""
+        n = self.count(k)
+        if n == 0:
+            return (math.inf, math.inf, math.inf, self.names[k])
+        mask = self.observed[k]
+        return (
+            -float(self.scores[k][mask].mean()),
+            float(self.costs[k][mask].mean()),
+            float(self.latencies[k][mask].mean()),
+            self.names[k],
+        )
+
+    def best(self, combos: Iterable[int] | None = None) -> int:
+        """The best evaluated combination among ``combos`` (all by default) by :meth:`rank_key`."""
+        pool = np.arange(self.n_combos) if combos is None else np.fromiter(combos, dtype=np.int64)
+        if pool.size == 0:
+            raise ValueError("best() of an empty set of combinations")
+        counts = self.observed[pool].sum(axis=1)
+        if (counts > 0).any():
+            pool, counts = pool[counts > 0], counts[counts > 0]
+        safe = np.maximum(counts, 1)
+        mask = self.observed[pool]
+        mean = (self.scores[pool] * mask).sum(axis=1) / safe
+        cost = (self.costs[pool] * mask).sum(axis=1) / safe
+        latency = (self.latencies[pool] * mask).sum(axis=1) / safe
+        order = np.lexsort((self._name_rank[pool], latency, cost, -mean))
+        return int(pool[order[0]])
+
+    def stats(self) -> tuple[npt.NDArray[np.int64], FloatArray, FloatArray]:
+        """Per combination: sample count, mean score and a shrunk standard error.
+
+        The standard error adds one pseudo-observation of maximal variance (0.25 for scores in
+        [0, 1]), so it never collapses to zero after a streak of identical scores.
+        """
+        counts = self.observed.sum(axis=1)
+        safe = np.maximum(counts, 1)
+        values = self.scores * self.observed
+        mean = values.sum(axis=1) / safe
+        ss = (values * values).sum(axis=1) - counts * mean * mean
+        se = np.where(counts > 0, np.sqrt((np.maximum(ss, 0.0) + 0.25) / safe) / np.sqrt(safe), 0.5)
+        return counts, mean, se
+
+    def matrix(self, combos: Sequence[int], n: int) -> FloatArray:
+        """Scores of ``combos`` on positions ``0 .. n-1`` (all must have been observed)."""
+        return self.scores[np.asarray(combos, dtype=np.int64), :n]

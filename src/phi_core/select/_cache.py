@@ -1,0 +1,116 @@
+"""A persistent response cache for selection runs (SQLite, WAL).
+
+The key is a SHA-256 of the *whole* request: model, endpoint, system prompt, messages (without
+their timestamps), tools, thinking level, max tokens, temperature, top-p, seed, response format
+— and a **sample index**. Re-running a selection is free, while several samples of the same
+prompt at temperature > 0 (sample 0, 1, 2, ...) stay distinct instead of collapsing into one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..providers.base import StreamRequest
+from ..types import AssistantMessage
+
+__all__ = ["CachedResponse", "ResponseCache", "cache_key"]
+
+
+def cache_key(request: StreamRequest, sample: int = 0) -> str:
+    """The cache key of ``request`` as sample number ``sample``."""
+    model = request.model
+    payload: dict[str, Any] = {
+        "model": model.spec,
+        "api": model.api,
+        "base_url": model.base_url,
+        "system_prompt": request.system_prompt,
+        "messages": [
+            m.model_dump(mode="json", exclude={"timestamp", "turn_id"}) for m in request.messages
+        ],
+        "tools": [t.model_dump(mode="json") for t in request.tools],
+        "thinking": request.thinking,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature
+        if request.temperature is not None
+        else model.temperature,
+        "top_p": request.top_p if request.top_p is not None else model.top_p,
+        "seed": request.seed if request.seed is not None else model.seed,
+        "response_format": (
+            request.response_format.model_dump(mode="json", by_alias=True)
+            if request.response_format
+            else None
+        ),
+        "extra": request.extra,
+        "sample": sample,
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CachedResponse:
+    message: AssistantMessage
+    latency: float
+
+
+class ResponseCache:
+    """``key -> (assistant message, original latency)`` in a SQLite file (``":memory:"`` works too).
+
+    Reads and writes run in a worker thread so the event loop never blocks on disk.
+    """
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        with self._lock:
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, message TEXT NOT NULL, latency REAL NOT NULL)"
+            )
+            self._db.commit()
+        self.hits = 0
+        self.misses = 0
+
+    def get_sync(self, key: str) -> CachedResponse | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT message, latency FROM responses WHERE key = ?", (key,)
+            ).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return CachedResponse(AssistantMessage.model_validate_json(row[0]), float(row[1]))
+
+    def put_sync(self, key: str, message: AssistantMessage, latency: float) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, message, latency) VALUES (?, ?, ?)",
+                (key, message.model_dump_json(), latency),
+            )
+            self._db.commit()
+
+    async def get(self, key: str) -> CachedResponse | None:
+        return await asyncio.to_thread(self.get_sync, key)
+
+    async def put(self, key: str, message: AssistantMessage, latency: float) -> None:
+        await asyncio.to_thread(self.put_sync, key, message, latency)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,267 @@
+"""What a selection run reports: per-combination metrics, the Pareto front, exports and a plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..errors import MissingExtraError, UserError
+from ._arena import Arena
+from ._space import SearchSpace
+
+__all__ = ["CombinationResult", "FailureRecord", "SelectionResult", "build_result"]
+
+
+class FailureRecord(BaseModel):
+    """A datapoint whose run (or scoring) raised; it scored 0."""
+
+    combination: str
+    datapoint: int
+    error: str
+
+
+class CombinationResult(BaseModel):
+    """Everything measured for one combination (over the datapoints it was evaluated on)."""
+
+    name: str
+    models: dict[str, str]
+    evaluations: int
+    accuracy: float | None = None
+    """Mean score in [0, 1]; ``None`` when never evaluated."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    """95 % confidence interval of the mean (normal approximation, finite-population corrected)."""
+    cost_usd: float = 0.0
+    """Dollars of all its runs (cache hits counted at their original price)."""
+    cost_per_datapoint: float | None = None
+    latency_mean: float | None = None
+    latency_p50: float | None = None
+    latency_p95: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    failures: int = 0
+    is_best: bool = False
+    in_contention: bool = True
+    """False when the algorithm eliminated or never chose to finish this combination."""
+
+
+class SelectionResult(BaseModel):
+    """The outcome of :meth:`ModelSelector.select_best`."""
+
+    algorithm: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = None
+    best: CombinationResult
+    combinations: list[CombinationResult]
+    """Every combination, best first (accuracy, then cost, latency, name; unevaluated last)."""
+    evaluations: int
+    grid_evaluations: int
+    """What brute force would run: combinations x datapoints."""
+    cost_usd: float
+    """Dollars paid during this run (cache hits are free)."""
+    wall_time_s: float
+    failures: list[FailureRecord] = Field(default_factory=list)
+    budget_exhausted: bool = False
+
+    def best_models(self) -> dict[str, str]:
+        """``{step: model}`` of the winner."""
+        return dict(self.best.models)
+
+    def evaluated(self) -> list[CombinationResult]:
+        return [c for c in self.combinations if c.accuracy is not None]
+
+    def pareto_front(self) -> list[CombinationResult]:
+        """Evaluated combinations not dominated on (higher accuracy, lower cost, lower latency)."""
+        pts = self.evaluated()
+
+        def dominates(a: CombinationResult, b: CombinationResult) -> bool:
+            ka = (a.accuracy or 0.0, -(a.cost_per_datapoint or 0.0), -(a.latency_mean or 0.0))
+            kb = (b.accuracy or 0.0, -(b.cost_per_datapoint or 0.0), -(b.latency_mean or 0.0))
+            return all(x >= y for x, y in zip(ka, kb, strict=True)) and ka != kb
+
+        return [p for p in pts if not any(dominates(q, p) for q in pts if q is not p)]
+
+    def weighted(
+        self, accuracy: float = 1.0, cost: float = 0.0, latency: float = 0.0
+    ) -> list[tuple[float, CombinationResult]]:
+        """Evaluated combinations ranked by ``accuracy*acc - cost*norm(cost) - latency*norm(latency)``.
+
+        Cost and latency are min-max normalised over the evaluated combinations (0 = cheapest or
+        fastest, 1 = dearest or slowest), so the weights are comparable. Best first.
+        """
+        if min(accuracy, cost, latency) < 0:
+            raise UserError(
+                f"Objective weights must be >= 0, got accuracy={accuracy}, cost={cost}, latency={latency}."
+            )
+        pts = self.evaluated()
+        if not pts:
+            return []
+
+        def norm(values: list[float]) -> list[float]:
+            lo, hi = min(values), max(values)
+            return [0.0 if hi <= lo else (v - lo) / (hi - lo) for v in values]
+
+        costs = norm([p.cost_per_datapoint or 0.0 for p in pts])
+        lats = norm([p.latency_mean or 0.0 for p in pts])
+        scored = [
+            (accuracy * (p.accuracy or 0.0) - cost * c - latency * lt, p)
+            for p, c, lt in zip(pts, costs, lats, strict=True)
+        ]
+        return sorted(scored, key=lambda t: (-t[0], t[1].name))
+
+    # ---------------------------------------------------------------- export
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = self.model_dump_json(indent=2)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+    def to_csv(self, path: str | Path) -> None:
+        fields = [
+            "name",
+            "accuracy",
+            "ci_low",
+            "ci_high",
+            "cost_usd",
+            "cost_per_datapoint",
+            "latency_mean",
+            "latency_p50",
+            "latency_p95",
+            "input_tokens",
+            "output_tokens",
+            "evaluations",
+            "failures",
+            "is_best",
+            "in_contention",
+        ]
+        with Path(path).open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow([*fields, "models"])
+            for c in self.combinations:
+                writer.writerow([getattr(c, k) for k in fields] + [json.dumps(c.models)])
+
+    def plot_pareto(self, path: str | Path) -> None:
+        """Accuracy against cost and against latency; the Pareto front joined, the best starred."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as error:
+            raise MissingExtraError("SelectionResult.plot_pareto", "plot") from error
+        pts = self.evaluated()
+        front = {p.name for p in self.pareto_front()}
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        for ax, attr, label in (
+            (axes[0], "cost_per_datapoint", "cost per datapoint (USD)"),
+            (axes[1], "latency_mean", "mean latency (s)"),
+        ):
+            xs = [getattr(p, attr) or 0.0 for p in pts]
+            ys = [p.accuracy or 0.0 for p in pts]
+            ax.scatter(xs, ys, s=18, color="lightgrey", label="evaluated")
+            fx = sorted(
+                (getattr(p, attr) or 0.0, p.accuracy or 0.0) for p in pts if p.name in front
+            )
+            if fx:
+                ax.plot(
+                    [x for x, _ in fx],
+                    [y for _, y in fx],
+                    "o-",
+                    color="tab:blue",
+                    ms=4,
+                    label="Pareto front",
+                )
+            ax.scatter(
+                [getattr(self.best, attr) or 0.0],
+                [self.best.accuracy or 0.0],
+                marker="*",
+                s=220,
+                color="tab:red",
+                label=f"best: {self.best.name}",
+                zorder=5,
+            )
+            ax.set_xlabel(label)
+            ax.set_ylabel("accuracy")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{self.algorithm}: {self.evaluations}/{self.grid_evaluations} evaluations")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+
+def _quantile(values: np.ndarray, q: float) -> float | None:
+    return float(np.quantile(values, q)) if values.size else None
+
+
+def build_result(
+    arena: Arena,
+    space: SearchSpace,
+    best: int,
+    *,
+    algorithm: str,
+    params: dict[str, Any],
+    pool: set[int] | None,
+    spent: float,
+    wall_time: float,
+    budget_exhausted: bool = False,
+    datapoint_ids: Sequence[int] | None = None,
+) -> SelectionResult:
+    """Summarise an arena after a run."""
+    total = arena.n_datapoints
+    combos: list[CombinationResult] = []
+    for k in range(arena.n_combos):
+        mask = arena.observed[k]
+        n = int(mask.sum())
+        scores = arena.scores[k][mask]
+        latencies = arena.latencies[k][mask]
+        failures = sum(1 for (kk, _) in arena.errors if kk == k)
+        item = CombinationResult(
+            name=space.name(k),
+            models=space.labels(k),
+            evaluations=n,
+            failures=failures,
+            is_best=k == best,
+            in_contention=pool is None or k in pool,
+        )
+        if n:
+            mean = float(scores.mean())
+            sd = float(scores.std(ddof=1)) if n > 1 else 0.5
+            fpc = math.sqrt((total - n) / (total - 1)) if total > 1 else 0.0
+            half = 1.96 * sd / math.sqrt(n) * fpc
+            item.accuracy = mean
+            item.ci_low, item.ci_high = max(0.0, mean - half), min(1.0, mean + half)
+            item.cost_usd = float(arena.costs[k][mask].sum())
+            item.cost_per_datapoint = item.cost_usd / n
+            item.latency_mean = float(latencies.mean())
+            item.latency_p50 = _quantile(latencies, 0.5)
+            item.latency_p95 = _quantile(latencies, 0.95)
+            item.input_tokens = int(arena.input_tokens[k][mask].sum())
+            item.output_tokens = int(arena.output_tokens[k][mask].sum())
+        combos.append(item)
+    keyed = sorted(range(arena.n_combos), key=arena.rank_key)
+    ordered = [combos[k] for k in keyed]
+    failure_records = [
+        FailureRecord(combination=space.name(k), datapoint=arena.order[p], error=msg)
+        for (k, p), msg in sorted(arena.errors.items())
+    ]
+    return SelectionResult(
+        algorithm=algorithm,
+        params=params,
+        seed=arena.seed,
+        best=combos[best],
+        combinations=ordered,
+        evaluations=arena.evaluations,
+        grid_evaluations=arena.n_combos * total,
+        cost_usd=spent,
+        wall_time_s=wall_time,
+        failures=failure_records,
+        budget_exhausted=budget_exhausted,
+    )
