@@ -13,10 +13,14 @@ NO_RETRY = RetryPolicy.none()
 
 
 def branch(
-    *script: ScriptItem | str, name: str = "scripted", config_id: str | None = None, **kw: Any
+    *script: ScriptItem | str,
+    name: str = "scripted",
+    config_id: str | None = None,
+    default: ScriptItem | str | None = None,
+    **kw: Any,
 ) -> AgentLoopConfig:
-    """A branch config whose model is a ScriptedProvider playing ``script``."""
-    provider = ScriptedProvider(list(script), name=name)
+    """A branch config whose model is a ScriptedProvider playing ``script`` (then ``default``)."""
+    provider = ScriptedProvider(list(script), name=name, default=default)
     return AgentLoopConfig(
         model=f"{name}:m", provider=provider, config_id=config_id, retry=NO_RETRY, **kw
     )
