@@ -6,8 +6,8 @@ cap that follows AIMD (additive increase, multiplicative decrease), the rule TCP
 * a rate-limited answer (429) multiplies the cap by ``decrease`` (0.5), never below ``min_cap``;
   the 429s of calls that started before the last cut do not cut again, so one burst of
   rejections halves the cap once instead of collapsing it to 1;
-* a success raises the cap by ``increase / cap`` (about +1 per cap's worth of successes), up to
-  the gate's ``max_cap``.
+* a success while the gate is full (or calls wait) raises the cap by ``increase / cap`` (about +1
+  per cap's worth of successes), up to the gate's ``max_cap``.
 
 Waiting is FIFO and cancellation-safe: slots are released in ``finally``, a cancelled waiter
 gives its turn to the next one. :func:`default_limiter` is the one instance shared by the loop,
@@ -105,7 +105,10 @@ class LimiterSlot:
         self.outcome = "success"
         for gate in self._gates:
             gate.successes += 1
-            gate.cap = min(gate.max_cap, gate.cap + self._limiter.increase / max(gate.cap, 1.0))
+            # Grow only while the cap is what holds calls back (full, or calls waiting): a cap
+            # that is never reached says nothing about the vendor's limit.
+            if gate.waiters or gate.in_flight >= math.floor(gate.cap):
+                gate.cap = min(gate.max_cap, gate.cap + self._limiter.increase / max(gate.cap, 1.0))
 
 
 class Limiter:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ProviderError, RateLimitedError
-from .base import Provider, StreamEvent, StreamRequest
+from .base import Provider, StreamDone, StreamEvent, StreamRequest
 from .limiter import Limiter, LimiterSlot, default_limiter
 
 __all__ = ["DEFAULT_LIMITER", "RetryPolicy", "stream_with_retry"]
@@ -111,6 +111,10 @@ async def stream_with_retry(
             try:
                 async for item in stream:
                     yielded = True
+                    if slot is not None and isinstance(item, StreamDone):
+                        # Reported before handing it over: a caller may stop iterating here.
+                        slot.success()
+                        slot = None
                     yield item
             except ProviderError as error:
                 if slot is not None and isinstance(error, RateLimitedError):
@@ -123,8 +127,6 @@ async def stream_with_retry(
                     raise
                 retry_error = error
             else:
-                if slot is not None:
-                    slot.success()
                 return
         # The slot is released before sleeping so waiting calls can use it meanwhile.
         logger.info(
