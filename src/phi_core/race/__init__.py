@@ -5,6 +5,13 @@ Owns :class:`BanditRace` and its settings, budgets and results, plus the entry p
 calls (:func:`run_bandit_race`). Builds on ``loop/`` (``agent_loop``) and ``routing/``.
 """
 
+from .entry import (
+    DEFAULT_STATE,
+    BanditOptions,
+    build_bandit_race,
+    route_state_summary,
+    run_bandit_race,
+)
 from .pipeline import (
     Arm,
     BanditRace,
@@ -17,12 +24,17 @@ from .pipeline import (
 )
 
 __all__ = [
+    "DEFAULT_STATE",
     "Arm",
+    "BanditOptions",
     "BanditRace",
     "PreviewOutcome",
     "RaceBudget",
     "RaceResult",
     "RaceSettings",
+    "build_bandit_race",
     "parse_judge_scores",
     "preview_token_limit",
+    "route_state_summary",
+    "run_bandit_race",
 ]

@@ -88,15 +88,29 @@ class Arm:
 
 @dataclass(frozen=True)
 class RaceBudget:
-    """Limits of one race. ``None`` means no limit."""
+    """Limits of one race. ``None`` means no limit.
+
+    ``call_timeout_s`` bounds every model call; ``preview_timeout_s`` / ``full_timeout_s`` override
+    it for previews / full answers (the judge uses ``call_timeout_s``).
+    """
 
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None
     call_timeout_s: float | None = None
     total_timeout_s: float | None = None
+    preview_timeout_s: float | None = None
+    full_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_total_tokens", "max_cost_usd", "call_timeout_s", "total_timeout_s"):
+        names = (
+            "max_total_tokens",
+            "max_cost_usd",
+            "call_timeout_s",
+            "total_timeout_s",
+            "preview_timeout_s",
+            "full_timeout_s",
+        )
+        for name in names:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise UserError(
@@ -326,10 +340,18 @@ class BanditRace:
             await self._sequential(query, result.order, result, meter, cancel, events)
 
     async def _call(
-        self, arm: str, prompt: str, max_tokens: int | None, cancel: CancelToken, events: Any
+        self,
+        arm: str,
+        prompt: str,
+        max_tokens: int | None,
+        cancel: CancelToken,
+        events: Any,
+        *,
+        preview: bool = False,
     ) -> LoopResult:
         config = dataclasses.replace(self.arms[arm].config, max_tokens=max_tokens)
-        async with asyncio.timeout(self.budget.call_timeout_s):
+        specific = self.budget.preview_timeout_s if preview else self.budget.full_timeout_s
+        async with asyncio.timeout(specific or self.budget.call_timeout_s):
             return await agent_loop(prompt, AgentContext(), config, events=events, cancel=cancel)
 
     async def _previews(
@@ -368,9 +390,10 @@ class BanditRace:
             started = time.monotonic()
             outcome = PreviewOutcome(arm)
             try:
-                loop = await self._call(arm, prompt, cap, cancel, events)
+                loop = await self._call(arm, prompt, cap, cancel, events, preview=True)
             except TimeoutError:
-                outcome.error = f"preview timed out after {self.budget.call_timeout_s:g}s"
+                limit_s = self.budget.preview_timeout_s or self.budget.call_timeout_s
+                outcome.error = f"preview timed out after {limit_s:g}s"
             else:
                 meter.add(loop)
                 outcome.usage, outcome.cost_usd = loop.usage, loop.cost_usd
