@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
+import importlib.util
 import io
 import json
 import os
@@ -555,6 +557,25 @@ def models(
 
 def _price(value: float | None) -> str:
     return "—" if value is None else f"{value:g}"
+
+
+def _mount_subcommands() -> None:
+    """Mount the routing and selection commands when their modules exist (they are optional
+    pieces of the CLI, written next to this one): a module exposing ``app`` becomes a command
+    group, one exposing ``command`` a single command."""
+    for module, name in (("route", "route"), ("select", "select")):
+        if importlib.util.find_spec(f"{__package__}.{module}") is None:
+            continue
+        mod = importlib.import_module(f"{__package__}.{module}")
+        if callable(getattr(mod, "command", None)):
+            app.command(name)(mod.command)
+        elif isinstance(getattr(mod, "app", None), typer.Typer):
+            app.add_typer(mod.app, name=name)
+        if callable(getattr(mod, "parallel_agents", None)):
+            app.command("parallel-agents")(mod.parallel_agents)
+
+
+_mount_subcommands()
 
 
 def main() -> None:

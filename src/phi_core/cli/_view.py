@@ -193,10 +193,13 @@ class RaceView:
         width = self.console.width
         count = max(1, len(self.branches))
         side_by_side = width // count >= MIN_PANEL_WIDTH
-        height = max(6, self.console.height - 8)
+        available = max(6, self.console.height - 8)
         if not side_by_side:
-            height = max(4, (self.console.height - 6) // count)
+            available = max(4, (self.console.height - 6) // count)
         panel_width = width // count if side_by_side else width
+        # Grow with the longest answer so far, up to the room the terminal has.
+        needed = max(_wrapped_lines(b.text, panel_width - 4) for b in self.branches) + 3
+        height = max(5, min(available, needed))
         panels = [self._panel(b, now, height, panel_width) for b in self.branches]
         parts: list[RenderableType] = []
         if side_by_side:
@@ -226,7 +229,8 @@ class RaceView:
         budget = max(1, (width - 4)) * lines
         if len(text) > budget:
             text = "…" + text[-budget:]
-        title = Text.assemble((state.label, "bold"), (f" {state.model}", "dim"))
+        model = f" {state.model}" if state.model != state.label else ""
+        title = Text.assemble((state.label, "bold"), (model, "dim"))
         subtitle = Text.assemble(
             (state.status, _STATUS_STYLE.get(state.status, "")),
             (f" · {state.tokens_out} tok · {state.seconds(now):.1f}s", "dim"),
@@ -288,6 +292,11 @@ class RaceView:
         if winner is not None and self.live_mode:
             console.print(Panel(Text(winner.text.strip()), title=f"{labels[winner.config_index]}"))
         console.print(cost_table(result, labels))
+
+
+def _wrapped_lines(text: str, width: int) -> int:
+    width = max(1, width)
+    return sum(max(1, -(-len(line) // width)) for line in text.split("\n")) if text else 1
 
 
 def _why(decision: Any, labels: list[str]) -> str:
