@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from phi_core.errors import ContextOverflowError
 from phi_core.events import MessageEnd, MessageStart, MessageUpdate
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
 from phi_core.providers import ModelConfig, StreamDone, StreamRequest
@@ -279,3 +280,13 @@ async def test_preload_loads_the_pool_once(smollm2: ModelConfig) -> None:
     pool = _pool_for(smollm2)
     assert await provider.preload(smollm2) == pool.size
     assert await provider.preload(smollm2) == pool.size
+
+
+async def test_prompt_longer_than_the_context_window_is_a_context_overflow(
+    smollm2: ModelConfig,
+) -> None:
+    tiny = smollm2.model_copy(
+        update={"compat": {**smollm2.compat, "pool_size": 1, "n_threads": 1, "n_ctx": 64}}
+    )
+    with pytest.raises(ContextOverflowError, match="context window is 64"):
+        await _collect(LocalProvider(), _request(tiny, "word " * 200, max_tokens=4))

@@ -45,6 +45,7 @@ import random
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,14 +166,20 @@ def check_gguf(path: str | Path) -> Path:
     return resolved
 
 
+_CHECKED: dict[str, Path] = {}
+
+
 def gguf_path_for(model: ModelConfig) -> Path:
-    """The GGUF file ``model`` names: ``compat["gguf_path"]``, a bundled name, or a path id."""
-    explicit = model.compat.get("gguf_path")
-    if explicit:
-        return check_gguf(str(explicit))
-    if model.id in BUNDLED_MODELS:
-        return _bundled_path(model.id)
-    return check_gguf(model.id)
+    """The GGUF file ``model`` names: ``compat["gguf_path"]``, a bundled name, or a path id.
+
+    A path is checked once per process; later calls reuse the answer (no file I/O per call).
+    """
+    name = str(model.compat.get("gguf_path") or model.id)
+    path = _CHECKED.get(name)
+    if path is None:
+        path = _bundled_path(name) if name in BUNDLED_MODELS else check_gguf(name)
+        _CHECKED[name] = path
+    return path
 
 
 def local_model_config(model: str) -> ModelConfig:
@@ -285,8 +292,6 @@ class _ModelPool:
     """
 
     def __init__(self, path: Path, size: int, n_threads: int, n_ctx: int) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.path = path
         self.size = size
         self.n_threads = n_threads
@@ -558,6 +563,7 @@ class LocalProvider:
     def __init__(self, name: str = "local") -> None:
         self.name = name
         self.generations: deque[GenerationRecord] = deque(maxlen=64)
+        self._warned_tools = False
 
     async def preload(self, model: ModelConfig, instances: int | None = None) -> int:
         """Load ``instances`` (default: all) instances of ``model``'s pool now; returns how many
@@ -578,6 +584,14 @@ class LocalProvider:
         model = request.model
         pool = _pool_for(model)
         job = _job_for(request)
+        if request.tools and not self._warned_tools:
+            self._warned_tools = True
+            logger.warning(
+                "local:%s is not offered the %d tool(s) of this request: the local provider "
+                "does not do tool calling; use a vendor model for agents that need tools",
+                model.id,
+                len(request.tools),
+            )
         self.generations.append(job.record)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
