@@ -280,11 +280,6 @@ async def test_max_concurrency_caps_branches_in_flight() -> None:
     in_flight = 0
     peak = 0
 
-    async def slow_reply(request: StreamRequest) -> Reply:
-        return Reply("done")
-
-    gate = asyncio.Event()
-
     def track(request: StreamRequest) -> Reply:
         nonlocal in_flight, peak
         in_flight += 1
@@ -295,7 +290,6 @@ async def test_max_concurrency_caps_branches_in_flight() -> None:
         nonlocal in_flight
         if isinstance(event, AgentEnd):
             in_flight -= 1
-            gate.set()
 
     configs = [branch(track) for _ in range(6)]
     result = await agent_loop_parallel(
