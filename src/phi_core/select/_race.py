@@ -37,10 +37,11 @@ class PairedRace(SelectionAlgorithm):
     3. *No zero-width intervals.* The sample variance of ``d`` is shrunk towards the maximal
        variance by ``prior`` pseudo-observations, so streaks of identical 0/1 outcomes (which made
        AgentOpt's eps-LUCB and threshold SE stop after two datapoints) cannot fake certainty.
-    4. *A delta and a union bound.* ``j`` eliminates ``i`` only when the lower bound of the mean
-       difference exceeds zero at level ``z = Phi^-1(1 - delta / ((K - 1) R))`` for ``K``
-       combinations and ``R`` rounds: the best combination survives all ``(K - 1) R`` tests with
-       probability at least ``1 - delta``.
+    4. *A delta and a union bound.* ``delta`` is split evenly over the ``R`` decision rounds and,
+       within a round, over the ``m - 1`` comparisons that could eliminate any given survivor
+       (``m`` survivors): ``j`` eliminates ``i`` only when the lower bound of the mean difference,
+       at ``z = Phi^-1(1 - delta / (R (m - 1)))``, exceeds zero. As arms drop out the survivors
+       are compared at a smaller ``z``, which is where the expensive near-ties are decided.
     5. *Deterministic, cost-aware recommendation.* Among survivors (all on the same datapoints) the
        pick is the highest mean, then the lowest cost, latency and name; with ``epsilon > 0`` the
        race also stops once the leader is within ``epsilon`` of every survivor.
@@ -58,7 +59,7 @@ class PairedRace(SelectionAlgorithm):
 
     def __init__(
         self,
-        delta: float = 0.2,
+        delta: float = 0.1,
         epsilon: float = 0.0,
         n_initial: int | None = None,
         growth: float = 1.2,
@@ -82,13 +83,14 @@ class PairedRace(SelectionAlgorithm):
         k_all = arena.n_combos
         n0 = min(total, self.n_initial or max(5, total // 40))
         schedule = _schedule(n0, self.growth, total)
-        z = NormalDist().inv_cdf(1 - self.delta / (max(k_all - 1, 1) * len(schedule)))
+        decisions = max(1, len(schedule) - 1)  # no test is needed at n = N: the means are exact
         active = list(range(k_all))
         self.pool = set(active)
         for n in schedule:
             await arena.evaluate_prefix(active, n)
             if n >= total or len(active) == 1 or n < 2:
                 continue
+            z = NormalDist().inv_cdf(1 - self.delta / (decisions * (len(active) - 1)))
             active = self._eliminate(arena, active, n, z)
             self.pool = set(active)
             if len(active) == 1 or self._epsilon_stop(arena, active, n, z):
