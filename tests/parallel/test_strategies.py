@@ -246,3 +246,19 @@ async def test_vote_in_a_race_reports_votes_in_the_end_event() -> None:
     assert result.selected_index == 1
     end = seen[-1]
     assert end.decision["votes"] == {"paris": 2, "lyon": 1}  # type: ignore[attr-defined]
+
+
+async def test_a_check_that_raises_fails_the_answer_not_the_race() -> None:
+    class Broken:
+        name = "broken"
+
+        async def check(self, outcome: ParallelLoopOutcome, *, cancel: CancelToken) -> object:
+            raise OSError("no python here")
+
+    for early in (True, False):
+        verifier = VerifierEvaluation(Broken(), early_accept=early)  # type: ignore[arg-type]
+        result = await agent_loop_parallel(
+            "q", base(), [branch(answer("a", 5)), branch(answer("b", 2))], verifier
+        )
+        assert result.selected_index == 1 and result.decision.fallback
+        assert "raised OSError: no python here" in result.decision.details["reasons"][0]

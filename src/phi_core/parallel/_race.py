@@ -14,6 +14,7 @@ ends that branch cleanly (reason ``cancelled``, partial usage kept).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,6 +36,8 @@ from ._types import (
 )
 
 __all__ = ["ToolFactory", "adopt_winner", "agent_loop_parallel"]
+
+logger = logging.getLogger("phi_core.parallel")
 
 ToolFactory = Callable[[int, AgentLoopConfig], Sequence[Any]]
 """``(branch index, config) -> tools`` for branches that must not share tool state."""
@@ -177,13 +180,26 @@ class _Race:
             self.early is not None
             and outcome.ok
             and self.accepted is None
-            and await self.early.accept(outcome, cancel=self.cancel)
+            and await self._accepts(outcome)
             and self.accepted is None  # a sibling may have been accepted while we checked
         ):
             self.accepted = index
             for other, sibling in enumerate(self.tokens):
                 if other != index:
                     sibling.cancel("early_accept")
+
+    async def _accepts(self, outcome: ParallelLoopOutcome) -> bool:
+        """The early-accept check; one that raises rejects the branch (and is logged)."""
+        assert self.early is not None
+        try:
+            return await self.early.accept(outcome, cancel=self.cancel)
+        except Exception:
+            logger.warning(
+                "early-accept check raised for branch %d; not accepting it",
+                outcome.config_index,
+                exc_info=True,
+            )
+            return False
 
     async def _execute(
         self, outcome: ParallelLoopOutcome, forward: _Forward, on_timeout: Callable[[], None]

@@ -235,7 +235,11 @@ class _CheckCache:
         if cached is None:
             cached = []
             for check in self.checks:
-                result = await check.check(outcome, cancel=cancel)
+                try:
+                    result = await check.check(outcome, cancel=cancel)
+                except Exception as exc:  # a broken check fails the answer, not the race
+                    name = getattr(check, "name", type(check).__name__)
+                    result = CheckResult(False, f"check {name} raised {type(exc).__name__}: {exc}")
                 cached.append(result)
                 if not result.passed:
                     break  # later (usually dearer) checks are skipped
