@@ -51,14 +51,15 @@ T = TypeVar("T")
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP libraries' transport exceptions (the SDKs use httpx or its fork httpx2)."""
+    """The HTTP libraries' transport exceptions (the SDKs use httpx, its fork httpx2, aiohttp)."""
     found: list[type[BaseException]] = [OSError, EOFError]
-    for name in ("httpx", "httpx2"):
+    for name, attr in (("httpx", "TransportError"), ("httpx2", "TransportError"),
+                       ("aiohttp", "ClientError")):  # fmt: skip
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        found.append(module.TransportError)
+        found.append(getattr(module, attr))
     return tuple(found)
 
 
