@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import importlib.util
 from pathlib import Path
@@ -10,8 +11,14 @@ from typing import Any
 import pytest
 
 from phi_core.errors import MissingExtraError, UserError
-from phi_core.providers import ModelConfig, local, resolve_model
-from phi_core.providers.local import check_gguf, local_model_config, pool_settings
+from phi_core.providers import ModelConfig, StreamRequest, local, resolve_model
+from phi_core.providers.local import (
+    LocalProvider,
+    check_gguf,
+    local_model_config,
+    pool_settings,
+)
+from phi_core.types import UserMessage
 
 
 def test_missing_gguf_path_names_the_path_and_the_bundled_alternative(tmp_path: Path) -> None:
@@ -108,3 +115,25 @@ def test_bad_pool_size_names_the_variable_and_the_value(
         pool_settings(_config())
     assert local.POOL_SIZE_ENV in str(info.value)
     assert repr(value) in str(info.value)
+
+
+async def test_a_gguf_llama_cpp_cannot_load_fails_every_waiting_call_with_the_path(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("llama_cpp", reason="needs the `local` extra")
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
+    model = resolve_model(f"local:{broken}").model_copy(
+        update={"compat": {"gguf_path": str(broken), "pool_size": 1, "n_threads": 1}}
+    )
+    provider = LocalProvider()
+
+    async def call() -> None:
+        request = StreamRequest(model=model, messages=[UserMessage.text("hi")], max_tokens=2)
+        async for _ in provider.stream(request):
+            pass
+
+    # One call loads, the other two queue behind it; none may be left waiting.
+    outcomes = await asyncio.gather(call(), call(), call(), return_exceptions=True)
+    assert all(isinstance(o, UserError) for o in outcomes), outcomes
+    assert all(str(broken) in str(o) for o in outcomes)

@@ -132,7 +132,7 @@ async def test_cancelling_the_consumer_stops_the_generation_thread_within_one_to
     assert record.tokens_at_stop is not None
     assert record.tokens_after_stop <= 1
     assert record.completion_tokens - record.tokens_at_stop <= 1
-    assert record.completion_tokens - tokens_at_cancel <= 2
+    assert record.completion_tokens - tokens_at_cancel <= 3  # cancel() to flag: a loop step
     assert record.completion_tokens < 400
 
 

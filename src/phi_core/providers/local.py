@@ -45,7 +45,7 @@ import random
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,13 +312,20 @@ class _ModelPool:
 
     def _load(self, index: int) -> _Instance:
         llama_cpp = _import_llama_cpp()
-        llama = llama_cpp.Llama(
-            model_path=str(self.path),
-            n_ctx=self.n_ctx,
-            n_threads=self.n_threads,
-            n_threads_batch=self.n_threads,
-            verbose=False,
-        )
+        try:
+            llama = llama_cpp.Llama(
+                model_path=str(self.path),
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise UserError(
+                f"llama.cpp could not load {str(self.path)!r}: {exc}. Check that the file is a "
+                f"complete GGUF model of an architecture this llama-cpp-python supports "
+                f"(try `pip install -U llama-cpp-python`), or lower `n_ctx` if memory is short."
+            ) from exc
         with self._lock:
             if self.formatter is None:
                 self.formatter = _chat_formatter(llama)
@@ -339,7 +346,7 @@ class _ModelPool:
                 waiter = loop.create_future()
                 self._waiters.append((loop, waiter))
         if waiter is None:
-            return await self._load_new(loop, index)
+            return await self._load_new(index)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -349,25 +356,46 @@ class _ModelPool:
                 self.release(waiter.result())  # handed over just as we were cancelled
             raise
 
-    async def _load_new(self, loop: asyncio.AbstractEventLoop, index: int) -> _Instance:
-        loading = loop.run_in_executor(self.executor, self._load, index)
+    async def _load_new(self, index: int) -> _Instance:
+        loading = self.executor.submit(self._load, index)
+        waiting = asyncio.wrap_future(loading)
+        waiting.add_done_callback(_retrieve)
         try:
-            return await asyncio.shield(loading)
+            return await asyncio.shield(waiting)
         except asyncio.CancelledError:
-            # The load goes on in its thread; the instance joins the pool when it is ready.
+            # The load goes on in its thread; the instance joins the pool when it is ready
+            # (a thread-side callback, so this holds even if this event loop closes first).
             loading.add_done_callback(self._adopt)
             raise
-        except BaseException:
-            with self._lock:
-                self._created -= 1
+        except BaseException as exc:
+            self._load_failed(exc)
             raise
 
-    def _adopt(self, loading: asyncio.Future[_Instance]) -> None:
-        if loading.cancelled() or loading.exception() is not None:
-            with self._lock:
-                self._created -= 1
-            return
-        self.release(loading.result())
+    def _adopt(self, loading: Future[_Instance]) -> None:
+        if loading.cancelled():
+            self._load_failed(None)
+        elif (error := loading.exception()) is not None:
+            self._load_failed(error)
+        else:
+            self.release(loading.result())
+
+    def _load_failed(self, error: BaseException | None) -> None:
+        """Un-count a failed load; with no instance left, fail the waiters instead of leaving
+        them waiting for a release that cannot come."""
+        with self._lock:
+            self._created -= 1
+            stranded = list(self._waiters) if self._created == 0 else []
+            if stranded:
+                self._waiters.clear()
+        failure = error if isinstance(error, Exception) else RuntimeError("model load cancelled")
+        for loop, waiter in stranded:
+
+            def fail(waiter: asyncio.Future[_Instance] = waiter) -> None:
+                if not waiter.done():
+                    waiter.set_exception(failure)
+
+            with contextlib.suppress(RuntimeError):  # that waiter's loop is closed: it is gone
+                loop.call_soon_threadsafe(fail)
 
     def release(self, instance: _Instance) -> None:
         """Give ``instance`` to the oldest waiter, or put it back. Callable from any thread."""
@@ -485,6 +513,9 @@ def _generate(pool: _ModelPool, instance: _Instance, job: _Job, emit: Callable[[
         if not owned:
             raise RuntimeError(f"instance {instance.index} of {pool.path.name} is already busy")
         instance.busy = True
+        if job.stop.is_set():  # cancelled while waiting for this thread
+            finish = "cancelled"
+            return finish
         grammar = pool.grammar(job.response_format) if job.response_format else None
         rendered = pool.formatter(messages=job.messages)
         tokens = llama.tokenize(
