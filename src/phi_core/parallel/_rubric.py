@@ -49,11 +49,12 @@ DEFAULT_CRITERIA: tuple[Criterion, ...] = (
 )
 
 
-def rubric_format(criteria: Sequence[Criterion]) -> ResponseFormat:
+def rubric_format(criteria: Sequence[Criterion], count: int) -> ResponseFormat:
+    """The JSON schema of a rubric reply for ``count`` answers (numbers constrained to 1..count)."""
     item: dict[str, Any] = {
         "type": "object",
         "properties": {
-            "answer": {"type": "integer"},
+            "answer": {"type": "integer", "enum": list(range(1, count + 1))},
             "reason": {"type": "string"},
             **{c.name: {"type": "number", "minimum": 0, "maximum": 1} for c in criteria},
         },
@@ -64,7 +65,9 @@ def rubric_format(criteria: Sequence[Criterion]) -> ResponseFormat:
         name="rubric_scores",
         schema={
             "type": "object",
-            "properties": {"scores": {"type": "array", "items": item}},
+            "properties": {
+                "scores": {"type": "array", "items": item, "minItems": count, "maxItems": count}
+            },
             "required": ["scores"],
             "additionalProperties": False,
         },
@@ -137,7 +140,6 @@ class RubricJudgeEvaluation(BaseEvaluation):
         self.shuffle = shuffle
         self._rng = random.Random(seed)
         self.system_prompt = system_prompt or self._default_system_prompt()
-        self.response_format = rubric_format(criteria)
 
     def _default_system_prompt(self) -> str:
         lines = "\n".join(f"- {c.name}: {c.description or c.name}" for c in self.criteria)
@@ -190,7 +192,7 @@ class RubricJudgeEvaluation(BaseEvaluation):
             loop_id=loop_id,
             events=events,
             cancel=cancel,
-            response_format=self.response_format,
+            response_format=rubric_format(self.criteria, len(shown)),
         )
         parsed = parse_rubric_scores(call.text, self.criteria, len(shown))
         per_branch = {shown[n - 1].config_index: s for n, s in parsed.items()}
