@@ -14,14 +14,14 @@ import math
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import UserError
 
-__all__ = ["Arena", "Budget", "BudgetExhausted", "Evaluation", "Evaluator"]
+__all__ = ["Arena", "Budget", "BudgetExhausted", "Evaluation", "Evaluator", "latency_band"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -61,6 +61,8 @@ class Budget:
 
     max_evaluations: int | None = None
     max_cost: float | None = None
+    cost_check_every: int = 5
+    """With ``max_cost``, batches run in slices of this many datapoints per combination."""
 
     def __post_init__(self) -> None:
         if self.max_evaluations is not None and self.max_evaluations < 1:
@@ -71,6 +73,19 @@ class Budget:
 
 class BudgetExhausted(Exception):
     """Raised inside an algorithm when the budget is spent; the runner recommends from what it has."""
+
+
+def latency_band(latency: Any) -> Any:
+    """Latency in seconds to a band: 0 below 10 ms, then one band per factor of 1.5.
+
+    Used for tie-breaking only: wall-clock latencies of identical runs differ by noise, so the
+    ranking compares bands, not raw seconds (works on floats and numpy arrays).
+    """
+    value = np.maximum(np.asarray(latency, dtype=float), 0.0)
+    band = np.where(
+        value < 0.01, 0.0, np.floor(np.log(np.maximum(value, 0.01) / 0.01) / np.log(1.5)) + 1.0
+    )
+    return band if band.ndim else float(band)
 
 
 class Arena:
@@ -172,6 +187,21 @@ class Arena:
                 truncated = truncated or len(positions) > room
                 room -= len(trimmed[k])
             todo = trimmed
+        if b is not None and b.max_cost is not None:
+            # a dollar budget is checked every few datapoints per combination, not once per batch
+            step = b.cost_check_every
+            while any(todo.values()):
+                head = {k: p[:step] for k, p in todo.items() if p}
+                todo = {k: p[step:] for k, p in todo.items() if p[step:]}
+                await self._run(head)
+                if self.exhausted():
+                    raise BudgetExhausted
+        else:
+            await self._run(todo)
+        if truncated or self.exhausted():
+            raise BudgetExhausted
+
+    async def _run(self, todo: dict[int, list[int]]) -> None:
         request = {k: [self.order[p] for p in positions] for k, positions in todo.items()}
         results = await self.evaluator.evaluate(request)
         for k, positions in todo.items():
@@ -192,8 +222,6 @@ class Arena:
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(self)
-        if truncated or self.exhausted():
-            raise BudgetExhausted
 
     async def evaluate_prefix(self, combos: Iterable[int], n: int) -> None:
         """Make sure every combination in ``combos`` has seen positions ``0 .. n-1`` (paired)."""
@@ -224,7 +252,11 @@ class Arena:
         return float(np.std(self.scores[k][self.observed[k]], ddof=1))
 
     def rank_key(self, k: int) -> tuple[float, float, float, str]:
-        """Deterministic order: higher accuracy, then lower cost, lower latency, then name."""
+        """Deterministic order: higher accuracy, then lower cost, lower latency, then name.
+
+        Latency is compared in bands (see :func:`latency_band`) so that timing noise between two
+        otherwise identical combinations does not decide the pick; the name does.
+        """
         n = self.count(k)
         if n == 0:
             return (math.inf, math.inf, math.inf, self.names[k])
@@ -232,7 +264,7 @@ class Arena:
         return (
             -float(self.scores[k][mask].mean()),
             float(self.costs[k][mask].mean()),
-            float(self.latencies[k][mask].mean()),
+            float(latency_band(float(self.latencies[k][mask].mean()))),
             self.names[k],
         )
 
@@ -248,7 +280,7 @@ class Arena:
         mask = self.observed[pool]
         mean = (self.scores[pool] * mask).sum(axis=1) / safe
         cost = (self.costs[pool] * mask).sum(axis=1) / safe
-        latency = (self.latencies[pool] * mask).sum(axis=1) / safe
+        latency = latency_band((self.latencies[pool] * mask).sum(axis=1) / safe)
         order = np.lexsort((self._name_rank[pool], latency, cost, -mean))
         return int(pool[order[0]])
 

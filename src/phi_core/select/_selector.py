@@ -88,9 +88,16 @@ class AgentEvaluator:
                         tg.create_task(run_one(j, i))
                 results[k] = [e for e in out if e is not None]
 
-        async with asyncio.TaskGroup() as tg:
-            for k, datapoints in batch.items():
-                tg.create_task(run_combo(k, datapoints))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for k, datapoints in batch.items():
+                    tg.create_task(run_combo(k, datapoints))
+        except BaseExceptionGroup as group:
+            # a usage mistake (bad score, missing key, ...) aborts the run with its own message
+            user_error = _first_user_error(group)
+            if user_error is not None:
+                raise user_error from None
+            raise
         return results
 
     async def _evaluate_one(self, k: int, i: int) -> Evaluation:
@@ -320,6 +327,17 @@ class _Recommend(SelectionAlgorithm):
 
     async def run(self, arena: Arena, space: SearchSpace) -> int:
         return arena.best(self.pool)
+
+
+def _first_user_error(group: BaseExceptionGroup[BaseException]) -> UserError | None:
+    for error in group.exceptions:
+        if isinstance(error, UserError):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            found = _first_user_error(error)
+            if found is not None:
+                return found
+    return None
 
 
 def _budget(budget: Budget | int | float | None) -> Budget | None:

@@ -1,0 +1,64 @@
+"""Cache keys cover the whole request, every sampling parameter and the sample index."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from phi_core.providers.base import ModelConfig, StreamRequest
+from phi_core.select import ResponseCache, cache_key
+from phi_core.types import AssistantMessage, TextContent, UserMessage
+
+
+def request(**changes: object) -> StreamRequest:
+    base = StreamRequest(
+        model=ModelConfig(provider="openai", id="gpt-4o-mini"), messages=[UserMessage.text("hi")]
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_identical_requests_share_a_key_even_with_different_message_timestamps() -> None:
+    a = request(messages=[UserMessage(content=[TextContent(text="hi")], timestamp=1)])
+    b = request(messages=[UserMessage(content=[TextContent(text="hi")], timestamp=2)])
+    assert cache_key(a) == cache_key(b)
+
+
+def test_every_sampling_parameter_and_the_sample_index_change_the_key() -> None:
+    base = cache_key(request())
+    variants = [
+        request(temperature=0.7),
+        request(top_p=0.9),
+        request(seed=1),
+        request(max_tokens=10),
+        request(thinking="high"),
+        request(system_prompt="be brief"),
+        request(messages=[UserMessage.text("hello")]),
+        request(model=ModelConfig(provider="openai", id="gpt-4o")),
+        request(
+            model=ModelConfig(provider="openai", id="gpt-4o-mini", base_url="http://127.0.0.1:9/v1")
+        ),
+    ]
+    keys = {cache_key(v) for v in variants}
+    assert base not in keys and len(keys) == len(variants)
+    assert cache_key(request(temperature=0.7), sample=0) != cache_key(
+        request(temperature=0.7), sample=1
+    )
+
+
+def test_a_model_default_temperature_counts_like_a_request_temperature() -> None:
+    hot = ModelConfig(provider="openai", id="gpt-4o-mini", temperature=0.9)
+    assert cache_key(request(model=hot)) == cache_key(request(temperature=0.9))
+    assert cache_key(request(model=hot)) != cache_key(request())
+
+
+async def test_the_cache_persists_messages_and_latency(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    cache = ResponseCache(path)
+    message = AssistantMessage(content=[TextContent(text="hello")], model="m")
+    await cache.put("k", message, 1.5)
+    cache.close()
+    reopened = ResponseCache(path)
+    hit = await reopened.get("k")
+    assert hit is not None and hit.message.text == "hello" and hit.latency == 1.5
+    assert await reopened.get("other") is None
+    assert len(reopened) == 1

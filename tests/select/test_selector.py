@@ -1,0 +1,337 @@
+"""ModelSelector end to end with scripted providers: metering, concurrency, failures, results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phi_core.errors import UserError
+from phi_core.providers.base import ModelConfig
+from phi_core.select import (
+    Budget,
+    MeteredModel,
+    ModelSelector,
+    ResponseCache,
+    concurrency_split,
+)
+from phi_core.testing import Reply, ScriptedProvider
+from phi_core.types import Pricing, Usage
+
+
+def scripted(
+    name: str, answer: str, *, input_price: float = 1.0, output_price: float = 2.0
+) -> tuple[MeteredModel, ScriptedProvider]:
+    provider = ScriptedProvider(name=name, default=Reply(answer, usage=Usage(input=100, output=50)))
+    config = ModelConfig(
+        provider="scripted",
+        id=name,
+        api="scripted",
+        pricing=Pricing(input=input_price, output=output_price),
+    )
+    return MeteredModel(config, provider=provider), provider
+
+
+DATASET = [(f"q{i}", "right") for i in range(8)]
+
+
+def exact(expected: str, actual: str) -> float:
+    return float(expected == actual)
+
+
+async def solver_agent(models: dict[str, MeteredModel], question: str) -> str:
+    return await models["solver"].complete(question)
+
+
+@pytest.mark.parametrize(
+    ("max_concurrent", "batch", "split"),
+    [(20, 5, (4, 5)), (20, 100, (1, 20)), (20, 1, (20, 1)), (10, 10, (1, 10)), (7, 3, (2, 3))],
+)
+def test_concurrency_split_gives_datapoints_priority(
+    max_concurrent: int, batch: int, split: tuple[int, int]
+) -> None:
+    assert concurrency_split(max_concurrent, batch) == split
+    n_combo, dp = split
+    assert n_combo * dp <= max_concurrent
+
+
+def test_concurrency_split_rejects_zero() -> None:
+    with pytest.raises(UserError, match="max_concurrent must be >= 1"):
+        concurrency_split(0, 5)
+
+
+class InFlight:
+    """An agent that counts how many runs are in flight (it yields to the loop a few times)."""
+
+    now = 0
+    peak = 0
+
+    def __init__(self, models: dict[str, MeteredModel]) -> None:
+        self.models = models
+
+    async def run(self, question: str) -> str:
+        InFlight.now += 1
+        InFlight.peak = max(InFlight.peak, InFlight.now)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        InFlight.now -= 1
+        return "right" if self.models["solver"].spec.endswith("good") else "wrong"
+
+
+@pytest.mark.parametrize(("max_concurrent", "expected_peak"), [(20, 16), (6, 6), (3, 3)])
+async def test_brute_force_runs_at_most_max_concurrent_with_datapoints_first(
+    max_concurrent: int, expected_peak: int
+) -> None:
+    InFlight.now = InFlight.peak = 0
+    good, _ = scripted("good", "right")
+    bad, _ = scripted("bad", "wrong")
+    selector = ModelSelector(
+        InFlight,
+        {"solver": [good, bad]},
+        DATASET,
+        exact,
+        algorithm="brute_force",
+        max_concurrent=max_concurrent,
+        cache=False,
+    )
+    result = await selector.select_best()
+    assert result.best.models == {"solver": "scripted:good"}
+    # 2 combinations x 8 datapoints: dp_concurrent = min(max, 8), n_combo = max // dp_concurrent
+    assert InFlight.peak == expected_peak
+    assert selector.last_evaluator is not None
+    assert selector.last_evaluator.splits == [concurrency_split(max_concurrent, 8)]
+
+
+async def test_bandit_rounds_recompute_the_split_at_their_own_granularity() -> None:
+    InFlight.now = InFlight.peak = 0
+    models = [scripted(f"m{i}", "x")[0] for i in range(4)]
+    selector = ModelSelector(
+        InFlight,
+        {"solver": models},
+        DATASET * 5,
+        exact,
+        algorithm="epsilon_lucb",
+        max_concurrent=20,
+        cache=False,
+        algorithm_params={"n_initial": 2},
+    )
+    await selector.select_best()
+    splits = selector.last_evaluator.splits  # type: ignore[union-attr]
+    assert splits[0] == (10, 2)  # initial batch of 2 datapoints per combination
+    assert set(splits[1:]) == {(20, 1)}  # then one datapoint per round
+
+
+async def test_tokens_dollars_and_latency_of_every_call_are_metered() -> None:
+    cheap, cheap_provider = scripted("cheap", "right", input_price=1.0, output_price=2.0)
+    selector = ModelSelector(
+        solver_agent, {"solver": [cheap]}, DATASET, exact, algorithm="brute_force", cache=False
+    )
+    result = await selector.select_best()
+    combo = result.best
+    assert cheap_provider.calls == len(DATASET)
+    assert combo.input_tokens == 100 * len(DATASET)
+    assert combo.output_tokens == 50 * len(DATASET)
+    assert combo.cost_usd == pytest.approx(len(DATASET) * (100 * 1.0 + 50 * 2.0) / 1e6)
+    assert result.cost_usd == pytest.approx(combo.cost_usd)
+    assert combo.latency_p50 is not None and combo.latency_p95 is not None
+    assert combo.latency_p50 <= combo.latency_p95
+
+
+def test_a_sync_agent_class_calls_models_from_worker_threads() -> None:
+    class SyncAgent:
+        def __init__(self, models: dict[str, MeteredModel]) -> None:
+            self.models = models
+
+        def run(self, question: str) -> str:
+            plan = self.models["planner"].complete_sync(f"plan {question}")
+            return self.models["solver"].complete_sync(plan)
+
+    planner, planner_provider = scripted("planner", "a plan")
+    good, _ = scripted("good", "right")
+    bad, _ = scripted("bad", "wrong")
+    selector = ModelSelector(
+        SyncAgent,
+        {"planner": [planner], "solver": [bad, good]},
+        DATASET,
+        exact,
+        algorithm="brute_force",
+        cache=False,
+    )
+    result = selector.select_best_sync()
+    assert result.best.models == {"planner": "scripted:planner", "solver": "scripted:good"}
+    assert planner_provider.calls == 2 * len(DATASET)
+    assert result.best.input_tokens == 200 * len(DATASET)
+
+
+async def test_a_run_that_raises_scores_zero_and_is_reported() -> None:
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        answer = await models["solver"].complete(question)
+        if models["solver"].spec.endswith("flaky") and question in {"q1", "q3", "q5", "q7"}:
+            raise RuntimeError(f"tool crashed on {question}")
+        return answer
+
+    flaky, _ = scripted("flaky", "right")
+    steady, _ = scripted("steady", "right")
+    dataset = [*DATASET[:6], ("q6", "nope"), ("q7", "nope")]
+    selector = ModelSelector(
+        agent, {"solver": [flaky, steady]}, dataset, exact, algorithm="brute_force", cache=False
+    )
+    result = await selector.select_best()
+    assert result.best.models == {"solver": "scripted:steady"}
+    by_name = {c.name: c for c in result.combinations}
+    assert by_name["solver=scripted:flaky"].accuracy == pytest.approx(3 / 8)
+    assert by_name["solver=scripted:flaky"].failures == 4
+    assert {f.datapoint for f in result.failures} == {1, 3, 5, 7}
+    assert all("tool crashed" in f.error for f in result.failures)
+
+
+async def test_an_async_scorer_is_awaited_and_a_bad_score_is_a_user_error() -> None:
+    good, _ = scripted("good", "right")
+
+    async def async_scorer(expected: str, actual: str) -> float:
+        return 1.0 if expected == actual else 0.0
+
+    result = await ModelSelector(
+        solver_agent,
+        {"solver": [good]},
+        DATASET,
+        async_scorer,
+        algorithm="brute_force",
+        cache=False,
+    ).select_best()
+    assert result.best.accuracy == 1.0
+    with pytest.raises(UserError, match=r"scores must be in \[0, 1\]"):
+        await ModelSelector(
+            solver_agent,
+            {"solver": [good]},
+            DATASET,
+            lambda e, a: 5,
+            algorithm="brute_force",
+            cache=False,
+        ).select_best()
+
+
+async def test_a_budget_stops_the_run_and_still_names_a_winner() -> None:
+    models = [scripted(f"m{i}", "right" if i == 2 else "wrong")[0] for i in range(4)]
+    selector = ModelSelector(
+        solver_agent,
+        {"solver": models},
+        DATASET,
+        exact,
+        algorithm="brute_force",
+        budget=12,
+        cache=False,
+    )
+    result = await selector.select_best()
+    assert result.evaluations == 12
+    assert result.budget_exhausted
+    assert result.best.evaluations > 0
+
+
+def test_construction_errors_say_what_is_wrong() -> None:
+    good, _ = scripted("good", "right")
+    with pytest.raises(UserError, match="empty"):
+        ModelSelector(solver_agent, {"solver": [good]}, [], exact, cache=False)
+    with pytest.raises(UserError, match="Unknown selection algorithm"):
+        ModelSelector(
+            solver_agent, {"solver": [good]}, DATASET, exact, algorithm="grid", cache=False
+        )
+    with pytest.raises(UserError, match="no candidate"):
+        ModelSelector(solver_agent, {"solver": []}, DATASET, exact, cache=False)
+    with pytest.raises(UserError, match="budget"):
+        ModelSelector(solver_agent, {"solver": [good]}, DATASET, exact, budget="lots", cache=False)  # type: ignore[arg-type]
+
+
+async def test_results_export_pareto_front_weighting_csv_json_and_plot(tmp_path: Path) -> None:
+    best, _ = scripted("dear", "right", input_price=50.0, output_price=50.0)
+    cheap, _ = scripted("cheap", "right", input_price=0.1, output_price=0.1)
+    bad, _ = scripted("bad", "wrong", input_price=0.1, output_price=0.1)
+    result = await ModelSelector(
+        solver_agent,
+        {"solver": [best, cheap, bad]},
+        DATASET,
+        exact,
+        algorithm="brute_force",
+        cache=False,
+        seed=3,
+    ).select_best()
+    assert result.best.models == {"solver": "scripted:cheap"}  # same accuracy, lower cost
+    front = {c.name for c in result.pareto_front()}
+    assert "solver=scripted:cheap" in front and "solver=scripted:dear" not in front
+    ranked = result.weighted(accuracy=1.0, cost=1.0)
+    assert ranked[0][1].name == "solver=scripted:cheap"
+    result.to_csv(tmp_path / "r.csv")
+    result.to_json(tmp_path / "r.json")
+    result.plot_pareto(tmp_path / "p.png")
+    assert (tmp_path / "r.csv").read_text().count("\n") == 4
+    assert json.loads((tmp_path / "r.json").read_text())["best"]["name"] == "solver=scripted:cheap"
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+async def test_the_same_seed_gives_the_same_selection() -> None:
+    def make() -> ModelSelector:
+        models = [scripted(f"m{i}", "right" if i in (1, 2) else "wrong")[0] for i in range(4)]
+
+        async def agent(m: dict[str, MeteredModel], q: str) -> Any:
+            return await m["solver"].complete(q)
+
+        data = [(f"q{i}", "right" if i % 3 else "x") for i in range(30)]
+        return ModelSelector(
+            agent, {"solver": models}, data, exact, algorithm="paired_race", seed=7, cache=False
+        )
+
+    a, b = await make().select_best(), await make().select_best()
+    assert a.best.name == b.best.name
+    assert [(c.name, c.evaluations) for c in a.combinations] == [
+        (c.name, c.evaluations) for c in b.combinations
+    ]
+
+
+async def test_the_response_cache_makes_a_rerun_free(tmp_path: Path) -> None:
+    cache_file = tmp_path / "cache.sqlite"
+    good, provider = scripted("good", "right")
+    first = await ModelSelector(
+        solver_agent, {"solver": [good]}, DATASET, exact, algorithm="brute_force", cache=cache_file
+    ).select_best()
+    assert provider.calls == len(DATASET)
+    good2, provider2 = scripted("good", "right")
+    second = await ModelSelector(
+        solver_agent,
+        {"solver": [good2]},
+        DATASET,
+        exact,
+        algorithm="brute_force",
+        cache=ResponseCache(cache_file),
+    ).select_best()
+    assert provider2.calls == 0
+    assert second.cost_usd == 0.0
+    assert second.best.cost_usd == pytest.approx(
+        first.best.cost_usd
+    )  # the combination's price is unchanged
+    assert second.best.accuracy == first.best.accuracy
+
+
+async def test_budget_object_limits_dollars() -> None:
+    dear, _ = scripted("dear", "right", input_price=1000.0, output_price=1000.0)
+    result = await ModelSelector(
+        solver_agent,
+        {"solver": [dear]},
+        DATASET,
+        exact,
+        algorithm="brute_force",
+        budget=Budget(max_cost=0.3),
+        cache=False,
+        max_concurrent=1,
+    ).select_best()
+    assert result.budget_exhausted
+    assert result.evaluations == 5  # checked every 5 datapoints: 5 x $0.15 > $0.30
+
+
+async def test_the_sync_wrapper_refuses_to_run_inside_an_event_loop() -> None:
+    good, _ = scripted("good", "right")
+    selector = ModelSelector(solver_agent, {"solver": [good]}, DATASET, exact, cache=False)
+    with pytest.raises(UserError, match="await select_best"):
+        selector.select_best_sync()
