@@ -53,7 +53,7 @@ class CancelToken:
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
-        for child in self._children:
+        for child in list(self._children):  # children unlink themselves while cancelling
             child.cancel(reason)
         if self._parent is not None:
             with contextlib.suppress(ValueError):
