@@ -51,10 +51,10 @@ T = TypeVar("T")
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP libraries' transport exceptions (the SDKs use httpx, its fork httpx2, aiohttp)."""
+    """The HTTP libraries' transport exceptions (the SDKs use httpx, its fork httpx2, aiohttp; boto3 uses urllib3)."""
     found: list[type[BaseException]] = [OSError, EOFError]
     for name, attr in (("httpx", "TransportError"), ("httpx2", "TransportError"),
-                       ("aiohttp", "ClientError")):  # fmt: skip
+                       ("aiohttp", "ClientError"), ("urllib3.exceptions", "HTTPError")):  # fmt: skip
         try:
             module = importlib.import_module(name)
         except ImportError:

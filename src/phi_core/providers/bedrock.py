@@ -1,0 +1,390 @@
+"""AWS Bedrock Converse stream through ``boto3`` (``pip install 'phi-core[bedrock]'``).
+
+boto3 is blocking, so each call runs the ``converse_stream`` request and its event-stream
+iteration in its own worker thread, which hands events to the event loop through an
+``asyncio.Queue``; the loop never blocks. When the caller stops (cancellation, an error, or simply
+not reading further) the worker is told to stop and the HTTP stream is closed, which ends the
+thread's blocking read.
+
+Credentials come from the standard AWS chain (env, profile, role), or from ``api_key`` written
+``ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]``. The region is ``compat["region"]``,
+``AWS_REGION``/``AWS_DEFAULT_REGION``, or ``us-east-1``. botocore's retries are off. SigV4 signing
+is botocore's own (phi-core sent a bare bearer header). Tool-use input deltas are accumulated
+(phi-core lost them). Structured output uses a forced ``respond_json`` tool on every model that
+supports tools. Thinking (Anthropic models) goes in ``additionalModelRequestFields``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+try:
+    import boto3
+    import botocore.config
+    import botocore.exceptions
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    from ..errors import MissingExtraError
+
+    raise MissingExtraError("AWS Bedrock models", "bedrock") from exc
+
+from ..errors import AuthError, ProviderError, register_secret
+from ..types import (
+    AssistantMessage,
+    ImageContent,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._common import (
+    TRANSPORT_ERRORS,
+    MessageBuilder,
+    classify_error,
+    network_error,
+    thinking_as_text,
+)
+from .anthropic import JSON_TOOL, THINKING_BUDGETS
+from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
+
+__all__ = ["BedrockProvider", "build_converse_params"]
+
+_STOP: dict[str, StopReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_use",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "guardrail_intervened": "error",
+    "content_filtered": "error",
+}
+_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
+
+
+class BedrockProvider:
+    """Streams ``converse_stream``; one boto3 client per endpoint, region and credentials."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        self.name = model.provider
+        region = (
+            model.compat.get("region")
+            or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or "us-east-1"
+        )
+        kwargs: dict[str, Any] = {"region_name": str(region)}
+        key = model.api_key_value()
+        if key:
+            parts = key.split(":")
+            if len(parts) not in (2, 3):
+                raise AuthError(
+                    "Bedrock api_key must be `ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]`; "
+                    "leave it unset to use the AWS credential chain.",
+                    provider=model.provider,
+                    model=model.id,
+                )
+            for part in parts:
+                register_secret(part)
+            kwargs["aws_access_key_id"] = parts[0]
+            kwargs["aws_secret_access_key"] = parts[1]
+            if len(parts) == 3:
+                kwargs["aws_session_token"] = parts[2]
+        self.region = str(region)
+        self.base_url = model.base_url
+        self._client = boto3.session.Session().client(
+            "bedrock-runtime",
+            endpoint_url=model.base_url,
+            config=botocore.config.Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                read_timeout=600,
+                connect_timeout=15,
+                max_pool_connections=64,
+            ),
+            **kwargs,
+        )
+
+    def __repr__(self) -> str:
+        return f"BedrockProvider(name={self.name!r}, region={self.region!r})"
+
+    async def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
+        model = request.model
+        params = build_converse_params(request)
+        json_mode = request.response_format is not None
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+        opened: list[Any] = []
+
+        def post(kind: str, payload: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, payload))
+            except RuntimeError:  # the loop is gone: nobody is listening any more
+                stop.set()
+
+        def worker() -> None:
+            try:
+                response = self._client.converse_stream(**params)
+                events = response["stream"]
+                opened.append(events)
+                for event in events:
+                    if stop.is_set():
+                        break
+                    post("event", event)
+                post("end", None)
+            except BaseException as exc:  # handed to the event loop, raised there
+                post("error", exc)
+
+        thread = threading.Thread(target=worker, name=f"bedrock-{model.id}", daemon=True)
+        thread.start()
+        builder = MessageBuilder(model.provider, model.id)
+        json_blocks: set[int] = set()
+        usage = Usage()
+        stop_reason: str | None = None
+        try:
+            while True:
+                kind, payload = await queue.get()
+                if kind == "end":
+                    break
+                if kind == "error":
+                    mapped = _map_error(payload, model)
+                    if mapped is None:
+                        raise payload
+                    raise mapped from payload
+                if "contentBlockDelta" in payload:
+                    body = payload["contentBlockDelta"]
+                    index = body.get("contentBlockIndex", 0)
+                    delta = body.get("delta", {})
+                    if "text" in delta:
+                        yield builder.text(index, delta["text"])
+                    elif "toolUse" in delta:
+                        partial = delta["toolUse"].get("input", "")
+                        if index in json_blocks:
+                            yield builder.text(index, partial)
+                        else:
+                            yield builder.tool_call(index, arguments=partial)
+                    elif "reasoningContent" in delta:
+                        reasoning = delta["reasoningContent"]
+                        redacted = reasoning.get("redactedContent")
+                        yield builder.thinking(
+                            index,
+                            reasoning.get("text", ""),
+                            reasoning.get("signature")
+                            or (base64.b64encode(redacted).decode() if redacted else None),
+                            redacted=bool(redacted),
+                        )
+                elif "contentBlockStart" in payload:
+                    body = payload["contentBlockStart"]
+                    tool = body.get("start", {}).get("toolUse")
+                    if tool is not None:
+                        index = body.get("contentBlockIndex", 0)
+                        if json_mode and tool.get("name") == JSON_TOOL:
+                            json_blocks.add(index)
+                        else:
+                            yield builder.tool_call(
+                                index, id=tool.get("toolUseId"), name=tool.get("name")
+                            )
+                elif "messageStop" in payload:
+                    stop_reason = payload["messageStop"].get("stopReason", "end_turn")
+                elif "metadata" in payload:
+                    usage = _usage(payload["metadata"].get("usage", {}))
+        finally:
+            stop.set()
+            for events in opened:
+                events.close()
+        if stop_reason is None:
+            raise network_error(
+                model.provider, model.id, EOFError("the stream ended before messageStop")
+            )
+        reason = _STOP.get(stop_reason, "stop")
+        if json_blocks and reason == "tool_use" and not builder.has_tool_calls:
+            reason = "stop"
+        yield StreamDone(builder.finish(reason, usage))
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    inp = int(raw.get("inputTokens", 0))
+    out = int(raw.get("outputTokens", 0))
+    read = int(raw.get("cacheReadInputTokens", 0))
+    write = int(raw.get("cacheWriteInputTokens", 0))
+    return Usage(
+        input=inp,
+        output=out,
+        cache_read=read,
+        cache_write=write,
+        total=int(raw.get("totalTokens", 0)) or inp + out + read + write,
+    )
+
+
+def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
+    """The one place botocore exceptions become classified errors."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return AuthError(
+            f"{model.spec}: no AWS credentials found. Set AWS_ACCESS_KEY_ID and "
+            f"AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or pass api_key='ACCESS:SECRET'.",
+            provider=model.provider,
+            model=model.id,
+        )
+    if isinstance(exc, botocore.exceptions.ClientError):
+        error = exc.response.get("Error", {})
+        meta = exc.response.get("ResponseMetadata", {})
+        status = meta.get("HTTPStatusCode")
+        code = str(error.get("Code", ""))
+        if isinstance(exc, botocore.exceptions.EventStreamError):
+            status = None  # an exception event inside a 200 stream
+        return classify_error(
+            status=status if isinstance(status, int) else None,
+            message=str(error.get("Message") or exc),
+            provider=model.provider,
+            model=model.id,
+            headers=meta.get("HTTPHeaders"),
+            error_type=code,
+        )
+    if isinstance(exc, (botocore.exceptions.BotoCoreError, *TRANSPORT_ERRORS)):
+        return network_error(model.provider, model.id, exc)
+    return None
+
+
+def build_converse_params(request: StreamRequest) -> dict[str, Any]:
+    """The keyword arguments of ``converse_stream`` for ``request``."""
+    model = request.model
+    params: dict[str, Any] = {"modelId": model.id, "messages": _messages(request)}
+    system: list[dict[str, Any]] = []
+    if request.system_prompt:
+        system.append({"text": request.system_prompt})
+    inference: dict[str, Any] = {"maxTokens": request.max_tokens or model.max_tokens}
+    thinking = request.thinking != "off" and "anthropic." in model.id
+    tools: list[dict[str, Any]] = [
+        {
+            "toolSpec": {
+                "name": t.name,
+                "description": t.description or t.name,
+                "inputSchema": {"json": t.parameters},
+            }
+        }
+        for t in request.tools
+    ]
+    tool_choice: dict[str, Any] | None = None
+    fmt = request.response_format
+    if fmt is not None:
+        tools.append(
+            {
+                "toolSpec": {
+                    "name": JSON_TOOL,
+                    "description": f"Respond with the {fmt.name} as a JSON object.",
+                    "inputSchema": {"json": fmt.schema_ or {"type": "object"}},
+                }
+            }
+        )
+        if thinking:
+            system.append({"text": f"Give your final answer by calling the `{JSON_TOOL}` tool."})
+        else:
+            tool_choice = {"tool": {"name": JSON_TOOL}}
+    if request.cache and "anthropic." in model.id and system:
+        system.append({"cachePoint": {"type": "default"}})
+    if system:
+        params["system"] = system
+    if tools:
+        params["toolConfig"] = {"tools": tools}
+        if tool_choice:
+            params["toolConfig"]["toolChoice"] = tool_choice
+    if thinking:
+        budget = THINKING_BUDGETS[request.thinking]
+        params["additionalModelRequestFields"] = {
+            "thinking": {"type": "enabled", "budget_tokens": budget}
+        }
+        inference["maxTokens"] = max(inference["maxTokens"], budget + 1024)
+    else:
+        temperature = request.temperature if request.temperature is not None else model.temperature
+        top_p = request.top_p if request.top_p is not None else model.top_p
+        if temperature is not None:
+            inference["temperature"] = temperature
+        if top_p is not None:
+            inference["topP"] = top_p
+    params["inferenceConfig"] = inference
+    return params
+
+
+def _image(block: ImageContent) -> dict[str, Any]:
+    return {
+        "image": {
+            "format": _FORMATS.get(block.mime_type, "png"),
+            "source": {"bytes": base64.b64decode(block.data)},
+        }
+    }
+
+
+def _messages(request: StreamRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    own = request.model.provider
+
+    def add(role: str, content: list[dict[str, Any]]) -> None:
+        if not content:
+            return
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(content)
+        else:
+            out.append({"role": role, "content": content})
+
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            parts: list[dict[str, Any]] = []
+            for block in message.content:
+                if isinstance(block, TextContent) and block.text:
+                    parts.append({"text": block.text})
+                elif isinstance(block, ImageContent):
+                    parts.append(_image(block))
+            add("user", parts)
+        elif isinstance(message, AssistantMessage):
+            reply: list[dict[str, Any]] = []
+            for content in message.content:
+                if isinstance(content, TextContent) and content.text:
+                    reply.append({"text": content.text})
+                elif isinstance(content, ThinkingContent):
+                    if message.provider == own and content.signature and not content.redacted:
+                        reply.append(
+                            {
+                                "reasoningContent": {
+                                    "reasoningText": {
+                                        "text": content.thinking,
+                                        "signature": content.signature,
+                                    }
+                                }
+                            }
+                        )
+                    elif content.thinking and not content.redacted:
+                        reply.append({"text": thinking_as_text(content)})
+                elif isinstance(content, ToolCall):
+                    reply.append(
+                        {
+                            "toolUse": {
+                                "toolUseId": content.id,
+                                "name": content.name,
+                                "input": content.arguments,
+                            }
+                        }
+                    )
+            add("assistant", reply)
+        elif isinstance(message, ToolResultMessage):
+            inner: list[dict[str, Any]] = []
+            for block in message.content:
+                if isinstance(block, TextContent):
+                    inner.append({"text": block.text or "(empty)"})
+                elif isinstance(block, ImageContent):
+                    inner.append(_image(block))
+            result: dict[str, Any] = {
+                "toolUseId": message.tool_call_id,
+                "content": inner or [{"text": "(no output)"}],
+            }
+            if message.is_error:
+                result["status"] = "error"
+            add("user", [{"toolResult": result}])
+    return out
