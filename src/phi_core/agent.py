@@ -47,7 +47,7 @@ from .loop.config import maybe_await
 from .providers.base import ModelConfig, Provider
 from .providers.retry import RetryPolicy
 from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
-from .types import AgentMessage, AssistantMessage, ThinkingLevel, UserMessage
+from .types import AgentMessage, AssistantMessage, ThinkingLevel, UserMessage, now_ms
 
 __all__ = ["AgentBusyError", "BasicAgent"]
 
@@ -390,6 +390,7 @@ class BasicAgent:
         self, queue: Any, prompts: list[AgentMessage] | None, kind: ContinuationKind
     ) -> LoopResult:
         cancel = self._begin()
+        started = now_ms()
         try:
             holder: dict[str, Any] = {}
             compactor = self._compactor(holder)
@@ -427,15 +428,16 @@ class BasicAgent:
             self._running = False
             self._cancel = None
             self._last_active = time.monotonic()
-        await self._persist()
+        await self._persist(started)
         return result
 
-    async def _persist(self) -> None:
+    async def _persist(self, since: int) -> None:
+        """Save every session the last run touched (sub-agent sessions included)."""
         if self.recorder is None or self.store is None:
             return
-        session = self.recorder.get_session(self.session_id)
-        if session is not None:
-            await self.store.save(session)
+        for session in self.recorder.all_sessions():
+            if session.session_id == self.session_id or session.last_active >= since:
+                await self.store.save(session)
 
     # ------------------------------------------------------------------ racing
 
@@ -481,6 +483,7 @@ class BasicAgent:
         from .parallel import agent_loop_parallel
 
         cancel = self._begin()
+        started = now_ms()
         try:
             configs = self._unique_branch_ids(configs)
             base = AgentContext(
@@ -509,7 +512,7 @@ class BasicAgent:
             self._running = False
             self._cancel = None
             self._last_active = time.monotonic()
-        await self._persist()
+        await self._persist(started)
         return result
 
     def _unique_branch_ids(self, configs: list[AgentLoopConfig]) -> list[AgentLoopConfig]:

@@ -548,8 +548,15 @@ async def test_sub_agents_run_as_tools_in_their_own_session() -> None:
     tool_result = agent.messages[2]
     assert tool_result.content[0].text == "42 is the answer"  # type: ignore[union-attr]
     assert provider.requests[1].system_prompt == "You research."
-    child_ends = [e for e in events if isinstance(e, AgentEnd)]
-    assert len(child_ends) == 1  # the child's events stay inside the tool
+    ends = [e for e in events if isinstance(e, AgentEnd)]
+    assert len(ends) == 1  # the child's events go to the recorder, not the parent's stream
+    assert agent.recorder is not None
+    [child] = [s for s in agent.recorder.all_sessions() if s.session_id != agent.session_id]
+    assert child.parent_spawn_ref is not None
+    assert child.parent_spawn_ref.parent_loop_id == agent.last_loop_id
+    assert child.parent_spawn_ref.parent_session_id == agent.session_id
+    assert child.loops[0].loop_id == f"{child.session_id}.sub.1"
+    assert child.loops[0].turns[0].triggered_by == "sub_agent"
 
 
 # ---------------------------------------------------------------- §4.17.10 compat

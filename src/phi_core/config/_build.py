@@ -113,6 +113,9 @@ class SubAgentTool:
             "required": ["task"],
         }
         self.timeout: float | None = None
+        self.events: Callable[[Any], Any] | None = None
+        """Where the child loop's events go (a config-built agent's session recorder), so the
+        child session and its link to the calling loop are recorded."""
         self.config = config
         self.system_prompt = system_prompt
         self.tools = tools
@@ -128,6 +131,8 @@ class SubAgentTool:
         child.loop_id = f"{child.session_id}.sub.1"
 
         def forward(event: Any) -> None:
+            if self.events is not None:
+                self.events(event)
             if isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
                 ctx.update(event.delta.text)
 
@@ -315,6 +320,10 @@ class _Builder:
             agent.with_compaction(compaction)
         self._hooks(agent, workspace)
         self._sessions(agent, workspace)
+        if agent.recorder is not None:
+            for sub in agent.tools:
+                if isinstance(sub, SubAgentTool):
+                    sub.events = agent.recorder.on_event
         return agent
 
     # ------------------------------------------------------------------ pieces
