@@ -102,6 +102,7 @@ class MeteredModel:
         cache: the response cache (``None``: no caching).
         retry: the retry policy for each call.
         temperature, top_p, seed, max_tokens: sampling defaults of this handle.
+        name: the label in results, e.g. ``"smollm2@t=0.8"`` to race one model at two settings.
     """
 
     def __init__(
@@ -115,8 +116,11 @@ class MeteredModel:
         top_p: float | None = None,
         seed: int | None = None,
         max_tokens: int | None = None,
+        name: str | None = None,
     ) -> None:
         self.config = resolve_model(model)
+        self.name = name or self.config.spec
+        """The candidate's label in results (defaults to ``provider:model``); must be unique per step."""
         self._provider = provider
         self.cache = cache
         self.retry = retry or RetryPolicy()
@@ -132,7 +136,7 @@ class MeteredModel:
         return self.config.spec
 
     def __repr__(self) -> str:
-        return f"MeteredModel({self.spec!r})"
+        return f"MeteredModel({self.name!r})"
 
     @property
     def provider(self) -> Provider:

@@ -226,8 +226,8 @@ class ModelSelector:
         steps: dict[str, list[str]] = {}
         for step, candidates in models.items():
             handles = [self._handle(c) for c in candidates]
-            steps[step] = [h.spec for h in handles]
-            self._handles[step] = {h.spec: h for h in handles}
+            steps[step] = [h.name for h in handles]
+            self._handles[step] = {h.name: h for h in handles}
         self.space = SearchSpace(steps)
         self.last_evaluator: AgentEvaluator | None = None
 

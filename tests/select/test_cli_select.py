@@ -1,0 +1,96 @@
+"""``phi select SPEC.toml`` end to end with a pure-Python agent (no model calls)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from phi_core.cli.select import command
+
+AGENT = """
+QUALITY = {"scripted:a": 0.2, "scripted:b": 0.9, "scripted:c": 0.5}
+
+def agent(models, question):
+    skill = QUALITY[models["solver"].spec]
+    return "yes" if (int(question[1:]) % 10) / 10 < skill else "no"
+
+def scorer(expected, actual):
+    return float(expected == actual)
+"""
+
+
+def make_app() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(command)
+    return app
+
+
+def write_spec(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "data.jsonl").write_text(
+        "\n".join(json.dumps({"input": f"q{i}", "expected": "yes"}) for i in range(40))
+    )
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'dataset = "data.jsonl"\n'
+        'agent = "agent.py:agent"\n'
+        'scorer = "agent.py:scorer"\n'
+        'algorithm = "brute_force"\n'
+        "seed = 1\n"
+        "cache = false\n"
+        + extra
+        + '\n[steps]\nsolver = ["openai:a", "openai:b", "openai:c"]\n'.replace(
+            "openai:", "scripted:"
+        )
+    )
+    return spec
+
+
+def test_phi_select_prints_the_ranked_table_and_writes_exports(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    result = CliRunner().invoke(
+        make_app(),
+        [
+            str(spec),
+            "--csv",
+            str(tmp_path / "r.csv"),
+            "--out-json",
+            str(tmp_path / "r.json"),
+            "--plot",
+            str(tmp_path / "p.png"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "best: solver=scripted:b" in result.output
+    assert "120/120 evaluations" in result.output
+    assert json.loads((tmp_path / "r.json").read_text())["best"]["models"] == {
+        "solver": "scripted:b"
+    }
+    assert (tmp_path / "r.csv").exists() and (tmp_path / "p.png").exists()
+
+
+def test_phi_select_json_output_and_algorithm_override(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    result = CliRunner().invoke(make_app(), [str(spec), "--json", "--algorithm", "paired_race"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["algorithm"] == "paired_race"
+    assert payload["best"]["name"] == "solver=scripted:b"
+
+
+def test_a_bad_spec_names_the_file_and_key(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, extra='colour = "blue"')
+    result = CliRunner().invoke(make_app(), [str(spec)])
+    assert result.exit_code == 2
+    assert "colour" in result.output and "spec.toml" in result.output
+
+
+def test_a_bad_dataset_line_names_the_line(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    (tmp_path / "data.jsonl").write_text('{"input": "q", "expected": "yes"}\n{"input": "q2"}\n')
+    result = CliRunner().invoke(make_app(), [str(spec)])
+    assert result.exit_code == 2
+    assert "data.jsonl:2" in result.output
