@@ -186,8 +186,10 @@ async def test_dropped_event_stream_is_a_network_error() -> None:
 
 async def test_cancelling_the_caller_stops_the_worker_thread_without_blocking_the_loop() -> None:
     gate = asyncio.Event()
+    arrived = asyncio.Event()
 
     async def slow(_record: object) -> Stream:
+        arrived.set()
         await gate.wait()  # the server never answers until the test lets it
         return es(text_reply("late"))
 
@@ -195,8 +197,7 @@ async def test_cancelling_the_caller_stops_the_worker_thread_without_blocking_th
         model = model_for(server)
         provider = BedrockProvider(model)
         task = asyncio.create_task(collect(provider, StreamRequest(model, [UserMessage.text("x")])))
-        while not server.requests:  # the event loop keeps running while boto3 blocks its thread
-            await asyncio.sleep(0.01)
+        await arrived.wait()  # reached while boto3 blocks in its thread: the loop is not blocked
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

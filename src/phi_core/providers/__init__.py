@@ -1,20 +1,49 @@
-"""Providers: the provider contract, model naming, retry and (per vendor) wire protocols.
+"""Providers: the provider contract, ``provider:model`` naming, the vendor wire protocols, one
+retry policy, one process-wide limiter and the price table.
 
-Builds clients and classifies errors; never imports the loop, parallel or routing layers.
+This folder builds authenticated SDK clients (``openai``, ``anthropic``, ``google-genai``,
+``boto3``, each with its own retries off), turns vendor streams into typed deltas and one
+assembled message, and classifies every failure into a ``ProviderError``. It imports only
+``types``, ``errors`` and ``cancel``; never the loop, parallel, routing or CLI layers.
+Vendor SDKs are imported only when a provider for them is built.
 """
 
-from .base import ModelConfig, Provider, StreamDone, StreamRequest
-from .registry import get_provider, known_providers, resolve_model
+from .base import ApiProtocol, ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
+from .compat import OpenAICompat
+from .limiter import GateStats, Limiter, LimiterSlot, default_limiter, set_default_limiter
+from .pricing import PRICES, PRICES_AS_OF, price_for
+from .registry import (
+    ProviderSpec,
+    get_provider,
+    known_providers,
+    register_protocol,
+    register_provider,
+    resolve_model,
+)
 from .retry import RetryPolicy, stream_with_retry
 
 __all__ = [
+    "PRICES",
+    "PRICES_AS_OF",
+    "ApiProtocol",
+    "GateStats",
+    "Limiter",
+    "LimiterSlot",
     "ModelConfig",
+    "OpenAICompat",
     "Provider",
+    "ProviderSpec",
     "RetryPolicy",
     "StreamDone",
+    "StreamEvent",
     "StreamRequest",
+    "default_limiter",
     "get_provider",
     "known_providers",
+    "price_for",
+    "register_protocol",
+    "register_provider",
     "resolve_model",
+    "set_default_limiter",
     "stream_with_retry",
 ]
