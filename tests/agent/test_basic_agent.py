@@ -120,7 +120,9 @@ async def test_events_reach_a_concurrent_consumer_during_the_run() -> None:
     assert not agent.is_running and len(agent.messages) == 2
 
 
-async def test_a_concurrent_prompt_is_refused_with_a_clear_error() -> None:
+async def test_a_concurrent_prompt_is_refused_with_a_clear_error(
+    strict_loop: list[dict[str, Any]],
+) -> None:
     agent, _ = agent_with(Hang())
     stream = agent.prompt("hang")
     iterator = aiter(stream)
@@ -137,7 +139,9 @@ async def test_a_concurrent_prompt_is_refused_with_a_clear_error() -> None:
     assert not agent.is_running
 
 
-async def test_two_streams_started_together_run_one_and_refuse_the_other() -> None:
+async def test_two_streams_started_together_run_one_and_refuse_the_other(
+    strict_loop: list[dict[str, Any]],
+) -> None:
     agent, _ = agent_with(Hang(), "never")
     first, second = agent.prompt("a"), agent.prompt("b")
     task = asyncio.ensure_future(first.result())
@@ -304,7 +308,9 @@ async def test_prompt_parallel_races_and_continues_with_the_winner() -> None:
     assert [m.role for m in sent] == ["user", "assistant", "user", "assistant", "user"]
 
 
-async def test_a_race_with_a_judge_is_one_parallel_group_in_the_agent_session() -> None:
+async def test_a_race_with_a_judge_is_one_parallel_group_in_the_agent_session(
+    strict_loop: list[dict[str, Any]],
+) -> None:
     judge = ScriptedProvider(["2"], name="judge")
     strategy = LlmJudgeEvaluation(AgentLoopConfig(model="judge:j", provider=judge))
     agent, _ = agent_with()

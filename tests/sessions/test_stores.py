@@ -53,7 +53,7 @@ async def test_store_round_trip_list_delete_and_agent_filter(store: SessionStore
     assert await store.list_ids() == []
     for sid, agent in [("s1", "a"), ("s2", "b"), ("s3", "a")]:
         await store.save(session(sid, agent))
-        await asyncio.sleep(0.01)  # distinct modification times for the newest-first order
+        await asyncio.sleep(0.05)  # distinct modification times for the newest-first order
     assert await store.list_ids() == ["s3", "s2", "s1"]
     loaded = await store.load("s2")
     assert loaded == session("s2", "b")
