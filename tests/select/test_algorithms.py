@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from select_worlds import MatrixEvaluator, bernoulli_world, select
 
 from phi_core.errors import UserError
 from phi_core.select import ALGORITHMS, Arena, Budget, SearchSpace, make_algorithm, run_algorithm
+
+from .select_worlds import MatrixEvaluator, bernoulli_world, select
 
 # 12 combinations; combination 7 (planner=p1 + solver=s3) is clearly best.
 PROBS = [0.30, 0.35, 0.40, 0.45, 0.40, 0.50, 0.55, 0.90, 0.35, 0.45, 0.50, 0.60]
