@@ -94,3 +94,25 @@ def test_a_bad_dataset_line_names_the_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(make_app(), [str(spec)])
     assert result.exit_code == 2
     assert "data.jsonl:2" in result.output
+
+
+async def test_the_prompt_chain_agent_feeds_each_step_the_input_and_earlier_replies() -> None:
+    from phi_core.cli.select import _prompt_chain
+    from phi_core.providers.base import ModelConfig
+    from phi_core.select import MeteredModel
+    from phi_core.testing import Reply, ScriptedProvider
+
+    planner_provider = ScriptedProvider(default=Reply("PLAN"))
+    solver_provider = ScriptedProvider(default=Reply("ANSWER"))
+    models = {
+        "planner": MeteredModel(
+            ModelConfig(provider="scripted", id="p", api="scripted"), provider=planner_provider
+        ),
+        "solver": MeteredModel(
+            ModelConfig(provider="scripted", id="s", api="scripted"), provider=solver_provider
+        ),
+    }
+    chain = _prompt_chain({"planner": "plan for {input}", "solver": "{input} using {planner}"})
+    assert await chain(models, "Q") == "ANSWER"
+    assert planner_provider.requests[0].messages[0].content[0].text == "plan for Q"  # type: ignore[union-attr]
+    assert solver_provider.requests[0].messages[0].content[0].text == "Q using PLAN"  # type: ignore[union-attr]
