@@ -27,10 +27,10 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from .cancel import CancelToken
-from .context.compaction import CompactionConfig, CompactionReport, ContextCompactor
+from .context.compaction import CompactionConfig
 from .context.limits import ExecutionLimits
 from .errors import UserError
-from .events import CompactionEnded, CompactionStarted, ContinuationKind, EventStream
+from .events import ContinuationKind, EventStream
 from .loop import (
     AgentContext,
     AgentLoopConfig,
@@ -43,7 +43,6 @@ from .loop import (
     agent_loop,
     agent_loop_continue,
 )
-from .loop.config import maybe_await
 from .providers.base import ModelConfig, Provider
 from .providers.retry import RetryPolicy
 from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
@@ -333,48 +332,6 @@ class BasicAgent:
 
         return sink
 
-    def _compactor(self, holder: dict[str, Any]) -> ContextCompactor | None:
-        if self.compaction is None:
-            return None
-        hooks = self.config.hooks
-
-        def started(tokens: int, count: int) -> None:
-            holder["sink"](
-                CompactionStarted(
-                    loop_id=holder["loop_id"], estimated_tokens=tokens, message_count=count
-                )
-            )
-
-        async def ended(report: CompactionReport) -> None:
-            holder["sink"](
-                CompactionEnded(
-                    loop_id=holder["loop_id"],
-                    messages_before=report.messages_before,
-                    messages_after=report.messages_after,
-                    estimated_tokens_before=report.estimated_tokens_before,
-                    estimated_tokens_after=report.estimated_tokens_after,
-                )
-            )
-            if hooks.after_compaction_end is not None:
-                try:
-                    await maybe_await(
-                        hooks.after_compaction_end(
-                            report.messages_before,
-                            report.messages_after,
-                            report.estimated_tokens_before,
-                            report.estimated_tokens_after,
-                        )
-                    )
-                except Exception:
-                    logger.exception("after_compaction_end hook raised; continuing")
-
-        return ContextCompactor(
-            self.compaction,
-            before_start=hooks.before_compaction_start,
-            on_started=started,
-            on_compacted=ended,
-        )
-
     def _begin(self) -> CancelToken:
         if self._running:
             raise AgentBusyError(
@@ -392,22 +349,12 @@ class BasicAgent:
         cancel = self._begin()
         started = now_ms()
         try:
-            holder: dict[str, Any] = {}
-            compactor = self._compactor(holder)
             overrides: dict[str, Any] = {}
-            if compactor is not None:
-                user_transform = self.config.transform_context
-
-                async def transform(messages: list[AgentMessage]) -> list[AgentMessage]:
-                    if user_transform is not None:
-                        messages = list(await maybe_await(user_transform(messages)))
-                    return await compactor(messages)
-
-                overrides["transform_context"] = transform
+            if self.compaction is not None:
+                overrides["compaction"] = self.compaction
             config = self.build_config(**overrides)
             loop_id = self.next_loop_id(config.segment())
             sink = self._sink(queue)
-            holder.update(sink=sink, loop_id=loop_id)
             context = AgentContext(
                 system_prompt=self.system_prompt,
                 messages=list(self.messages),

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeVar
 
+from ..context.compaction import CompactionConfig
 from ..context.limits import ExecutionLimits
 from ..providers.base import ModelConfig, Provider
 from ..providers.retry import RetryPolicy
@@ -96,12 +97,15 @@ class AgentLoopConfig:
 
     ``model`` is a ``provider:model`` string or a :class:`ModelConfig` (default ``local:smollm2``,
     the embedded model); ``provider`` overrides the provider the registry would pick (a
-    ``ScriptedProvider`` in tests).
+    ``ScriptedProvider`` in tests). ``system_prompt``, when set, replaces the context's for this
+    configuration (race branches that differ in system prompt). ``compaction`` shrinks what is
+    sent to the model when the conversation nears the context budget; the log is never rewritten.
     """
 
     model: str | ModelConfig | None = None
     provider: Provider | None = None
     config_id: str | None = None
+    system_prompt: str | None = None
     thinking: ThinkingLevel = "off"
     max_tokens: int | None = None
     temperature: float | None = None
@@ -111,6 +115,7 @@ class AgentLoopConfig:
     cache: bool = True
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     limits: ExecutionLimits | None = field(default_factory=ExecutionLimits)
+    compaction: CompactionConfig | None = None
     tool_execution: ToolExecution = "parallel"
     tool_timeout: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)
@@ -167,6 +172,7 @@ class AgentLoopConfig:
             "model": model.spec,
             "api": model.api,
             "config_id": self.config_id,
+            "system_prompt": self.system_prompt is not None,
             "thinking": self.thinking,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,

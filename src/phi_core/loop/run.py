@@ -25,11 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cancel import CancelToken
+from ..context.compaction import CompactionConfig, CompactionReport, ContextCompactor
 from ..context.limits import ExecutionTracker
 from ..errors import ProviderError, UserError
 from ..events import (
     AgentEnd,
     AgentStart,
+    CompactionEnded,
+    CompactionStarted,
     Emitter,
     EndReason,
     EventStream,
@@ -529,12 +532,18 @@ class _Run:
         working: list[AgentMessage] = list(self.context.messages)
         if config.transform_context is not None:
             working = list(await maybe_await(config.transform_context(working)))
+        if config.compaction is not None:
+            working = await self._compact(working, config.compaction)
         convert = config.convert_to_llm or default_convert_to_llm
         model = self.model
         return StreamRequest(
             model=model,
             messages=convert(working),
-            system_prompt=self.context.system_prompt,
+            system_prompt=(
+                config.system_prompt
+                if config.system_prompt is not None
+                else self.context.system_prompt
+            ),
             tools=self.tool_defs,
             thinking=config.thinking,
             max_tokens=config.max_tokens,
@@ -545,6 +554,46 @@ class _Run:
             cache=config.cache,
             extra=config.extra,
         )
+
+    async def _compact(
+        self, messages: list[AgentMessage], settings: CompactionConfig
+    ) -> list[AgentMessage]:
+        """Compact the payload (never the log) when the budget trigger fires, with hooks/events."""
+        loop_id = self.loop_id
+        emit = self.emitter.emit
+
+        async def before_start(tokens: int, count: int) -> bool:
+            allowed, _err = await self._hook("before_compaction_start", True, (tokens, count))
+            return allowed is not False
+
+        def started(tokens: int, count: int) -> None:
+            emit(CompactionStarted(loop_id=loop_id, estimated_tokens=tokens, message_count=count))
+
+        async def ended(report: CompactionReport) -> None:
+            emit(
+                CompactionEnded(
+                    loop_id=loop_id,
+                    messages_before=report.messages_before,
+                    messages_after=report.messages_after,
+                    estimated_tokens_before=report.estimated_tokens_before,
+                    estimated_tokens_after=report.estimated_tokens_after,
+                )
+            )
+            await self._hook(
+                "after_compaction_end",
+                None,
+                (
+                    report.messages_before,
+                    report.messages_after,
+                    report.estimated_tokens_before,
+                    report.estimated_tokens_after,
+                ),
+            )
+
+        compactor = ContextCompactor(
+            settings, before_start=before_start, on_started=started, on_compacted=ended
+        )
+        return await compactor(messages)
 
     async def _stream_turn(self, turn_index: int, turn_id: TurnId) -> AssistantMessage:
         emitter = self.emitter

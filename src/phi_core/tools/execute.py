@@ -174,6 +174,7 @@ class ToolRunner:
         else:
             result = await self._invoke(agent_tool, tc)
         message = self._result_message(tc, result)
+        details = result.details
         emit(
             ToolExecutionEnd(
                 loop_id=loop_id,
@@ -181,6 +182,8 @@ class ToolRunner:
                 tool_name=tc.name,
                 result=message,
                 is_error=result.is_error,
+                # A sub-agent tool names the loop it ran, linking the two in session records.
+                child_loop_id=details.get("child_loop_id") if isinstance(details, dict) else None,
             )
         )
         await self.call_hook("after_tool_execution", None, (tc.name, tc.id, result.is_error))
