@@ -26,6 +26,15 @@ def test_public_classes_and_functions_are_listed_in_all() -> None:
 
 
 def test_each_subpackage_states_what_it_owns() -> None:
-    for package in ("loop", "tools", "providers", "context", "parallel"):
+    for package in (
+        "loop",
+        "tools",
+        "providers",
+        "context",
+        "parallel",
+        "agent",
+        "sessions",
+        "config",
+    ):
         module = importlib.import_module(f"phi_core.{package}")
         assert module.__doc__ and len(module.__doc__.strip()) > 20, package

@@ -7,8 +7,10 @@ best model combination for a multi-step agent with far fewer evaluations than a 
 The public names are listed in ``__all__`` below, grouped by layer; everything else is private.
 """
 
+from .agent import AgentBusyError, BasicAgent
 from .cancel import CancelToken
-from .context import ExecutionLimits
+from .config import agent_from_config, load_config
+from .context import CompactionConfig, ExecutionLimits
 from .errors import (
     AllBranchesFailedError,
     AuthError,
@@ -91,6 +93,7 @@ from .providers import (
     known_providers,
     resolve_model,
 )
+from .sessions import JsonFileSessionStore, SessionRecorder, SqliteSessionStore
 from .tools import AgentTool, ToolContext, ToolError, ToolResult, tool
 from .types import (
     AgentMessage,
@@ -111,11 +114,20 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
+    # the stateful agent, sessions and config files
+    "AgentBusyError",
+    "BasicAgent",
+    "JsonFileSessionStore",
+    "SessionRecorder",
+    "SqliteSessionStore",
+    "agent_from_config",
+    "load_config",
     # the loop
     "AgentContext",
     "AgentLoopConfig",
     "Batched",
     "CancelToken",
+    "CompactionConfig",
     "ExecutionLimits",
     "FilterResult",
     "LoopHooks",
