@@ -21,12 +21,17 @@ What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
   (AIQ_oracle − AIQ_zero); the first cost on the hull at which GPT-4's accuracy is reached.
   A router's headline accuracy/cost is its best operating point costing at most 25 % of
   GPT-4's dollars (the moonshot budget); its full curve is in ``results.json``.
-* **Racing.** ``vote_k`` races the router's top-k arms and takes the plurality letter;
-  ``cascade_k`` races the router's top-k cheap arms and escalates to the strongest arm when they
-  disagree; ``router_cascade`` asks cheap arms one at a time in the router's order and decides
-  after each answer whether to stop, ask the next or escalate, by a policy fitted on the logged
-  outcomes of the warm-start folds (dynamic programming over the answer-agreement pattern and
-  the query's intent); it does not refit on the evaluated stream.
+* **Racing.** Multiple-choice prompts (ARC, Winogrande) are recognised from the prompt text
+  (lettered options); their recorded answers are single letters. ``vote_k`` races k cheap arms
+  and answers with the agreement class that was most often right for that agreement pattern in
+  the log; ``cascade_k`` races k cheap arms, answers when they agree and escalates to the most
+  accurate arm when they do not (code answers cannot be compared, so they keep the top arm's);
+  both pick their arms with a tabular router over the query's intent group (accuracy − λ·cost,
+  from the log, updated online from the arms they raced). ``router_cascade`` asks cheap arms one
+  at a time and decides after each answer whether to stop, ask the next or escalate, by a policy
+  fitted on the warm-start log (dynamic programming over the answer-agreement pattern, per
+  intent group); it does not refit on the evaluated stream. "Cheap" = logged mean cost at most
+  15 % of the dearest arm's.
 
 Run: ``.venv/bin/python benchmarks/routing_replay.py --out benchmarks/results/routing``
 """
@@ -145,15 +150,18 @@ def load(data_dir: Path, dim: int) -> Data:
         correct.append([float(r[m]) for m in models])
         cost.append([float(r[f"{m}|total_cost"]) for m in models])
         responses = [_literal_first(r.get(f"{m}|model_response", "")) for m in models]
-        letters.append([_answer_letter(t) for t in responses])
+        sig = intent_signals(prompt)
+        group = 0 if sig["choices_2"] else 1 if sig["choices_many"] else 2
+        intent.append(group)
+        # Only multiple-choice prompts (read from the prompt, not the task label) have letter
+        # answers; a capital letter inside generated code is not a vote.
+        letters.append([_answer_letter(t) if group < 2 else None for t in responses])
         lat = []
         for m, text in zip(models, responses, strict=True):
             ttft, tps = THROUGHPUT.get(m, (0.5, 50.0))
             lat.append(ttft + max(1, len(text) // 4) / tps)
         latency.append(lat)
         feats.append(extractor(prompt))
-        sig = intent_signals(prompt)
-        intent.append(0 if sig["choices_2"] else 1 if sig["choices_many"] else 2)
     return Data(
         models,
         prompts,
@@ -239,13 +247,17 @@ def rewards_matrix(d: Data, idx: np.ndarray, lam: float) -> np.ndarray:
     return pol.quality_weight * d.correct[idx] + pol.cost_weight * pol.cost_term(d.cost[idx])
 
 
+# Hyper-parameters, chosen by the cross-validated protocol on the training split (see README).
+HYPER = {"alpha": 0.3, "v": 0.15, "epsilon": 0.05, "ridge": 1.0}
+
+
 def make_router(kind: str, dim: int, seed: int) -> LinearRouter:
     if kind == "linucb":
-        return LinUCBRouter(dim, alpha=0.3, ridge=1.0, seed=seed)
+        return LinUCBRouter(dim, alpha=HYPER["alpha"], ridge=HYPER["ridge"], seed=seed)
     if kind == "thompson":
-        return LinearThompsonRouter(dim, v=0.15, ridge=1.0, seed=seed)
+        return LinearThompsonRouter(dim, v=HYPER["v"], ridge=HYPER["ridge"], seed=seed)
     if kind == "epsilon_greedy":
-        return EpsilonGreedyRouter(dim, epsilon=0.05, ridge=1.0, seed=seed)
+        return EpsilonGreedyRouter(dim, epsilon=HYPER["epsilon"], ridge=HYPER["ridge"], seed=seed)
     raise ValueError(kind)
 
 
@@ -320,34 +332,102 @@ def plurality(d: Data, i: int, arms: list[int]) -> tuple[float, bool]:
     return float(next(d.correct[i, j] for j in arms if d.letters[i][j] == top)), agreed
 
 
+def cheap_arms(d: Data, idx: np.ndarray) -> list[int]:
+    """Arms whose logged mean cost is at most 15 % of the dearest arm's."""
+    mean_c = d.cost[idx].mean(axis=0)
+    return [j for j in range(len(d.models)) if mean_c[j] <= 0.15 * mean_c.max()]
+
+
+def learned_vote(
+    table: dict[tuple[int, tuple[int, ...]], np.ndarray],
+    group: int,
+    d: Data,
+    i: int,
+    arms: list[int],
+) -> tuple[float, bool, bool]:
+    """(correctness of the chosen answer, all arms agreed, answers comparable).
+
+    The answer is the agreement class (arms giving the same letter) with the best logged accuracy
+    for this intent group and agreement pattern; without a logged pattern, the plurality.
+    """
+    pattern = _pattern(d, i, arms)
+    letters = [d.letters[i][j] for j in arms]
+    if all(letter is None for letter in letters):
+        return float(d.correct[i, arms[0]]), True, False
+    agreed = len(set(letters)) == 1
+    stats = table.get((group, pattern))
+    if stats is None:
+        correct, agreed_p = plurality(d, i, arms)
+        return correct, agreed_p, True
+    best_class = int(np.argmax(stats[0] / np.maximum(stats[1], 1)))
+    chosen = next(k for k, c in enumerate(pattern) if c == best_class)
+    return float(d.correct[i, arms[chosen]]), agreed, True
+
+
+def fit_vote_table(
+    d: Data, idx: np.ndarray, arms_of: dict[int, list[int]]
+) -> dict[tuple[int, tuple[int, ...]], np.ndarray]:
+    """Per (intent group, agreement pattern): how often each agreement class was right."""
+    table: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+    for i in idx:
+        g = int(d.intent[i])
+        arms = arms_of[g]
+        pattern = _pattern(d, int(i), arms)
+        stats = table.setdefault((g, pattern), np.zeros((2, len(arms))))
+        for k, c in enumerate(pattern):
+            if c >= 0 and c not in pattern[:k]:
+                stats[0, c] += d.correct[i, arms[k]]
+                stats[1, c] += 1
+    return table
+
+
 def run_racing(
     policy: str, d: Data, warm: np.ndarray, stream: np.ndarray, k: int, lam: float, seed: int
 ):
-    """vote_k / cascade_k with a LinUCB router choosing the arms (cost-aware at weight lam)."""
-    router = warm_router("linucb", d, warm, lam, seed)
-    strong = warm_router("linucb", d, warm, 0.0, seed)
-    pol = reward_policy(lam)
-    col = {m: j for j, m in enumerate(d.models)}
-    acc = cost = 0.0
+    """vote_k / cascade_k. A tabular router over the query's intent group (accuracy − λ·cost of
+    each cheap arm, from the log, updated online from the arms raced) picks the k arms; the vote
+    takes the agreement class with the best logged accuracy for its pattern; the cascade answers
+    when the raced arms agree and escalates to the group's most accurate arm otherwise."""
+    cheap = cheap_arms(d, warm)
+    hits = np.zeros((3, len(d.models)))
+    trials = np.zeros((3, len(d.models)))
+    spend = np.zeros((3, len(d.models)))
+    for g in (0, 1, 2):
+        idx = warm[d.intent[warm] == g]
+        hits[g], trials[g], spend[g] = d.correct[idx].sum(0), len(idx), d.cost[idx].sum(0)
+
+    def choose(g: int) -> tuple[list[int], int]:
+        acc = hits[g] / np.maximum(trials[g], 1)
+        value = acc - lam * (spend[g] / np.maximum(trials[g], 1)) / COST_UNIT
+        strongest = int(np.argmax(acc))
+        ranked = sorted((j for j in cheap if j != strongest), key=lambda j: -value[j])
+        return ranked[:k], strongest
+
+    arms_of = {g: choose(g)[0] for g in (0, 1, 2)}
+    table = fit_vote_table(d, warm, arms_of)
+    acc_total = cost = 0.0
     for i in stream:
-        x = d.features[i]
-        ranked = [col[a] for a in router.rank(x, d.models).order]
-        if policy == "cascade":
-            strongest = col[strong.rank(x, d.models).top.arm]
-            ranked = [j for j in ranked if j != strongest]
-        arms = ranked[:k]
-        correct, agreed = plurality(d, int(i), arms)
+        g = int(d.intent[i])
+        arms, strongest = choose(g)
+        if arms != arms_of[g]:  # the online counts changed the choice: refit the vote table
+            arms_of[g] = arms
+            table = fit_vote_table(d, warm, arms_of)
+        correct, agreed, comparable = learned_vote(table, g, d, int(i), arms)
         cost += float(d.cost[i, arms].sum())
-        for j in arms:  # every raced arm was observed
-            r = pol.reward(ArmOutcome(d.models[j], float(d.correct[i, j]), None, d.cost[i, j]))
-            router.update(x, d.models[j], r.reward)
-        if policy == "cascade" and not agreed:
-            acc += float(d.correct[i, strongest])
+        for j in arms:  # bandit feedback: the raced arms were observed
+            hits[g, j] += d.correct[i, j]
+            trials[g, j] += 1
+            spend[g, j] += d.cost[i, j]
+        # Answers that are not single letters (code) cannot be compared: keep the top arm's.
+        if policy == "cascade" and comparable and not agreed:
+            acc_total += float(d.correct[i, strongest])
             cost += float(d.cost[i, strongest])
-            strong.update(x, d.models[strongest], float(d.correct[i, strongest]))
+            hits[g, strongest] += d.correct[i, strongest]
+            trials[g, strongest] += 1
+            spend[g, strongest] += d.cost[i, strongest]
         else:
-            acc += correct
-    return acc, cost
+            acc_total += correct
+    return acc_total, cost
 
 
 # -- router_cascade: a stop/ask/escalate policy over answer-agreement patterns
@@ -367,19 +447,36 @@ def _pattern(d: Data, i: int, arms: list[int]) -> tuple[int, ...]:
 
 def fit_cascade(
     d: Data, idx: np.ndarray, order: list[int], strong: int, lam: float
-) -> dict[tuple[int, ...], str]:
-    policy: dict[tuple[int, ...], str] = {}
+) -> dict[tuple[int, ...], tuple[str, int]]:
+    """Optimal stop/ask/escalate policy on the log: node = agreement pattern of answers so far.
+
+    ``("stop", c)`` answers with agreement class ``c`` (the class with the best logged accuracy
+    at that node), ``("ask", -1)`` asks the next arm, ``("escalate", -1)`` calls ``strong``.
+    """
+    policy: dict[tuple[int, ...], tuple[str, int]] = {}
+
+    def class_value(members: np.ndarray, depth: int) -> tuple[float, int]:
+        arms = order[:depth]
+        best, best_c = -math.inf, 0
+        for c in range(depth):
+            total = 0.0
+            for i in members:
+                pattern = _pattern(d, int(i), arms)
+                k = next((k for k, v in enumerate(pattern) if v == c), None)
+                # A class absent from this prompt falls back to the first arm's answer.
+                total += d.correct[i, arms[k if k is not None else 0]]
+            if total / len(members) > best:
+                best, best_c = total / len(members), c
+        return best, best_c
 
     def solve(members: np.ndarray, depth: int, node: tuple[int, ...]) -> float:
-        stop = (
-            float(np.mean([plurality(d, int(i), order[:depth])[0] for i in members]))
-            if depth
-            else -math.inf
-        )
+        stop, stop_class = class_value(members, depth) if depth else (-math.inf, -1)
         escalate = float(
             np.mean(d.correct[members, strong] - lam * d.cost[members, strong] / COST_UNIT)
         )
-        best, action = (stop, "stop") if stop >= escalate else (escalate, "escalate")
+        best, action = (
+            (stop, ("stop", stop_class)) if stop >= escalate else (escalate, ("escalate", -1))
+        )
         if depth < len(order):
             j = order[depth]
             groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
@@ -389,7 +486,7 @@ def fit_cascade(
             for key, group in groups.items():
                 value += len(group) / len(members) * solve(np.array(group), depth + 1, key)
             if value > best:
-                best, action = value, "ask"
+                best, action = value, ("ask", -1)
         policy[node] = action
         return best
 
@@ -410,7 +507,7 @@ def cascade_order(d: Data, idx: np.ndarray, strong: int, lam: float) -> list[int
 def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float):
     """Fitted on the warm-start log per intent group; on the stream it only acts (no refit)."""
     acc = cost = 0.0
-    plans: dict[int, tuple[list[int], int, dict[tuple[int, ...], str]]] = {}
+    plans: dict[int, tuple[list[int], int, dict[tuple[int, ...], tuple[str, int]]]] = {}
     for g in (0, 1, 2):
         idx = warm[d.intent[warm] == g]
         strong = int(d.correct[idx].mean(axis=0).argmax()) if len(idx) else 0
@@ -421,9 +518,10 @@ def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float
         node: tuple[int, ...] = ()
         depth = 0
         while True:
-            action = plan.get(node, "escalate")
+            action, chosen = plan.get(node, ("escalate", -1))
             if action == "stop":
-                acc += plurality(d, int(i), order[:depth])[0]
+                k = next((k for k, v in enumerate(node) if v == chosen), 0)
+                acc += float(d.correct[i, order[k]])
                 break
             if action == "escalate" or depth >= len(order):
                 acc += float(d.correct[i, strong])
@@ -437,9 +535,19 @@ def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float
 
 # ---------------------------------------------------------------------------- driver
 
+ALL_POLICIES = (
+    "linucb",
+    "thompson",
+    "epsilon_greedy",
+    "knn",
+    "vote_k",
+    "cascade_k",
+    "router_cascade",
+)
 
-def one_shuffle(args: tuple[Data, int]) -> dict[str, list[tuple[float, float]]]:
-    d, s = args
+
+def one_shuffle(args: tuple[Data, int, set[str]]) -> dict[str, list[tuple[float, float]]]:
+    d, s, only = args
     rng = np.random.default_rng(1000 + s)
     n = len(d.prompts)
     perm = rng.permutation(n)
@@ -455,23 +563,29 @@ def one_shuffle(args: tuple[Data, int]) -> dict[str, list[tuple[float, float]]]:
         stream = folds[f]
         warm = np.concatenate([folds[g] for g in range(N_FOLDS) if g != f])
         for kind in ("linucb", "thompson", "epsilon_greedy"):
+            if kind not in only:
+                continue
             for p, lam in enumerate(LAMBDAS):
                 a, c = run_bandit(kind, d, warm, stream, lam, seed=s * 31 + f)
                 add(kind, p, a, c, len(LAMBDAS))
-        k = choose_k(d, warm, rng)
-        for p, (a, c) in enumerate(run_knn(d, warm, stream, LAMBDAS, k)):
-            add("knn", p, a, c, len(LAMBDAS))
-        racing = [("vote", kk, lam) for kk in (3, 5) for lam in (0.0, 0.2, 1.0, 3.0)]
-        for p, (pol, kk, lam) in enumerate(racing):
-            a, c = run_racing(pol, d, warm, stream, kk, lam, seed=s * 31 + f)
-            add("vote_k", p, a, c, len(racing))
-        casc = [("cascade", kk, lam) for kk in (2, 3) for lam in (0.0, 0.2, 1.0, 3.0)]
-        for p, (pol, kk, lam) in enumerate(casc):
-            a, c = run_racing(pol, d, warm, stream, kk, lam, seed=s * 31 + f)
-            add("cascade_k", p, a, c, len(casc))
-        for p, lam in enumerate(CASCADE_LAMBDAS):
-            a, c = run_router_cascade(d, warm, stream, lam)
-            add("router_cascade", p, a, c, len(CASCADE_LAMBDAS))
+        if "knn" in only:
+            k = choose_k(d, warm, rng)
+            for p, (a, c) in enumerate(run_knn(d, warm, stream, LAMBDAS, k)):
+                add("knn", p, a, c, len(LAMBDAS))
+        if "vote_k" in only:
+            racing = [("vote", kk, lam) for kk in (3, 5) for lam in (0.0, 0.2, 1.0, 3.0)]
+            for p, (pol, kk, lam) in enumerate(racing):
+                a, c = run_racing(pol, d, warm, stream, kk, lam, seed=s * 31 + f)
+                add("vote_k", p, a, c, len(racing))
+        if "cascade_k" in only:
+            casc = [("cascade", kk, lam) for kk in (2, 3) for lam in (0.0, 0.2, 1.0, 3.0)]
+            for p, (pol, kk, lam) in enumerate(casc):
+                a, c = run_racing(pol, d, warm, stream, kk, lam, seed=s * 31 + f)
+                add("cascade_k", p, a, c, len(casc))
+        if "router_cascade" in only:
+            for p, lam in enumerate(CASCADE_LAMBDAS):
+                a, c = run_router_cascade(d, warm, stream, lam)
+                add("router_cascade", p, a, c, len(CASCADE_LAMBDAS))
     return {name: [(a / n, c) for a, c in rows] for name, rows in totals.items()}
 
 
@@ -482,7 +596,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shuffles", type=int, default=N_SHUFFLES)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--routers",
+        default=",".join(ALL_POLICIES),
+        help="comma-separated subset of the learned policies to run (default: all)",
+    )
+    for name, value in HYPER.items():
+        parser.add_argument(f"--{name}", type=float, default=value)
     args = parser.parse_args(argv)
+    for name in HYPER:
+        HYPER[name] = getattr(args, name)
+    only = {r.strip() for r in args.routers.split(",") if r.strip()}
+    unknown = only - set(ALL_POLICIES)
+    if unknown:
+        parser.error(f"unknown routers {sorted(unknown)}; choose from {', '.join(ALL_POLICIES)}")
     started = time.monotonic()
     d = load(args.data, args.dim)
     n = len(d.prompts)
@@ -513,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     curves["oracle"] = oracle_pts
 
-    jobs = [(d, s) for s in range(args.shuffles)]
+    jobs = [(d, s, only) for s in range(args.shuffles)]
     sums: dict[str, np.ndarray] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for result in pool.map(one_shuffle, jobs):

@@ -171,6 +171,7 @@ class _Arm:
     a_inv: Matrix
     theta: Vector
     since_refresh: int = 0
+    version: int = 0
     retired: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -213,6 +214,12 @@ class LinearRouter:
         self.discount = discount
         self.rng = np.random.default_rng(seed)
         self._arms: dict[str, _Arm] = {}
+        # Stacked A⁻¹ and θ of the last ranked arm list, so ranking is one batched product.
+        self._clock = 0
+        self._stack_key: tuple[str, ...] = ()
+        self._stack_versions: list[int] = []
+        self._stack_a: Matrix = np.zeros((0, dim, dim))
+        self._stack_theta: Matrix = np.zeros((0, dim))
 
     # ------------------------------------------------------------------ arm pool
 
@@ -292,7 +299,12 @@ class LinearRouter:
             self._refresh(state)
         else:
             state.theta = state.a_inv @ state.stats.xr
+            state.version = self._tick()
         return delta
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
 
     def warm_start(self, outcomes: Iterable[LoggedOutcome]) -> int:
         """Accumulate logged outcomes in one batch (exact inverse afterwards); returns the count."""
@@ -345,25 +357,40 @@ class LinearRouter:
         if len(set(names)) != len(names):
             raise UserError(f"Duplicate arms in {names!r}.")
         x = self._vector(features)
+        states = [self._arm(name, create=True) for name in names]
+        key = tuple(names)
+        if key != self._stack_key:
+            self._stack_key = key
+            self._stack_a = np.stack([s.a_inv for s in states])
+            self._stack_theta = np.stack([s.theta for s in states])
+            self._stack_versions = [s.version for s in states]
+        else:
+            for i, state in enumerate(states):
+                if state.version != self._stack_versions[i]:
+                    self._stack_a[i] = state.a_inv
+                    self._stack_theta[i] = state.theta
+                    self._stack_versions[i] = state.version
+        means = self._stack_theta @ x
+        widths = np.sqrt(np.maximum(0.0, (self._stack_a @ x) @ x))
+        scores, shown = self._scores(means, widths)
         ranked: list[tuple[float, int, RankedArm]] = []
-        for position, name in enumerate(names):
-            state = self._arm(name, create=True)
+        for position, (name, state) in enumerate(zip(names, states, strict=True)):
             if state.retired:
                 continue
-            mean = float(state.theta @ x)
-            width = math.sqrt(max(0.0, float(x @ state.a_inv @ x)))
-            score, shown_width = self._score(state, x, mean, width)
-            ranked.append(
-                (score, position, RankedArm(name, score, mean, shown_width, state.stats.n))
+            score = float(scores[position])
+            item = RankedArm(
+                name, score, float(means[position]), float(shown[position]), state.stats.n
             )
+            ranked.append((score, position, item))
         if not ranked:
             raise UserError(f"Every arm in {names!r} is retired.")
         ranked.sort(key=lambda item: (-item[0], item[1]))
         result = [item[2] for item in ranked]
         return Ranking(self._reorder(result), self.policy)
 
-    def _score(self, arm: _Arm, x: Vector, mean: float, width: float) -> tuple[float, float]:
-        return mean, width
+    def _scores(self, means: Vector, widths: Vector) -> tuple[Vector, Vector]:
+        """Scores and the widths shown in rankings, for all ranked arms at once."""
+        return means, widths
 
     def _reorder(self, ranked: list[RankedArm]) -> list[RankedArm]:
         return ranked
@@ -405,6 +432,7 @@ class LinearRouter:
         arm.a_inv = (inverse + inverse.T) / 2
         arm.theta = arm.a_inv @ arm.stats.xr
         arm.since_refresh = 0
+        arm.version = self._tick()
         arm.extra.pop("chol", None)
 
     def a_matrix(self, name: str) -> Matrix:
@@ -427,8 +455,8 @@ class LinUCBRouter(LinearRouter):
         super().__init__(dim, **kwargs)
         self.alpha = float(alpha)
 
-    def _score(self, arm: _Arm, x: Vector, mean: float, width: float) -> tuple[float, float]:
-        return mean + self.alpha * width, self.alpha * width
+    def _scores(self, means: Vector, widths: Vector) -> tuple[Vector, Vector]:
+        return means + self.alpha * widths, self.alpha * widths
 
 
 class LinearThompsonRouter(LinearRouter):
@@ -447,10 +475,10 @@ class LinearThompsonRouter(LinearRouter):
         arm = self._arm(name)
         return arm.theta.copy(), (self.v**2) * arm.a_inv
 
-    def _score(self, arm: _Arm, x: Vector, mean: float, width: float) -> tuple[float, float]:
+    def _scores(self, means: Vector, widths: Vector) -> tuple[Vector, Vector]:
         # θ̃ᵀx is Gaussian with mean θᵀx and sd v·sqrt(xᵀA⁻¹x): sample it directly (exact, O(d²)).
-        sampled = mean + self.v * width * float(self.rng.standard_normal())
-        return sampled, self.v * width
+        sampled = means + self.v * widths * self.rng.standard_normal(means.shape[0])
+        return sampled, self.v * widths
 
 
 class EpsilonGreedyRouter(LinearRouter):
