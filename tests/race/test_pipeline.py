@@ -119,7 +119,9 @@ def test_parse_judge_scores_uses_numbers_and_drops_bad_entries():
     assert parse_judge_scores(reply, 3) == {2: pytest.approx(0.9), 1: 0.0}
 
 
-async def test_speculative_top_two_takes_the_first_successful_answer_and_cancels_the_other():
+async def test_speculative_top_two_takes_the_first_successful_answer_and_cancels_the_other(
+    strict_loop,
+):
     slow = ScriptedProvider(["plan slow GOOD", Hang("partial")], name="slow")
     fast = ScriptedProvider(["plan fast", "fast full answer"], name="fast")
     r = race(
@@ -135,7 +137,9 @@ async def test_speculative_top_two_takes_the_first_successful_answer_and_cancels
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 
 
-async def test_a_failed_speculative_candidate_does_not_end_the_race_and_is_not_retried():
+async def test_a_failed_speculative_candidate_does_not_end_the_race_and_is_not_retried(
+    strict_loop,
+):
     broken = ScriptedProvider(["plan GOOD", Fail(ServerError("boom"))], name="broken")
     ok = ScriptedProvider(["plan", Reply("late answer", delay=0.05)], name="ok")
     r = race(
@@ -161,7 +165,7 @@ async def test_sequential_fallback_moves_on_and_penalises_the_failed_arm():
     assert result.rewards["first"].penalty == pytest.approx(0.05)
 
 
-async def test_a_timed_out_preview_is_a_failed_outcome_not_a_failed_race():
+async def test_a_timed_out_preview_is_a_failed_outcome_not_a_failed_race(strict_loop):
     r = race(
         [
             arm("a", ScriptedProvider([Hang()], name="a")),
@@ -198,7 +202,7 @@ async def test_dollar_budget_stops_before_the_full_answer():
     assert result.cost_usd > 1.0 and result.winner is None
 
 
-async def test_total_timeout_returns_the_partial_result():
+async def test_total_timeout_returns_the_partial_result(strict_loop):
     arms = [arm("a", ScriptedProvider([Hang("partial")], name="a"))]
     r = race(arms, budget=RaceBudget(total_timeout_s=0.3))
     result = await r.run("question")

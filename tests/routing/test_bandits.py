@@ -167,3 +167,17 @@ def test_arm_stats_round_trip_through_json():
     s = ArmStats.of(np.array([1.0, 2.0]), 0.5)
     back = ArmStats.from_json(s.to_json())
     assert np.array_equal(back.xx, s.xx) and back.reward_sum == 0.5
+
+
+def test_embedding_features_project_any_encoder_to_the_router_dimension_deterministically():
+    from phi_core.routing import EmbeddingFeatures
+
+    def encoder(text: str) -> np.ndarray:
+        return np.array([len(text), text.count("a"), 1.0] * 128, dtype=float)
+
+    f = EmbeddingFeatures(16, encoder=encoder)
+    v = f("banana")
+    assert v.shape == (16,) and v[-1] == 1.0
+    assert np.isclose(np.linalg.norm(v[:-1]), 1.0)
+    assert np.array_equal(v, EmbeddingFeatures(16, encoder=encoder)("banana"))
+    assert f.schema.startswith("minilm") and "dim=16" in f.schema
