@@ -55,6 +55,8 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "matrix_ucb": ("matrix_ucb", {}),
     "matrix_ucb_35": ("matrix_ucb", {"budget_fraction": 0.35}),
     "paired_race": ("paired_race", {}),
+    # the same race with a fixed z = 3 instead of the delta-derived one (no formal guarantee)
+    "paired_race_z3": ("paired_race", {"z": 3.0}),
 }
 
 

@@ -137,6 +137,8 @@ def test_bad_algorithm_parameters_are_a_user_error() -> None:
         make_algorithm("arm_elimination", no_such_option=1)
     with pytest.raises(UserError, match="delta"):
         make_algorithm("paired_race", delta=2.0)
+    with pytest.raises(UserError, match="z must be > 0"):
+        make_algorithm("paired_race", z=0.0)
 
 
 def test_space_neighbours_differ_in_exactly_one_step(space_3x4: SearchSpace) -> None:

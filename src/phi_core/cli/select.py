@@ -245,7 +245,15 @@ def result_table(result: SelectionResult, limit: int | None = 20) -> Table:
         if c.accuracy is None:
             table.add_row(str(rank), c.name, "—", "", "", "", "", "", "0", "", "not evaluated")
             continue
-        mark = ("best " if c.is_best else "") + ("pareto" if c.name in pareto else "")
+        marks = [
+            m
+            for m, on in (
+                ("best", c.is_best),
+                ("pareto", c.name in pareto),
+                ("eliminated", not c.in_contention),
+            )
+            if on
+        ]
         table.add_row(
             str(rank),
             c.name,
@@ -257,7 +265,7 @@ def result_table(result: SelectionResult, limit: int | None = 20) -> Table:
             str(c.input_tokens + c.output_tokens),
             str(c.evaluations),
             str(c.failures),
-            mark.strip() + ("" if c.in_contention else " (eliminated)"),
+            " ".join(marks),
         )
     return table
 

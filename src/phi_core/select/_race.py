@@ -46,6 +46,9 @@ class PairedRace(SelectionAlgorithm):
        pick is the highest mean, then the lowest cost, latency and name; with ``epsilon > 0`` the
        race also stops once the leader is within ``epsilon`` of every survivor.
 
+    Passing ``z`` replaces the delta-derived multiplier by a fixed one (cheaper, no guarantee) —
+    AgentOpt's arm elimination is in effect ``z = 1`` on unpaired intervals.
+
     **Guarantee.** Under the normal approximation of the (finite-population) mean difference, with
     probability at least ``1 - delta`` the full-data best combination is never eliminated, so the
     pick equals brute force's pick (or, with ``epsilon``, is within ``epsilon`` of it). The
@@ -64,6 +67,7 @@ class PairedRace(SelectionAlgorithm):
         n_initial: int | None = None,
         growth: float = 1.2,
         prior: float = 0.25,
+        z: float | None = None,
     ) -> None:
         super().__init__()
         if not 0 < delta < 1:
@@ -77,6 +81,9 @@ class PairedRace(SelectionAlgorithm):
         self.n_initial = n_initial
         self.growth = growth
         self.prior = prior
+        if z is not None and z <= 0:
+            raise UserError(f"z must be > 0, got {z!r}.")
+        self.z = z
 
     async def run(self, arena: Arena, space: SearchSpace) -> int:
         total = arena.n_datapoints
@@ -90,7 +97,7 @@ class PairedRace(SelectionAlgorithm):
             await arena.evaluate_prefix(active, n)
             if n >= total or len(active) == 1 or n < 2:
                 continue
-            z = NormalDist().inv_cdf(1 - self.delta / (decisions * (len(active) - 1)))
+            z = self.z or NormalDist().inv_cdf(1 - self.delta / (decisions * (len(active) - 1)))
             active = self._eliminate(arena, active, n, z)
             self.pool = set(active)
             if len(active) == 1 or self._epsilon_stop(arena, active, n, z):
