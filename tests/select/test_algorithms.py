@@ -147,3 +147,22 @@ def test_space_neighbours_differ_in_exactly_one_step(space_3x4: SearchSpace) -> 
         diff = [a != b for a, b in zip(space_3x4.coords(k), space_3x4.coords(other), strict=True)]
         assert sum(diff) == 1
     assert len(space_3x4.neighbours(k)) == (3 - 1) + (4 - 1)
+
+
+async def test_matrix_ucb_stops_at_its_budget_fraction(space_3x4: SearchSpace) -> None:
+    scores = bernoulli_world(PROBS, 100, seed=7)
+    _, arena = await select("matrix_ucb", space_3x4, scores, budget_fraction=0.3)
+    assert arena.evaluations == 360  # ceil(0.3 * 12 * 100)
+
+
+async def test_bayesian_optimisation_is_reproducible_with_a_seed(space_3x4: SearchSpace) -> None:
+    scores = bernoulli_world(PROBS, 50, seed=8)
+    picks = []
+    for _ in range(2):
+        evaluator = MatrixEvaluator(scores)
+        arena = Arena(len(space_3x4), 50, evaluator, seed=5)
+        picks.append(
+            (await run_algorithm(make_algorithm("bayesian"), arena, space_3x4), evaluator.requested)
+        )
+    assert picks[0] == picks[1]
+    assert len({k for k, _ in picks[0][1]}) == 3  # ceil(0.25 * 12) combinations on the full data

@@ -335,3 +335,31 @@ async def test_the_sync_wrapper_refuses_to_run_inside_an_event_loop() -> None:
     selector = ModelSelector(solver_agent, {"solver": [good]}, DATASET, exact, cache=False)
     with pytest.raises(UserError, match="await select_best"):
         selector.select_best_sync()
+
+
+def test_sync_agents_get_max_concurrent_threads_not_the_default_executors_handful() -> None:
+    import threading
+
+    barrier = threading.Barrier(10, timeout=10)
+
+    class Blocking:
+        def __init__(self, models: dict[str, MeteredModel]) -> None:
+            pass
+
+        def run(self, question: str) -> str:
+            barrier.wait()  # only passes when 10 runs are in flight at once
+            return "right"
+
+    good, _ = scripted("good", "right")
+    data = [(f"q{i}", "right") for i in range(10)]
+    result = ModelSelector(
+        Blocking,
+        {"solver": [good]},
+        data,
+        exact,
+        algorithm="brute_force",
+        max_concurrent=10,
+        cache=False,
+    ).select_best_sync()
+    assert result.failures == []
+    assert result.best.accuracy == 1.0
