@@ -26,9 +26,11 @@ import asyncio
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -276,9 +278,7 @@ def ensure_agentopt_venv(venv: Path) -> Path:
     return python
 
 
-def run_agentopt(
-    m: Matrices, seeds: int, venv: Path, out_dir: Path
-) -> dict[str, list[tuple[int, int, float]]]:
+def run_agentopt(m: Matrices, seeds: int, venv: Path) -> dict[str, list[tuple[int, int, float]]]:
     python = ensure_agentopt_venv(venv)
     job = {
         "accuracy": m.accuracy.tolist(),
@@ -289,19 +289,22 @@ def run_agentopt(
         "seeds": seeds,
         "methods": AGENTOPT_METHODS,
     }
-    job_file = out_dir / "agentopt_job.tmp"
-    job_file.write_text(json.dumps(job))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(job, f)
+    job_file = Path(f.name)
+    scratch = Path(tempfile.mkdtemp(prefix="agentopt-run-"))
     try:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         done = subprocess.run(
             [str(python), "-c", AGENTOPT_SCRIPT, str(job_file)],
             capture_output=True,
             text=True,
-            cwd=out_dir,
+            cwd=scratch,  # anything agentopt might drop in its working directory stays out of the repo
             env=env,
         )
     finally:
         job_file.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0:
         raise SystemExit(f"agentopt run failed:\n{done.stderr[-4000:]}")
     payload = json.loads(done.stdout)
@@ -386,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, runs in run_phi(m, args.seeds).items():
         selectors[f"phi:{label}"] = {**summarise(m, runs), "source": "phi"}
     if not args.no_agentopt:
-        for label, runs in run_agentopt(m, args.seeds, args.agentopt_venv, args.out).items():
+        for label, runs in run_agentopt(m, args.seeds, args.agentopt_venv).items():
             selectors[f"agentopt:{label}"] = {**summarise(m, runs), "source": "agentopt"}
     best = m.best()
     result = {
