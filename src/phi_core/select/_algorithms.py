@@ -95,10 +95,8 @@ class RandomSearch(SelectionAlgorithm):
     async def run(self, arena: Arena, space: SearchSpace) -> int:
         m = max(1, math.ceil(self.sample_fraction * arena.n_combos))
         chosen = arena.rng.sample(range(arena.n_combos), m)
-        self.pool = set()
-        for k in chosen:  # one at a time so a budget stop keeps the completed ones comparable
-            self.pool.add(k)
-            await arena.evaluate_prefix([k], arena.n_datapoints)
+        self.pool = set(chosen)
+        await arena.evaluate_prefix(chosen, arena.n_datapoints)
         return arena.best(self.pool)
 
 
