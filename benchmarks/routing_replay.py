@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import csv
+import itertools
 import json
 import math
 import re
@@ -57,8 +59,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import itertools
-
+from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
+from phi_core.providers.base import ModelConfig
 from phi_core.routing import (
     ArmOutcome,
     EpsilonGreedyRouter,
@@ -66,8 +68,11 @@ from phi_core.routing import (
     LinearRouter,
     LinearThompsonRouter,
     LinUCBRouter,
+    Recorded,
+    ReplayProvider,
     RewardPolicy,
     intent_signals,
+    prompt_key,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -108,6 +113,7 @@ class Data:
     cost: np.ndarray  # (n, m) dollars
     latency: np.ndarray  # (n, m) simulated seconds
     letters: list[list[str | None]]  # parsed single-letter answers (None when not a letter)
+    responses: list[list[str]]  # the recorded answer texts
     features: np.ndarray  # (n, d)
     intent: np.ndarray  # (n,) 0 = two options, 1 = many options, 2 = other
 
@@ -143,6 +149,7 @@ def load(data_dir: Path, dim: int) -> Data:
         raise SystemExit(f"{GPT4} missing from the data; the GPT-4 comparisons need it.")
     extractor = HashedFeatures(dim)
     prompts, tasks, letters, correct, cost, latency, feats, intent = [], [], [], [], [], [], [], []
+    all_responses: list[list[str]] = []
     for r in rows:
         prompt = _literal_first(r["prompt"])
         prompts.append(prompt)
@@ -150,6 +157,7 @@ def load(data_dir: Path, dim: int) -> Data:
         correct.append([float(r[m]) for m in models])
         cost.append([float(r[f"{m}|total_cost"]) for m in models])
         responses = [_literal_first(r.get(f"{m}|model_response", "")) for m in models]
+        all_responses.append(responses)
         sig = intent_signals(prompt)
         group = 0 if sig["choices_2"] else 1 if sig["choices_many"] else 2
         intent.append(group)
@@ -170,6 +178,7 @@ def load(data_dir: Path, dim: int) -> Data:
         np.array(cost),
         np.array(latency),
         letters,
+        all_responses,
         np.array(feats),
         np.array(intent),
     )
@@ -248,7 +257,7 @@ def rewards_matrix(d: Data, idx: np.ndarray, lam: float) -> np.ndarray:
 
 
 # Hyper-parameters, chosen by the cross-validated protocol on the training split (see README).
-HYPER = {"alpha": 0.3, "v": 0.15, "epsilon": 0.05, "ridge": 1.0}
+HYPER = {"alpha": 1.0, "v": 0.15, "epsilon": 0.05, "ridge": 100.0}
 
 
 def make_router(kind: str, dim: int, seed: int) -> LinearRouter:
@@ -533,6 +542,48 @@ def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float
     return acc, cost
 
 
+# ---------------------------------------------------------------------------- replay check
+
+
+async def replay_check(d: Data, n_check: int = 200) -> dict[str, Any]:
+    """Answer ``n_check`` prompts through the real agent loop and :class:`ReplayProvider`.
+
+    A LinUCB router (warm-started on the other prompts) picks the arm; the answer comes back
+    through ``agent_loop`` from the replay provider and must equal the recorded text.
+    """
+    table = {
+        (m, prompt_key(p)): Recorded(d.responses[i][j], cost_usd=float(d.cost[i, j]))
+        for i, p in enumerate(d.prompts)
+        for j, m in enumerate(d.models)
+    }
+    provider = ReplayProvider(table)
+    rng = np.random.default_rng(7)
+    perm = rng.permutation(len(d.prompts))
+    check, warm = perm[:n_check], perm[n_check:]
+    router = warm_router("linucb", d, warm, 0.1, seed=7)
+    correct = cost = 0.0
+    mismatches = 0
+    for i in check:
+        arm = router.rank(d.features[i], d.models).top.arm
+        j = d.models.index(arm)
+        config = AgentLoopConfig(
+            model=ModelConfig(provider="replay", id=arm, api="replay"), provider=provider
+        )
+        result = await agent_loop(d.prompts[i], AgentContext(), config)
+        if result.text != d.responses[i][j]:
+            mismatches += 1
+        correct += d.correct[i, j]
+        cost += d.cost[i, j]
+        router.update(d.features[i], arm, float(d.correct[i, j]) - 0.1 * d.cost[i, j] / COST_UNIT)
+    return {
+        "prompts": n_check,
+        "answered_through_agent_loop": provider.calls,
+        "text_mismatches": mismatches,
+        "accuracy": round(float(correct) / n_check, 4),
+        "cost_usd": round(cost, 4),
+    }
+
+
 # ---------------------------------------------------------------------------- driver
 
 ALL_POLICIES = (
@@ -687,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         "latency_note": "latency simulated from response length with THROUGHPUT; not in rewards",
         "routers": routers,
     }
+    results["replay_check"] = asyncio.run(replay_check(d))
+    print(f"replay check: {results['replay_check']}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     _plot(curves, singles, gpt4_acc, args.out / "cost_accuracy.png")
