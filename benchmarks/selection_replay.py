@@ -368,6 +368,14 @@ def plot(selectors: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _display_path(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it (results stay machine-independent)."""
+    try:
+        return str(path.resolve().relative_to(HERE.parent))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -398,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": args.seeds,
         "best_accuracy": float(m.accuracy[m.rows[best]].mean()),
         "best_config": m.space.name(best),
-        "data": str(args.data),
+        "data": _display_path(args.data),
         "selectors": selectors,
     }
     (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
