@@ -363,3 +363,17 @@ def test_sync_agents_get_max_concurrent_threads_not_the_default_executors_handfu
     ).select_best_sync()
     assert result.failures == []
     assert result.best.accuracy == 1.0
+
+
+async def test_the_default_cache_lives_in_phi_home_and_is_opened_only_by_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHI_HOME", str(tmp_path / "home"))
+    good, provider = scripted("good", "right")
+    selector = ModelSelector(
+        solver_agent, {"solver": [good]}, DATASET, exact, algorithm="brute_force"
+    )
+    assert not (tmp_path / "home").exists()
+    await selector.select_best()
+    assert (tmp_path / "home" / "select-cache.sqlite").exists()
+    assert selector.cache is not None and len(selector.cache) == len(DATASET) == provider.calls

@@ -218,7 +218,13 @@ class ModelSelector:
         self.seed = seed
         self.budget = _budget(budget)
         self.retry = retry
-        self.cache = _cache(cache)
+        if not isinstance(cache, bool | str | Path | ResponseCache):
+            raise UserError(
+                f"`cache` must be True, False, a path or a ResponseCache, got {cache!r}."
+            )
+        self._cache_setting = cache
+        self.cache: ResponseCache | None = cache if isinstance(cache, ResponseCache) else None
+        """The response cache (opened on the first run, so constructing a selector touches no file)."""
         self._algorithm = algorithm
         self._algorithm_params = dict(algorithm_params or {})
         make_algorithm(algorithm, **self._algorithm_params)  # fail fast on a bad name or parameter
@@ -233,11 +239,9 @@ class ModelSelector:
 
     def _handle(self, candidate: Candidate) -> MeteredModel:
         if isinstance(candidate, MeteredModel):
-            if candidate.cache is None and self.cache is not None:
-                candidate.cache = self.cache
             return candidate
         if isinstance(candidate, str | ModelConfig):
-            return MeteredModel(candidate, cache=self.cache, retry=self.retry)
+            return MeteredModel(candidate, retry=self.retry)
         raise UserError(
             f"A candidate model must be a `provider:model` string, a ModelConfig or a MeteredModel, got {candidate!r}."
         )
@@ -265,9 +269,13 @@ class ModelSelector:
         """Run the algorithm and return the results (the winner is ``result.best``)."""
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
         loop = asyncio.get_running_loop()
+        if self.cache is None:
+            self.cache = _cache(self._cache_setting)
         for handles in self._handles.values():
             for h in handles.values():
                 h.loop = loop
+                if h.cache is None:
+                    h.cache = self.cache
         started = time.perf_counter()
         executor = ThreadPoolExecutor(
             max_workers=self.max_concurrent, thread_name_prefix="phi-select"
