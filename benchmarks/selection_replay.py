@@ -385,12 +385,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--no-agentopt", action="store_true", help="skip the agentopt-py side")
     parser.add_argument("--agentopt-venv", type=Path, default=AGENTOPT_VENV)
+    parser.add_argument(
+        "--resample",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="bootstrap the questions (with replacement) into a new benchmark of the same shape",
+    )
     args = parser.parse_args(argv)
 
     if not args.no_agentopt:  # install first (needs the package registry), then go offline
         ensure_agentopt_venv(args.agentopt_venv)
     forbid_non_loopback()
     m = Matrices(args.data)
+    if args.resample is not None:
+        columns = np.random.default_rng(args.resample).integers(0, m.shape[1], m.shape[1])
+        m.accuracy, m.cost, m.latency = (
+            m.accuracy[:, columns],
+            m.cost[:, columns],
+            m.latency[:, columns],
+        )
     n_combos, n_questions = m.shape
     args.out.mkdir(parents=True, exist_ok=True)
     selectors: dict[str, dict[str, Any]] = {}
@@ -407,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         "best_accuracy": float(m.accuracy[m.rows[best]].mean()),
         "best_config": m.space.name(best),
         "data": _display_path(args.data),
+        "resample": args.resample,
         "selectors": selectors,
     }
     (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
