@@ -93,6 +93,7 @@ from .providers import (
     known_providers,
     resolve_model,
 )
+from .select import Budget, MeteredModel, ModelSelector, PairedRace, SelectionResult
 from .sessions import JsonFileSessionStore, SessionRecorder, SqliteSessionStore
 from .tools import AgentTool, ToolContext, ToolError, ToolResult, tool
 from .types import (
@@ -155,6 +156,12 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "adopt_winner",
     "agent_loop_parallel",
     "strategy_from_name",
+    # offline selection
+    "Budget",
+    "MeteredModel",
+    "ModelSelector",
+    "PairedRace",
+    "SelectionResult",
     # tools
     "AgentTool",
     "ToolContext",
