@@ -80,6 +80,9 @@ class ToolCall(_Model):
     # The raw argument text when the provider sent something that was not a JSON object;
     # the tool executor turns it into an error result instead of running the tool.
     raw_arguments: str | None = None
+    # An opaque vendor token attached to the call (Gemini's thought signature), echoed back
+    # unchanged to the vendor that made it.
+    signature: str | None = None
 
 
 Content = Annotated[

@@ -59,6 +59,7 @@ async def test_streams_thoughts_text_and_whole_function_calls_with_usage() -> No
     ]
     call = message.content[2]
     assert isinstance(call, ToolCall) and call.name == "add" and call.arguments == {"a": 2, "b": 3}
+    assert call.signature == sig  # Gemini's thought signature of the call is kept
     assert message.stop_reason == "tool_use"
     u = message.usage
     assert (u.input, u.cache_read, u.output, u.reasoning, u.total) == (40, 60, 27, 7, 127)
@@ -160,3 +161,22 @@ async def test_a_dropped_stream_is_an_error_never_a_partial_success() -> None:
         model = model_for(server)
         with pytest.raises(NetworkError):
             await collect(GoogleProvider(model), StreamRequest(model, [UserMessage.text("x")]))
+
+
+async def test_a_function_call_signature_is_echoed_back_byte_for_byte() -> None:
+    sig = base64.b64encode(b"\x00opaque-signature\xff").decode()
+    history = [
+        UserMessage.text("add"),
+        AssistantMessage(
+            content=[ToolCall(id="fc_9", name="add", arguments={"a": 1}, signature=sig)]
+        ),
+        ToolResultMessage(tool_call_id="fc_9", tool_name="add", content=[TextContent(text="1")]),
+    ]
+    async with FakeServer([Stream(text_reply("done"))]) as server:
+        model = model_for(server)
+        await collect(GoogleProvider(model), StreamRequest(model, history))
+        body = server.requests[0].json
+    model_part = body["contents"][1]["parts"][0]
+    assert model_part["functionCall"]["name"] == "add"
+    # google-genai writes bytes as URL-safe base64 on the wire.
+    assert base64.urlsafe_b64decode(model_part["thoughtSignature"]) == b"\x00opaque-signature\xff"

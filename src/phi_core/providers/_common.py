@@ -311,9 +311,17 @@ class MessageBuilder:
         return ThinkingDelta(index=index, thinking=text, signature=signature)
 
     def tool_call(
-        self, key: Hashable, *, id: str | None = None, name: str | None = None, arguments: str = ""
+        self,
+        key: Hashable,
+        *,
+        id: str | None = None,
+        name: str | None = None,
+        arguments: str = "",
+        signature: str | None = None,
     ) -> ToolCallDelta:
         index, block = self._block(key, "tool")
+        if signature:
+            block.signature = signature
         if id and not block.id:
             block.id = id
         if name and not block.name:
@@ -346,6 +354,7 @@ class MessageBuilder:
                         name=block.name or "",
                         arguments=arguments,
                         raw_arguments=raw,
+                        signature=block.signature,
                     )
                 )
         return out

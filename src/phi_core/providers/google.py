@@ -137,6 +137,7 @@ class GoogleProvider:
                                 id=call.id or f"gemini-call-{next(_call_ids)}",
                                 name=call.name,
                                 arguments=json.dumps(call.args or {}),
+                                signature=signature,
                             )
                         elif part.thought and (part.text or signature):
                             yield builder.thinking("thought", part.text or "", signature)
@@ -268,7 +269,11 @@ def _contents(request: StreamRequest) -> list[dict[str, Any]]:
                     call: dict[str, Any] = {"name": content.name, "args": content.arguments}
                     if not content.id.startswith("gemini-call-"):
                         call["id"] = content.id
-                    model_parts.append({"function_call": call})
+                    part: dict[str, Any] = {"function_call": call}
+                    if content.signature:
+                        # Gemini requires the call's thought signature back, byte for byte.
+                        part["thought_signature"] = base64.b64decode(content.signature)
+                    model_parts.append(part)
                 # ThinkingContent is dropped: Gemini takes no thinking input.
             add("model", model_parts)
         elif isinstance(message, ToolResultMessage):
