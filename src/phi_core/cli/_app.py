@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import importlib
 import importlib.util
 import io
@@ -192,36 +191,11 @@ def loop_config(
         temperature=spec.temperature,
         top_p=spec.top_p,
         seed=spec.seed,
+        system_prompt=spec.system if spec.system is not None else system,
     )
-    model = config.model_config()
     if provider is None:
-        provider = get_provider(model)  # builds the client: missing key/extra fail here
-    prompt = spec.system if spec.system is not None else system
-    if prompt is not None:
-        config = _with_system_prompt(config, provider, prompt)
+        get_provider(config.model_config())  # builds the client: missing key/extra fail here
     return config
-
-
-def _with_system_prompt(
-    config: AgentLoopConfig, provider: Provider, prompt: str
-) -> AgentLoopConfig:
-    if any(f.name == "system_prompt" for f in dataclasses.fields(AgentLoopConfig)):
-        return dataclasses.replace(config, system_prompt=prompt)  # type: ignore[call-arg,unused-ignore]
-    # The loop takes its system prompt from the shared context; a branch's own prompt is put
-    # into its requests by a thin provider wrapper.
-    return dataclasses.replace(config, provider=_SystemPrompted(provider, prompt))
-
-
-class _SystemPrompted:
-    """Wraps a provider so every request carries this branch's system prompt."""
-
-    def __init__(self, inner: Provider, system_prompt: str) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.system_prompt = system_prompt
-
-    def stream(self, request: Any) -> Any:
-        return self.inner.stream(dataclasses.replace(request, system_prompt=self.system_prompt))
 
 
 # --------------------------------------------------------------------------- phi race
