@@ -27,7 +27,8 @@ What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
   the log; ``cascade_k`` races k cheap arms, answers when they agree and escalates to the most
   accurate arm when they do not (code answers cannot be compared, so they keep the top arm's);
   both pick their arms with a tabular router over the query's intent group (accuracy − λ·cost,
-  from the log, updated online from the arms they raced). ``router_cascade`` asks cheap arms one
+  from the log, updated online from the arms they raced), and race a single arm where answers
+  cannot be compared (no lettered options). ``router_cascade`` asks cheap arms one
   at a time and decides after each answer whether to stop, ask the next or escalate, by a policy
   fitted on the warm-start log (dynamic programming over the answer-agreement pattern, per
   intent group); it does not refit on the evaluated stream. "Cheap" = logged mean cost at most
@@ -412,12 +413,18 @@ def run_racing(
         ranked = sorted((j for j in cheap if j != strongest), key=lambda j: -value[j])
         return ranked[:k], strongest
 
-    arms_of = {g: choose(g)[0] for g in (0, 1, 2)}
+    def race_set(g: int) -> tuple[list[int], int]:
+        arms, strongest = choose(g)
+        # No lettered options (group 2): answers cannot be compared, so racing more than one
+        # arm buys nothing; the router sends the query to its top arm only.
+        return (arms[:1] if g == 2 else arms), strongest
+
+    arms_of = {g: race_set(g)[0] for g in (0, 1, 2)}
     table = fit_vote_table(d, warm, arms_of)
     acc_total = cost = 0.0
     for i in stream:
         g = int(d.intent[i])
-        arms, strongest = choose(g)
+        arms, strongest = race_set(g)
         if arms != arms_of[g]:  # the online counts changed the choice: refit the vote table
             arms_of[g] = arms
             table = fit_vote_table(d, warm, arms_of)
@@ -454,6 +461,9 @@ def _pattern(d: Data, i: int, arms: list[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
+MIN_NODE = 30  # a node with fewer logged prompts is a leaf: too few to fit a further split
+
+
 def fit_cascade(
     d: Data, idx: np.ndarray, order: list[int], strong: int, lam: float
 ) -> dict[tuple[int, ...], tuple[str, int]]:
@@ -486,7 +496,7 @@ def fit_cascade(
         best, action = (
             (stop, ("stop", stop_class)) if stop >= escalate else (escalate, ("escalate", -1))
         )
-        if depth < len(order):
+        if depth < len(order) and len(members) >= MIN_NODE:
             j = order[depth]
             groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
             for i in members:
