@@ -188,9 +188,7 @@ def _loopback(host: Any) -> bool:
     if isinstance(host, bytes):
         host = host.decode()
     return isinstance(host, str) and (
-        host in ("localhost", "::1", "")
-        or host.startswith("127.")
-        or host.startswith("::ffff:127.")
+        host in ("localhost", "::1", "") or host.startswith(("127.", "::ffff:127."))
     )
 
 
@@ -497,8 +495,21 @@ def run_worker(
 ) -> dict[str, Any]:
     if client == "parallel":
         requests = max(requests // 3, concurrency, 1)  # C races in flight: 3·C calls
-    cmd = [python, __file__, "--worker", "--client", client, "--chunks", str(chunks),
-           "--concurrency", str(concurrency), "--requests", str(requests), "--port", str(port)]  # fmt: skip
+    cmd = [
+        python,
+        __file__,
+        "--worker",
+        "--client",
+        client,
+        "--chunks",
+        str(chunks),
+        "--concurrency",
+        str(concurrency),
+        "--requests",
+        str(requests),
+        "--port",
+        str(port),
+    ]
     env = {**os.environ, **TELEMETRY_OFF}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     if done.returncode != 0:
@@ -512,8 +523,16 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if not good:
         return runs[0]
     out = dict(good[0])
-    for key in ("wall_s", "requests_per_s", "p50_ms", "p95_ms", "cpu_ms_per_call",
-                "cpu_us_per_chunk", "gc_share", "peak_rss_mb"):  # fmt: skip
+    for key in (
+        "wall_s",
+        "requests_per_s",
+        "p50_ms",
+        "p95_ms",
+        "cpu_ms_per_call",
+        "cpu_us_per_chunk",
+        "gc_share",
+        "peak_rss_mb",
+    ):
         values = [r[key] for r in good if r.get(key) is not None]
         out[key] = statistics.median(values) if values else None
     out["errors"] = max(r["errors"] for r in good)
@@ -529,27 +548,59 @@ def fmt(value: Any, digits: int = 2) -> str:
 
 
 def print_table(cells: list[dict[str, Any]]) -> None:
-    header = ("chunks", "C", "client", "req/s", "p50 ms", "p95 ms", "CPU ms/call",
-              "CPU µs/chunk", "× sdk", "GC %", "RSS MB", "errors")  # fmt: skip
+    header = (
+        "chunks",
+        "C",
+        "client",
+        "req/s",
+        "p50 ms",
+        "p95 ms",
+        "CPU ms/call",
+        "CPU µs/chunk",
+        "× sdk",
+        "GC %",
+        "RSS MB",
+        "errors",
+    )
     rows = [header]
     sdk = {(c["chunks"], c["concurrency"]): c for c in cells if c.get("client") == "sdk"}
     for c in cells:
         if "failed" in c:
-            rows.append((str(c.get("chunks")), str(c.get("concurrency")), c["client"], "failed",
-                         *[""] * 7, " | ".join(c["failed"])[-120:]))  # fmt: skip
+            rows.append(
+                (
+                    str(c.get("chunks")),
+                    str(c.get("concurrency")),
+                    c["client"],
+                    "failed",
+                    *[""] * 7,
+                    " | ".join(c["failed"])[-120:],
+                )
+            )
             continue
         base = sdk.get((c["chunks"], c["concurrency"]))
         ratio = c["cpu_ms_per_call"] / base["cpu_ms_per_call"] if base else None
-        rows.append((str(c["chunks"]), str(c["concurrency"]), c["client"],
-                     fmt(c["requests_per_s"], 0), fmt(c["p50_ms"], 1), fmt(c["p95_ms"], 1),
-                     fmt(c["cpu_ms_per_call"], 3), fmt(c["cpu_us_per_chunk"], 1), fmt(ratio),
-                     fmt(100 * c["gc_share"], 0), fmt(c["peak_rss_mb"], 0), str(c["errors"])))  # fmt: skip
+        rows.append(
+            (
+                str(c["chunks"]),
+                str(c["concurrency"]),
+                c["client"],
+                fmt(c["requests_per_s"], 0),
+                fmt(c["p50_ms"], 1),
+                fmt(c["p95_ms"], 1),
+                fmt(c["cpu_ms_per_call"], 3),
+                fmt(c["cpu_us_per_chunk"], 1),
+                fmt(ratio),
+                fmt(100 * c["gc_share"], 0),
+                fmt(c["peak_rss_mb"], 0),
+                str(c["errors"]),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for n, row in enumerate(rows):
         print(
             "  ".join(
                 cell.rjust(w) if i > 2 else cell.ljust(w)
-                for i, (cell, w) in enumerate(zip(row, widths))
+                for i, (cell, w) in enumerate(zip(row, widths, strict=False))
             )
         )
         if n == 0:
@@ -566,7 +617,7 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     chunk_sets = sorted({c["chunks"] for c in good})
     clients = list(dict.fromkeys(c["client"] for c in good))
     fig, axes = plt.subplots(1, len(chunk_sets), figsize=(7 * len(chunk_sets), 4.5), squeeze=False)
-    for ax, chunks in zip(axes[0], chunk_sets):
+    for ax, chunks in zip(axes[0], chunk_sets, strict=False):
         levels = sorted({c["concurrency"] for c in good if c["chunks"] == chunks})
         width = 0.8 / max(len(clients), 1)
         for i, client in enumerate(clients):
@@ -618,8 +669,11 @@ def driver_main(args: argparse.Namespace) -> None:
                     cell.setdefault("chunks", chunks)
                     cell.setdefault("concurrency", level)
                     cells.append(cell)
-                    print(f"  {chunks} chunks, C={level}, {name}: "
-                          f"{fmt(cell.get('cpu_ms_per_call'), 3)} ms/call", flush=True)  # fmt: skip
+                    print(
+                        f"  {chunks} chunks, C={level}, {name}: "
+                        f"{fmt(cell.get('cpu_ms_per_call'), 3)} ms/call",
+                        flush=True,
+                    )
     print()
     print_table(cells)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -629,14 +683,14 @@ def driver_main(args: argparse.Namespace) -> None:
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "load_average_at_start": os.getloadavg(),
-        },  # fmt: skip
+        },
         "method": {
             "runs": runs,
             "client_core": CLIENT_CORE,
             "server_core": SERVER_CORE,
             "statistic": "median of runs",
             "frameworks_python": fw_python,
-        },  # fmt: skip
+        },
         "elapsed_s": round(time.time() - started, 1),
         "cells": cells,
     }
@@ -654,8 +708,11 @@ def main() -> None:
     parser.add_argument("--chunk-sets", default="20,500", help="content chunks per answer")
     parser.add_argument("--concurrency-levels", default="1,100,1000")
     parser.add_argument("--requests", type=int, default=None, help="requests per cell (override)")
-    parser.add_argument("--frameworks-python", default=None,
-                        help="interpreter that has pydantic-ai / openai-agents / litellm")  # fmt: skip
+    parser.add_argument(
+        "--frameworks-python",
+        default=None,
+        help="interpreter that has pydantic-ai / openai-agents / litellm",
+    )
     parser.add_argument("--output", default=None, help="results file stem (default results)")
     # internal roles
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
