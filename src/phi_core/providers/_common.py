@@ -18,7 +18,7 @@ import json
 import os
 import time
 import weakref
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable, Mapping
 from typing import Any, Generic, TypeVar
 
 from ..errors import (
@@ -72,21 +72,48 @@ class PerLoop(Generic[T]):
     An async HTTP client's connections belong to the loop that opened them; a client reused from
     another loop (a second ``asyncio.run``, or each test's own loop) fails on its stale
     connections. The client is built on first use in each loop and then shared by every call in it.
+
+    With ``close``, the client is also closed inside its loop when that loop shuts down: a small
+    async generator, started at once, is tracked by the loop like any other, and
+    ``loop.shutdown_asyncgens()`` (run by ``asyncio.run`` and ``asyncio.Runner`` on exit) closes
+    it, which runs ``close(client)``. Clients whose transports complain when dropped open (aiohttp
+    warns "Unclosed client session") need this.
     """
 
-    __slots__ = ("_client", "_factory", "_loop")
+    __slots__ = ("_client", "_close", "_closer", "_factory", "_loop")
 
-    def __init__(self, factory: Callable[[], T]) -> None:
+    def __init__(
+        self, factory: Callable[[], T], close: Callable[[T], Awaitable[object]] | None = None
+    ) -> None:
         self._factory = factory
+        self._close = close
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._client: T | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
 
     def get(self) -> T:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is None or self._loop() is not loop:
-            self._client = self._factory()
+            client = self._factory()
+            self._client = client
             self._loop = weakref.ref(loop)
+            if self._close is not None:
+                self._closer = _close_at_shutdown(client, self._close)
+                step = self._closer.__anext__()  # the loop's firstiter hook now tracks it
+                try:
+                    step.send(None)  # runs to the ``yield``: nothing to await before it
+                except StopIteration:
+                    pass
         return self._client
+
+
+async def _close_at_shutdown(
+    client: T, close: Callable[[T], Awaitable[object]]
+) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await close(client)
 
 
 __all__ = [

@@ -26,7 +26,14 @@ from ..types import (
     UserMessage,
 )
 from ._common import MessageBuilder, PerLoop, api_key_for, network_error, thinking_as_text
-from ._openai import TIMEOUT, arguments_text, data_url, json_schema_format, map_openai_error
+from ._openai import (
+    TIMEOUT,
+    arguments_text,
+    data_url,
+    http_client,
+    json_schema_format,
+    map_openai_error,
+)
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 from .compat import OpenAICompat
 
@@ -56,8 +63,9 @@ class OpenAIChatProvider:
                 max_retries=0,
                 timeout=TIMEOUT,
                 default_headers=model.headers or None,
-                http_client=openai.DefaultAsyncHttpxClient(timeout=TIMEOUT),
-            )
+                http_client=http_client(),
+            ),
+            close=lambda client: client.close(),
         )
 
     def __repr__(self) -> str:
