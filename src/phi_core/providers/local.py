@@ -313,13 +313,14 @@ class _ModelPool:
     def _load(self, index: int) -> _Instance:
         llama_cpp = _import_llama_cpp()
         try:
-            llama = llama_cpp.Llama(
-                model_path=str(self.path),
-                n_ctx=self.n_ctx,
-                n_threads=self.n_threads,
-                n_threads_batch=self.n_threads,
-                verbose=False,
-            )
+            with _QUIET_LOCK:
+                llama = llama_cpp.Llama(
+                    model_path=str(self.path),
+                    n_ctx=self.n_ctx,
+                    n_threads=self.n_threads,
+                    n_threads_batch=self.n_threads,
+                    verbose=False,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise UserError(
                 f"llama.cpp could not load {str(self.path)!r}: {exc}. Check that the file is a "
@@ -428,12 +429,13 @@ class _ModelPool:
         if cached is not None:
             return cached
         try:
-            if schema is None or response_format.type == "json_object":
-                grammar = llama_cpp.LlamaGrammar.from_string(
-                    llama_cpp.llama_grammar.JSON_GBNF, verbose=False
-                )
-            else:
-                grammar = llama_cpp.LlamaGrammar.from_json_schema(key, verbose=False)
+            with _QUIET_LOCK:
+                if schema is None or response_format.type == "json_object":
+                    grammar = llama_cpp.LlamaGrammar.from_string(
+                        llama_cpp.llama_grammar.JSON_GBNF, verbose=False
+                    )
+                else:
+                    grammar = llama_cpp.LlamaGrammar.from_json_schema(key, verbose=False)
         except Exception as exc:
             raise BadRequestError(
                 f"local: cannot turn the JSON schema of response format "
@@ -463,6 +465,10 @@ def _chat_formatter(llama: Any) -> Any:
 
 _POOLS: dict[tuple[str, int, int, int], _ModelPool] = {}
 _POOLS_LOCK = threading.Lock()
+# llama-cpp-python's ``verbose=False`` silences loading by pointing the process's fds 1 and 2 at
+# /dev/null and restoring them afterwards. Two threads doing that at once can restore each
+# other's /dev/null and leave stdout silenced for good, so every silenced call holds this lock.
+_QUIET_LOCK = threading.Lock()
 
 
 def _pool_for(model: ModelConfig) -> _ModelPool:
