@@ -201,15 +201,10 @@ class LlmJudgeEvaluation(BaseEvaluation):
         events: Emitter,
         cancel: CancelToken,
     ) -> EvaluationDecision:
+        decided = self.decided_without_judge(outcomes)
+        if decided is not None:
+            return decided
         ok = successful(outcomes)
-        if not ok:
-            return self.no_success(outcomes)
-        if len(ok) == 1:
-            return self.decision(
-                ok[0].config_index,
-                rationale="only one branch succeeded; the judge was not called",
-                details={"judge_called": False},
-            )
         query, prior_messages = extract_query(prompts, base_messages(outcomes))
         prior = transcript(prior_messages)
         shown = list(ok)

@@ -179,15 +179,10 @@ class PairwiseJudgeEvaluation(BaseEvaluation):
         events: Emitter,
         cancel: CancelToken,
     ) -> EvaluationDecision:
+        trivial = self.decided_without_judge(outcomes)
+        if trivial is not None:
+            return trivial
         ok = successful(outcomes)
-        if not ok:
-            return self.no_success(outcomes)
-        if len(ok) == 1:
-            return self.decision(
-                ok[0].config_index,
-                rationale="only one branch succeeded; the judge was not called",
-                details={"judge_called": False},
-            )
         query, prior_messages = extract_query(prompts, base_messages(outcomes))
         runner = _Runner(self, outcomes, query, transcript(prior_messages), events, cancel)
         by_index = {o.config_index: o for o in ok}

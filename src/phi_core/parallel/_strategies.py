@@ -66,6 +66,21 @@ class BaseEvaluation:
             details={"statuses": {o.config_index: o.status for o in outcomes}},
         )
 
+    def decided_without_judge(
+        self, outcomes: Sequence[ParallelLoopOutcome]
+    ) -> EvaluationDecision | None:
+        """The decision when there is nothing to judge (no successful branch, or just one)."""
+        ok = successful(outcomes)
+        if not ok:
+            return self.no_success(outcomes)
+        if len(ok) == 1:
+            return self.decision(
+                ok[0].config_index,
+                rationale="only one branch succeeded; the judge was not called",
+                details={"judge_called": False},
+            )
+        return None
+
 
 def successful(outcomes: Sequence[ParallelLoopOutcome]) -> list[ParallelLoopOutcome]:
     return [o for o in outcomes if o.ok]
