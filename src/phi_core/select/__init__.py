@@ -2,8 +2,8 @@
 
 ``select/`` owns the search space of step -> candidate models, the evaluation arena that the
 best-arm identification algorithms run against, the algorithms themselves (AgentOpt's baselines
-with their defects fixed, plus our :class:`PairedRace`), the metered model handle agents call,
-the response cache and the result tables. It builds on ``providers/`` and never imports the CLI.
+with their defects fixed, plus our :class:`RegretRace`, the default, and :class:`PairedRace`),
+the metered model handle agents call, the response cache and the result tables. It builds on ``providers/`` and never imports the CLI.
 """
 
 from ._algorithms import (
@@ -23,7 +23,7 @@ from ._algorithms import (
 from ._arena import Arena, Budget, BudgetExhausted, Evaluation, Evaluator
 from ._cache import CachedResponse, ResponseCache, cache_key
 from ._meter import CallRecord, Meter, MeteredModel, current_meter, metered
-from ._race import PairedRace
+from ._race import PairedRace, RegretRace
 from ._results import CombinationResult, FailureRecord, SelectionResult, build_result
 from ._selector import AgentEvaluator, ModelSelector, concurrency_split, default_cache_path
 from ._space import SearchSpace
@@ -51,6 +51,7 @@ __all__ = [
     "ModelSelector",
     "PairedRace",
     "RandomSearch",
+    "RegretRace",
     "ResponseCache",
     "SearchSpace",
     "SelectionAlgorithm",

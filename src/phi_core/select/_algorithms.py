@@ -413,19 +413,20 @@ ALGORITHMS: dict[str, type[SelectionAlgorithm]] = {
 
 
 def make_algorithm(algorithm: str | SelectionAlgorithm, **params: Any) -> SelectionAlgorithm:
-    """An algorithm instance from a name (``"auto"`` = our paired race) or an instance."""
+    """An algorithm instance from a name (``"auto"`` = our regret race) or an instance."""
     if isinstance(algorithm, SelectionAlgorithm):
         if params:
             raise UserError(
                 "Pass parameters to the algorithm's constructor, not alongside an instance."
             )
         return algorithm
-    from ._race import PairedRace
+    from ._race import PairedRace, RegretRace
 
     registry: dict[str, type[SelectionAlgorithm]] = {
         **ALGORITHMS,
         PairedRace.name: PairedRace,
-        "auto": PairedRace,
+        RegretRace.name: RegretRace,
+        "auto": RegretRace,
     }
     try:
         cls = registry[algorithm]

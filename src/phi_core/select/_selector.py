@@ -174,7 +174,7 @@ class ModelSelector:
             :class:`ModelConfig` or a ready :class:`MeteredModel`.
         dataset: a sequence of ``(input, expected)`` pairs.
         scorer: ``(expected, actual) -> float`` in [0, 1] (or bool), sync or async.
-        algorithm: a name (``"auto"`` = ``"paired_race"``, ``"brute_force"``, ``"arm_elimination"``,
+        algorithm: a name (``"auto"`` = ``"regret_race"``, ``"paired_race"``, ``"arm_elimination"``,
             ...) or a :class:`SelectionAlgorithm` instance.
         max_concurrent: agent runs in flight at once, split between combinations and datapoints.
         seed: shuffles the dataset and seeds the algorithm; the same seed reproduces the run.

@@ -1,0 +1,257 @@
+"""Synthetic planner x solver worlds shaped like AgentOpt's HotpotQA and MathQA benchmarks.
+
+``reference/study-agentopt.md`` §4.3 simulates AgentOpt's published brute-force tables with 0/1
+cells drawn through a Gaussian copula with a shared per-question difficulty factor. This module
+builds such worlds at the shape of AgentOpt's released matrices (10 planners x 10 solvers = 100
+configurations x 200 questions), without using any recorded per-question data, so that a
+selector can be checked on worlds it was not tuned on:
+
+**Models and prices.** Ten models with AWS Bedrock on-demand prices ($/M input, $/M output
+tokens; the ten of AgentOpt's 10 x 10 grid). Each model has a verbosity factor (reasoning models
+write more) drawn per world.
+
+**Cost.** A cell's cost is additive in the two steps: ``planner tokens x planner price + solver
+tokens x solver price``, with log-normal per-question token counts (a shared per-question length
+factor plus per-cell noise). The per-configuration mean costs are then stretched on the log scale
+so that the most expensive configuration costs ``cost_span`` times the cheapest (MathQA ~24x,
+HotpotQA ~16x, the blog's "best-vs-worst cost gap").
+
+**Accuracy.** A configuration's latent quality is additive in its planner's and solver's skill
+(skill correlates with price with weight ``price_skill``; the rest is noise), plus an interaction
+term, plus — HotpotQA's "capability as liability" — a penalty when one of the two most expensive
+models plans. Qualities are mapped by rank onto target accuracies drawn from the benchmark's
+spread: for ``mathqa`` the error rate is log-normal around 4.5 %, clipped to 1-32 % (most configurations at
+93-99 %, a tail down to ~70 %, a handful within a point of the best, as in the published 98.84 vs
+98.82); for ``hotpotqa`` accuracies follow
+the percentiles of the published HotpotQA table (26-75 %).
+
+**Questions.** Cell ``(k, q)`` is 1 when ``latent_kq < Phi^-1(p_k)`` with
+``latent_kq = sqrt(rho) D_q + sqrt(1 - rho) (sqrt(w) S_{solver(k),q} + sqrt(1 - w) E_kq)``: ``D`` is
+the shared question difficulty (``rho`` = 0.3 or 0.6 in §4.3), ``S`` a per-solver component
+(configurations with the same solver fail on the same questions, weight ``w``), ``E`` independent
+noise. Each cell is Bernoulli(``p_k``) marginally, so the realised full-data accuracies scatter
+around the targets by sampling noise, as real benchmarks do; the ground truth is always the
+realised matrix.
+
+Usage (writes the same CSV files as ``benchmarks/data/agentopt_hotpotqa``)::
+
+    .venv/bin/python benchmarks/selection_worlds.py mathqa --rho 0.3 --seed 0 --out DIR
+    .venv/bin/python benchmarks/selection_replay.py --data DIR --no-agentopt
+
+or directly ``selection_replay.py --world mathqa --rho 0.3 --world-seed 0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+__all__ = ["WORLDS", "World", "WorldParams", "describe", "make_world", "write_world"]
+
+# $/M tokens (input, output), AWS Bedrock on-demand (the models of AgentOpt's 10 x 10 grid)
+PRICES: dict[str, tuple[float, float]] = {
+    "Claude Haiku 4.5": (1.0, 5.0),
+    "Claude Opus 4.6": (5.0, 25.0),
+    "Kimi K2.5": (0.6, 3.0),
+    "Ministral 3 8B": (0.15, 0.15),
+    "Qwen3 32B": (0.15, 0.6),
+    "Qwen3 Next 80B A3B": (0.15, 1.2),
+    "gpt-oss-120b": (0.15, 0.6),
+    "gpt-oss-20b": (0.07, 0.3),
+    "DeepSeek R1": (1.35, 5.4),
+    "GPT-5.6 Luna": (0.22, 1.32),
+}
+REASONING = {"DeepSeek R1", "Kimi K2.5", "gpt-oss-120b", "gpt-oss-20b"}
+
+# percentiles 0, 10, 25, 50, 75, 90, 100 of the HotpotQA table's configuration accuracies
+HOTPOTQA_PERCENTILES = (0.265, 0.320, 0.432, 0.540, 0.648, 0.696, 0.747)
+
+
+@dataclass(frozen=True)
+class WorldParams:
+    """Parameters of one world family (see the module docstring)."""
+
+    kind: str
+    steps: tuple[str, str] = ("planner", "solver")
+    n_questions: int = 200
+    rho: float = 0.3
+    solver_share: float = 0.3
+    cost_span: float = 24.0
+    price_skill: float = 0.6
+    interaction: float = 0.35
+    liability: float = 0.0
+    """Quality penalty (in standard deviations) when one of the two strongest models plans."""
+    error_median: float = 0.045
+    error_sigma: float = 0.7
+    error_min: float = 0.01
+    error_max: float = 0.32
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+WORLDS: dict[str, WorldParams] = {
+    "mathqa": WorldParams(kind="mathqa", steps=("answer", "critic"), cost_span=24.0),
+    "hotpotqa": WorldParams(
+        kind="hotpotqa", cost_span=16.0, price_skill=0.4, interaction=0.5, liability=3.0
+    ),
+}
+
+
+@dataclass
+class World:
+    """Configuration names (``"planner=a + solver=b"``) and the three 100 x 200 matrices."""
+
+    names: list[str]
+    accuracy: np.ndarray
+    cost: np.ndarray
+    latency: np.ndarray
+    targets: np.ndarray
+    params: WorldParams
+    seed: int
+
+
+def _target_accuracies(p: WorldParams, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` accuracies spread like the benchmark's table, sorted from best to worst."""
+    if p.kind == "hotpotqa":
+        qs = np.sort(rng.uniform(0, 1, n))
+        grid = np.array([0.0, 0.10, 0.25, 0.50, 0.75, 0.90, 1.0])
+        values = np.interp(qs, grid, np.array(HOTPOTQA_PERCENTILES))
+        values += rng.normal(0, 0.004, n)
+    else:
+        err = np.exp(rng.normal(math.log(p.error_median), p.error_sigma, n))
+        values = 1.0 - np.clip(err, p.error_min, p.error_max)
+    return np.sort(np.clip(values, 0.0, 1.0))[::-1]
+
+
+def make_world(kind: str, *, rho: float | None = None, seed: int = 0, **overrides: float) -> World:
+    """A seeded 10 x 10 x ``n_questions`` world of family ``kind`` (``mathqa`` or ``hotpotqa``)."""
+    if kind not in WORLDS:
+        raise SystemExit(f"unknown world {kind!r}; choose one of {sorted(WORLDS)}")
+    base = WORLDS[kind]
+    fields = {**base.__dict__, **overrides}
+    if rho is not None:
+        fields["rho"] = rho
+    p = WorldParams(**fields)
+    rng = np.random.default_rng([seed, int(1000 * p.rho), sorted(WORLDS).index(kind)])
+    models = list(PRICES)
+    m = len(models)
+    n = p.n_questions
+
+    # ---- cost: additive in the two steps, per-question token counts
+    price_in = np.array([PRICES[x][0] for x in models])
+    price_out = np.array([PRICES[x][1] for x in models])
+    verbose = np.array([3.0 if x in REASONING else 1.0 for x in models]) * np.exp(
+        rng.normal(0, 0.3, m)
+    )
+    length = np.exp(rng.normal(0, 0.35, n))  # shared per-question length
+    plan_in, plan_out, solve_in, solve_out = 900.0, 250.0, 1600.0, 400.0
+    cost = np.empty((m * m, n))
+    names = []
+    for a in range(m):
+        for b in range(m):
+            noise = np.exp(rng.normal(0, 0.25, (2, n)))
+            planner = (plan_in * price_in[a] + plan_out * verbose[a] * price_out[a]) * noise[0]
+            solver = (solve_in * price_in[b] + solve_out * verbose[b] * price_out[b]) * noise[1]
+            cost[a * m + b] = (planner + solver) * length / 1e6
+            names.append(f"{p.steps[0]}={models[a]} + {p.steps[1]}={models[b]}")
+    mean_cost = cost.mean(axis=1)
+    log_mean = np.log(mean_cost)
+    centre = log_mean.mean()
+    stretch = math.log(p.cost_span) / (log_mean.max() - log_mean.min())
+    cost *= (np.exp(centre + (log_mean - centre) * stretch) / mean_cost)[:, None]
+
+    # ---- accuracy: additive skills (correlated with price) + interaction, mapped onto targets
+    log_price = np.log(price_in + price_out)
+    z_price = (log_price - log_price.mean()) / log_price.std()
+    noise_w = math.sqrt(1 - p.price_skill**2)
+    skill_plan = p.price_skill * z_price + noise_w * rng.normal(0, 1, m)
+    skill_solve = p.price_skill * z_price + noise_w * rng.normal(0, 1, m)
+    quality = skill_plan[:, None] + skill_solve[None, :] + p.interaction * rng.normal(0, 1, (m, m))
+    if p.liability:
+        strongest = np.argsort(-log_price)[:2]  # the frontier models answer instead of planning
+        quality[strongest, :] -= p.liability
+    quality = quality.ravel()
+    targets = np.empty(m * m)
+    targets[np.argsort(-quality)] = _target_accuracies(p, m * m, rng)
+
+    # ---- cells: Gaussian copula with shared difficulty and a per-solver component
+    difficulty = rng.normal(0, 1, n)
+    per_solver = rng.normal(0, 1, (m, n))
+    solver_of = np.tile(np.arange(m), m)
+    own = math.sqrt(p.solver_share) * per_solver[solver_of] + math.sqrt(
+        1 - p.solver_share
+    ) * rng.normal(0, 1, (m * m, n))
+    latent = math.sqrt(p.rho) * difficulty[None, :] + math.sqrt(1 - p.rho) * own
+    cut = np.array([NormalDist().inv_cdf(min(max(t, 1e-9), 1 - 1e-9)) for t in targets])
+    accuracy = (latent < cut[:, None]).astype(float)
+
+    # ---- latency: additive per step, verbosity-driven, log-normal noise (seconds)
+    speed = np.exp(rng.normal(math.log(8), 0.5, m)) * verbose
+    latency = (
+        (speed[:, None, None] + speed[None, :, None]).reshape(m * m, 1)
+        * length[None, :]
+        * np.exp(rng.normal(0, 0.2, (m * m, n)))
+    )
+    return World(names, accuracy, cost, latency, targets, p, seed)
+
+
+def write_world(world: World, out: Path) -> None:
+    """Write ``accuracy_matrix.csv``, ``cost_matrix_usd.csv``, ``latency_matrix_seconds.csv``
+    and ``metadata.json`` in the layout of AgentOpt's released matrices."""
+    out.mkdir(parents=True, exist_ok=True)
+    header = ["model_name", *(f"question_{q}" for q in range(world.accuracy.shape[1]))]
+    for filename, matrix in (
+        ("accuracy_matrix.csv", world.accuracy),
+        ("cost_matrix_usd.csv", world.cost),
+        ("latency_matrix_seconds.csv", world.latency),
+    ):
+        with (out / filename).open("w", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(header)
+            for name, row in zip(world.names, matrix, strict=True):
+                writer.writerow([name, *(repr(float(x)) for x in row)])
+    meta = {
+        "synthetic": True,
+        "generator": "benchmarks/selection_worlds.py",
+        "seed": world.seed,
+        "params": {k: v for k, v in world.params.__dict__.items() if k != "extra"},
+        "shape": list(world.accuracy.shape),
+        "target_accuracies": [round(float(t), 4) for t in world.targets],
+    }
+    (out / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def describe(world: World) -> str:
+    acc = world.accuracy.mean(axis=1)
+    cost = world.cost.mean(axis=1)
+    order = np.argsort(-acc)
+    top = ", ".join(f"{100 * acc[k]:.1f}" for k in order[:8])
+    return (
+        f"{world.params.kind} rho={world.params.rho} seed={world.seed}: best {world.names[order[0]]} "
+        f"{100 * acc[order[0]]:.2f}%; top-8 {top}; >=95%: {(acc >= 0.95).sum()}, "
+        f"min {100 * acc.min():.1f}%; cost span {cost.max() / cost.min():.1f}x, "
+        f"best's cost share {100 * cost[order[0]] / cost.sum():.2f}%"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=sorted(WORLDS))
+    parser.add_argument("--rho", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    world = make_world(args.kind, rho=args.rho, seed=args.seed)
+    write_world(world, args.out)
+    print(describe(world))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
