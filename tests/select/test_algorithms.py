@@ -24,7 +24,7 @@ FULL_COVERAGE = {
 }
 
 
-@pytest.mark.parametrize("name", [*sorted(ALGORITHMS), "paired_race"])
+@pytest.mark.parametrize("name", [*sorted(ALGORITHMS), "paired_race", "regret_race"])
 async def test_every_algorithm_finds_the_clear_best_combination(
     name: str, space_3x4: SearchSpace
 ) -> None:
@@ -35,7 +35,8 @@ async def test_every_algorithm_finds_the_clear_best_combination(
 
 
 @pytest.mark.parametrize(
-    "name", ["arm_elimination", "epsilon_lucb", "paired_race", "matrix_ucb", "threshold"]
+    "name",
+    ["arm_elimination", "epsilon_lucb", "paired_race", "regret_race", "matrix_ucb", "threshold"],
 )
 async def test_adaptive_algorithms_spend_less_than_brute_force(
     name: str, space_3x4: SearchSpace
@@ -55,7 +56,7 @@ async def test_paired_race_carries_a_near_tie_to_the_full_dataset_and_decides_it
         assert arena.count(3) < 200
 
 
-@pytest.mark.parametrize("name", ["brute_force", "paired_race", "arm_elimination"])
+@pytest.mark.parametrize("name", ["brute_force", "paired_race", "regret_race", "arm_elimination"])
 async def test_exact_ties_go_to_the_cheaper_combination(name: str) -> None:
     space = SearchSpace({"solver": ["dear", "cheap", "weak"]})
     base = bernoulli_world([0.8, 0.8, 0.3], 100, seed=4)

@@ -1,0 +1,140 @@
+"""The default selector, RegretRace: regret-calibrated, cost-aware paired elimination."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from phi_core.errors import UserError
+from phi_core.select import (
+    Arena,
+    Evaluation,
+    RegretRace,
+    SearchSpace,
+    make_algorithm,
+    run_algorithm,
+)
+from phi_core.select._race import _expected_excess
+
+from .select_worlds import MatrixEvaluator, bernoulli_world, select
+
+
+def test_auto_is_the_regret_race() -> None:
+    assert isinstance(make_algorithm("auto"), RegretRace)
+
+
+def test_expected_excess_matches_the_normal_closed_form() -> None:
+    got = _expected_excess(np.array([0.0, 1.0, -3.0, 0.5]), np.array([1.0, 1.0, 1.0, 0.0]))
+    # E[max(Z, 0)] = 1/sqrt(2 pi); E[max(Z + 1, 0)] = phi(1) + Phi(1); point mass at 0.5
+    phi1 = math.exp(-0.5) / math.sqrt(2 * math.pi)
+    assert got[0] == pytest.approx(1 / math.sqrt(2 * math.pi))
+    assert got[1] == pytest.approx(phi1 + 0.5 * (1 + math.erf(1 / math.sqrt(2))))
+    assert 0 < got[2] < 1e-3
+    assert got[3] == 0.5
+
+
+async def test_a_near_tie_world_at_high_accuracy_is_decided_within_one_question_for_a_fraction_of_the_cost() -> (
+    None
+):
+    # 20 arms: the best at 99 %, three within a point, the rest spread down to 80 %
+    probs = [0.99, 0.985, 0.985, 0.98, *np.linspace(0.97, 0.80, 16)]
+    space = SearchSpace(
+        {"answer": [f"a{i}" for i in range(4)], "critic": [f"c{i}" for i in range(5)]}
+    )
+    scores = bernoulli_world(probs, 200, seed=11, correlation=0.5)
+    costs = np.repeat(np.linspace(0.001, 0.02, 20)[:, None], 200, axis=1)
+    best = scores.mean(axis=1).max()
+    for seed in range(5):
+        pick, arena = await select("regret_race", space, scores, seed=seed, costs=costs)
+        assert best - scores[pick].mean() <= 0.005 + 1e-12
+        assert arena.cost_spent < 0.6 * costs.sum()
+
+
+async def test_an_expensive_weak_contender_is_dropped_no_later_than_an_equally_weak_cheap_one() -> (
+    None
+):
+    space = SearchSpace({"solver": ["best", "weak_cheap", "weak_dear"]})
+    strong = bernoulli_world([0.8], 200, seed=3)[0]
+    weak = bernoulli_world([0.6], 200, seed=4)[0]
+    scores = np.vstack([strong, weak, weak])  # the two weak arms answer identically
+    costs = np.vstack([np.full(200, 0.002), np.full(200, 0.001), np.full(200, 0.05)])
+    for seed in range(5):
+        pick, arena = await select("regret_race", space, scores, seed=seed, costs=costs)
+        assert space.name(pick) == "solver=best"
+        assert arena.count(2) <= arena.count(1)
+    assert arena.count(2) < 200
+
+
+async def test_a_crashing_combination_is_charged_its_failures_and_eliminated() -> None:
+    class Crashy(MatrixEvaluator):
+        async def evaluate(self, batch):  # type: ignore[no-untyped-def]
+            out = await super().evaluate(batch)
+            if 0 in out:  # combination 0 raises on every other question it is given
+                out[0] = [
+                    Evaluation(score=1.0, error="RuntimeError: boom") if q % 2 else ev
+                    for q, ev in zip(batch[0], out[0], strict=True)
+                ]
+            return out
+
+    space = SearchSpace({"solver": ["crashy", "steady", "weak"]})
+    scores = np.vstack(
+        [
+            np.ones(200),
+            bernoulli_world([0.8], 200, seed=5)[0],
+            bernoulli_world([0.4], 200, seed=6)[0],
+        ]
+    )
+    names = [space.name(k) for k in range(3)]
+    arena = Arena(3, 200, Crashy(scores), seed=1, names=names)
+    algorithm = make_algorithm("regret_race")
+    pick = await run_algorithm(algorithm, arena, space)
+    assert names[pick] == "solver=steady"
+    assert arena.count(0) < 200
+    crashes = [p for (k, p) in arena.errors if k == 0]
+    assert crashes and all(arena.scores[0, p] == 0.0 for p in crashes)
+
+
+async def test_the_recorded_expected_loss_is_bounded_by_the_tolerances(
+    space_3x4: SearchSpace,
+) -> None:
+    scores = bernoulli_world(
+        [0.3, 0.35, 0.4, 0.45, 0.4, 0.5, 0.55, 0.9, 0.35, 0.45, 0.5, 0.6], 200, seed=7
+    )
+    algorithm = RegretRace(eta=1e-3, cost_power=0.0)
+    arena = Arena(12, 200, MatrixEvaluator(scores), seed=0)
+    await run_algorithm(algorithm, arena, space_3x4)
+    assert 0.0 <= algorithm.expected_loss <= 1e-3 * 11
+
+
+async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) -> None:
+    scores = bernoulli_world(
+        [0.5, 0.55, 0.6, 0.62, 0.4, 0.5, 0.55, 0.63, 0.35, 0.45, 0.5, 0.6], 120, seed=8
+    )
+    runs = []
+    for _ in range(2):
+        evaluator = MatrixEvaluator(scores)
+        arena = Arena(12, 120, evaluator, seed=3)
+        runs.append(
+            (
+                await run_algorithm(make_algorithm("regret_race"), arena, space_3x4),
+                evaluator.requested,
+            )
+        )
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"eta": 0.0}, "eta"),
+        ({"cost_power": -1.0}, "cost_power"),
+        ({"growth": 1.0}, "growth"),
+        ({"prior": -0.5}, "prior"),
+        ({"n_initial": 1}, "n_initial"),
+    ],
+)
+def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
+    with pytest.raises(UserError, match=match):
+        make_algorithm("regret_race", **params)
