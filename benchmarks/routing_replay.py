@@ -98,6 +98,12 @@ THROUGHPUT = {
 }
 LAMBDAS = [0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0, 5.0, 20.0]
 CASCADE_LAMBDAS = [0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.07, 0.1, 0.3]
+# The issue's hand-measured racing figures (share of GPT-4's cost, accuracy), plotted as targets.
+HAND_MEASURED = [
+    (0.20, 0.797, "hand: 3-model vote"),
+    (0.26, 0.847, "hand: 2-model cascade"),
+    (0.38, 0.853, "hand: 2-model cascade"),
+]
 _LETTER = re.compile(r"\b([A-E])\b")
 _LETTER_PAREN = re.compile(r"([A-E])\)")
 
@@ -658,6 +664,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--replot", action="store_true", help="only redraw the PNG from DIR/results.json"
+    )
+    parser.add_argument(
         "--routers",
         default=",".join(ALL_POLICIES),
         help="comma-separated subset of the learned policies to run (default: all)",
@@ -667,6 +676,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in HYPER:
         HYPER[name] = getattr(args, name)
+    if args.replot:
+        saved = json.loads((args.out / "results.json").read_text())
+        curves = {
+            name: [(p["cost_usd"], p["accuracy"]) for p in r["curve"]]
+            for name, r in saved["routers"].items()
+        }
+        singles = {m: (c[0][1], c[0][0]) for m, c in curves.items() if m in THROUGHPUT}
+        _plot(curves, singles, saved["gpt4"]["accuracy"], args.out / "cost_accuracy.png")
+        return 0
     only = {r.strip() for r in args.routers.split(",") if r.strip()}
     unknown = only - set(ALL_POLICIES)
     if unknown:
@@ -806,6 +824,12 @@ def _plot(
         hull = ndch(curves[name])
         ax.plot([c for c, _ in hull], [a for _, a in hull], marker="o", ms=3, label=name)
     ax.axhline(gpt4_acc, color="black", lw=0.6, ls="--", label="GPT-4 accuracy")
+    gpt4_cost = singles[GPT4][1]
+    for share, acc, label in HAND_MEASURED:
+        ax.scatter([share * gpt4_cost], [acc], marker="x", color="black", s=40)
+        ax.annotate(
+            label, (share * gpt4_cost, acc), fontsize=6, xytext=(4, -8), textcoords="offset points"
+        )
     ax.set_xscale("log")
     ax.set_xlabel("total cost over the split (US$, log scale)")
     ax.set_ylabel("accuracy")
