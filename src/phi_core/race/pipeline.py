@@ -298,6 +298,16 @@ class BanditRace:
         if cancel.cancelled and result.status != "ok":
             result.status = "cancelled"
         await self._learn(query, x, result)
+        logger.info(
+            "race %s: winner=%s order=%s previews_skipped=%s scores=%s rewards=%s cost=$%.5f",
+            result.status,
+            result.winner,
+            result.order,
+            result.previews_skipped,
+            {a: round(v, 3) for a, v in result.scores.items()},
+            {a: round(r.reward, 3) for a, r in result.rewards.items()},
+            result.cost_usd,
+        )
         return result
 
     # ------------------------------------------------------------------ stages
