@@ -295,16 +295,17 @@ class _Run:
             return
         assert context.agent_id and context.session_id
         self.started = True
-        self.emitter.emit(
-            AgentStart(
-                loop_id=self.loop_id,
-                agent_id=context.agent_id,
-                session_id=context.session_id,
-                parent_loop_id=context.parent_loop_id,
-                continuation_kind=context.continuation_kind,
-                config_snapshot=self.config.snapshot(),
+        if self.emitter.active:  # no event is built when nobody listens (AgentEnd always is)
+            self.emitter.emit(
+                AgentStart(
+                    loop_id=self.loop_id,
+                    agent_id=context.agent_id,
+                    session_id=context.session_id,
+                    parent_loop_id=context.parent_loop_id,
+                    continuation_kind=context.continuation_kind,
+                    config_snapshot=self.config.snapshot(),
+                )
             )
-        )
         if self.prompts is not None:
             batch = await self._filter(self.prompts)
             if batch is None:
@@ -393,6 +394,7 @@ class _Run:
         config = self.config
         context = self.context
         emit = self.emitter.emit
+        live = self.emitter.active
         loop_id = self.loop_id
         pending = await self._filter(await self._poll(config.get_steering_messages))
         if pending is None:
@@ -437,11 +439,12 @@ class _Run:
                 if allowed is False:
                     self.reason = "vetoed"
                     return
-                emit(TurnStart(loop_id=loop_id, turn_index=turn, triggered_by=trigger))
+                if live:
+                    emit(TurnStart(loop_id=loop_id, turn_index=turn, triggered_by=trigger))
                 this_turn = turn
                 turn += 1
                 turn_id = TurnId(loop_id=loop_id, turn_index=this_turn)
-                if first_turn and self.prompts:
+                if first_turn and self.prompts and live:
                     for prompt in self.prompts:
                         emit(MessageStart(loop_id=loop_id, message=prompt))
                         emit(MessageEnd(loop_id=loop_id, message=prompt))
@@ -490,15 +493,16 @@ class _Run:
                     self._append_tool_results(results, turn_id)
                 if self.tracker is not None:
                     self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
-                emit(
-                    TurnEnd(
-                        loop_id=loop_id,
-                        turn_index=this_turn,
-                        message=assistant,
-                        usage=assistant.usage,
-                        tool_results=results,
+                if live:
+                    emit(
+                        TurnEnd(
+                            loop_id=loop_id,
+                            turn_index=this_turn,
+                            message=assistant,
+                            usage=assistant.usage,
+                            tool_results=results,
+                        )
                     )
-                )
                 await self._hook("after_turn", None, (context.messages, assistant.usage))
                 if steering:
                     filtered = await self._filter(steering)
@@ -652,7 +656,8 @@ class _Run:
         final.turn_id = turn_id
         self.context.messages.append(final)
         self.new_messages.append(final)
-        emit(MessageEnd(loop_id=loop_id, message=final))
+        if live:
+            emit(MessageEnd(loop_id=loop_id, message=final))
         return final
 
 

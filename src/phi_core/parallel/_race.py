@@ -71,19 +71,31 @@ def _coerce_prompts(prompts: str | Sequence[AgentMessage] | None) -> list[AgentM
     return list(prompts)
 
 
-class _Forward:
-    """A branch's event sink: forwards to the race's emitter and remembers the branch's end."""
+class _Forward(Emitter):
+    """A branch's emitter: forwards to the race's emitter and remembers the branch's end.
 
-    __slots__ = ("emitter", "end")
+    It is as ``active`` as the race's emitter, so a race nobody listens to builds no per-delta
+    events in its branches (the loop still emits each branch's ``AgentEnd``, which is kept here).
+    """
 
-    def __init__(self, emitter: Emitter) -> None:
-        self.emitter = emitter
+    __slots__ = ("end", "target")
+
+    def __init__(self, target: Emitter) -> None:
+        super().__init__(None)
+        self.target = target
         self.end: AgentEnd | None = None
 
-    def __call__(self, event: Any) -> None:
+    @property
+    def active(self) -> bool:
+        return self.target.active
+
+    def emit(self, event: Any) -> None:
         if isinstance(event, AgentEnd):
             self.end = event
-        self.emitter.emit(event)
+        self.target.emit(event)
+
+    async def aclose(self) -> None:
+        """Nothing to flush: the race's own emitter is closed by the race."""
 
 
 class _Race:
@@ -274,7 +286,7 @@ class _Race:
                 outcome.usage = forward.end.usage
                 outcome.cost_usd = forward.end.cost_usd
             return
-        forward(
+        forward.emit(
             AgentEnd(
                 loop_id=outcome.loop_id,
                 usage=outcome.usage,
