@@ -93,6 +93,18 @@ from .providers import (
     known_providers,
     resolve_model,
 )
+from .race import BanditOptions, BanditRace, RaceResult, run_bandit_race
+from .routing import (
+    EpsilonGreedyRouter,
+    HashedFeatures,
+    JsonFileStateStore,
+    LinearThompsonRouter,
+    LinUCBRouter,
+    RedisStateStore,
+    RewardPolicy,
+    SQLiteStateStore,
+    open_state_store,
+)
 from .select import Budget, MeteredModel, ModelSelector, PairedRace, SelectionResult
 from .sessions import JsonFileSessionStore, SessionRecorder, SqliteSessionStore
 from .tools import AgentTool, ToolContext, ToolError, ToolResult, tool
@@ -156,6 +168,20 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "adopt_winner",
     "agent_loop_parallel",
     "strategy_from_name",
+    # learned routing and the racing pipeline
+    "BanditOptions",
+    "BanditRace",
+    "EpsilonGreedyRouter",
+    "HashedFeatures",
+    "JsonFileStateStore",
+    "LinUCBRouter",
+    "LinearThompsonRouter",
+    "RaceResult",
+    "RedisStateStore",
+    "RewardPolicy",
+    "SQLiteStateStore",
+    "open_state_store",
+    "run_bandit_race",
     # offline selection
     "Budget",
     "MeteredModel",

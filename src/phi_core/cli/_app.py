@@ -33,6 +33,7 @@ from ..providers.base import Provider
 from ..providers.registry import get_provider, known_providers, resolve_model
 from ..testing import ScriptedProvider
 from ..types import TextDelta
+from ._bandit import BanditFlags, plan_bandit, run_bandit
 from ._race import RacePlan, race_payload, run_race
 from ._script import load_scripts
 from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, load_race_file, select_branches
@@ -42,7 +43,17 @@ __all__ = ["app", "main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_LOCAL_MAX_TOKENS = 256
-STRATEGIES = ("judge", "pairwise", "rubric", "vote", "pick-first", "token-efficient", "elaborate")
+STRATEGIES = (
+    "judge",
+    "pairwise",
+    "rubric",
+    "vote",
+    "pick-first",
+    "token-efficient",
+    "elaborate",
+    "bandit",
+)
+_BANDIT = "Bandit strategy (--strategy bandit)"
 _JUDGED = ("judge", "pairwise", "rubric")
 
 app = typer.Typer(
@@ -121,7 +132,7 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
             if interrupted and task is not None:
                 task.cancel()
             interrupted = True
-            cancel_tree(token, "interrupted")
+            token.cancel("interrupted")
 
         installed = False
         try:
@@ -140,18 +151,6 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
     except (KeyboardInterrupt, asyncio.CancelledError) as exc:
         raise Interrupted() from exc
     return result, interrupted
-
-
-def cancel_tree(token: CancelToken, reason: str) -> None:
-    """Cancel ``token`` and every token derived from it, innermost first.
-
-    ``CancelToken.cancel`` walks its children while each cancelled child removes itself from that
-    same list, so every second child was skipped (a two-branch race kept one branch running).
-    Cancelling the children first, from a snapshot, reaches all of them whichever way that goes.
-    """
-    for child in list(token._children):
-        cancel_tree(child, reason)
-    token.cancel(reason)
 
 
 def _read_prompt(prompt: str) -> str:
@@ -258,12 +257,58 @@ def race(
     script: Annotated[
         Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
     ] = None,
+    alpha: Annotated[
+        float, typer.Option(rich_help_panel=_BANDIT, help="LinUCB exploration weight.")
+    ] = 1.0,
+    ridge: Annotated[
+        float, typer.Option(rich_help_panel=_BANDIT, help="LinUCB ridge (prior strength).")
+    ] = 1.0,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            rich_help_panel=_BANDIT,
+            envvar="PHI_ROUTER_STATE",
+            help="Router state: .sqlite/.json file or redis://… (default .phi/router_state.sqlite).",
+        ),
+    ] = None,
+    length_threshold: Annotated[
+        int,
+        typer.Option(
+            rich_help_panel=_BANDIT, help="Query length (chars) counted as long (speculative)."
+        ),
+    ] = 2000,
+    quality_weight: Annotated[float, typer.Option(rich_help_panel=_BANDIT)] = 0.8,
+    speed_weight: Annotated[float, typer.Option(rich_help_panel=_BANDIT)] = 0.2,
+    cost_weight: Annotated[float, typer.Option(rich_help_panel=_BANDIT)] = 0.0,
+    min_preview_tokens: Annotated[
+        int, typer.Option(rich_help_panel=_BANDIT, min=1, help="Preview length before scaling.")
+    ] = 120,
 ) -> None:
-    """Race configurations on one task, judge them, print the winner."""
+    """Race configurations on one task, judge them, print the winner.
+
+    `--strategy bandit` ranks the branches with a learned router instead, previews the top ones,
+    answers with the best and learns from the outcome (state persists between runs).
+    """
+    chosen = (strategy or "").strip().lower()
     try:
         text = _read_prompt(prompt)
         race_file = load_race_file(config) if config is not None else RaceFile()
         scripts = _scripts(script)
+        if chosen == "bandit" or (not chosen and race_file.strategy == "bandit"):
+            flags = BanditFlags(
+                alpha, ridge, state, length_threshold, quality_weight, speed_weight,
+                cost_weight, min_preview_tokens,
+            )  # fmt: skip
+            arms, configs, options = plan_bandit(
+                model or [], race_file, scripts, judge, system, max_tokens, flags
+            )
+            with _streams() as (out, err):
+                result, interrupted = run_interruptible(
+                    lambda token: run_bandit(
+                        text, arms, configs, options, out, err, json_output, token
+                    )
+                )
+            raise typer.Exit(EXIT_INTERRUPTED if interrupted else result)
         plan = _plan(
             model or [], race_file, scripts, judge, strategy, system, max_tokens, timeout,
             max_concurrency,

@@ -1,0 +1,103 @@
+"""``phi race --strategy bandit``: the learned racing pipeline behind the ``race`` command.
+
+Each branch is an arm named by its label (so three configurations of one model are three arms);
+the router state persists between runs (``--state``, default ``.phi/router_state.sqlite``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TextIO
+
+from ..cancel import CancelToken
+from ..loop import AgentLoopConfig
+from ..race.entry import BanditOptions, run_bandit_race
+from ..testing import ScriptedProvider
+from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, parse_branch, select_branches
+
+__all__ = ["BanditFlags", "run_bandit"]
+
+
+@dataclass(frozen=True)
+class BanditFlags:
+    """The seed's knobs as ``phi race`` flags."""
+
+    alpha: float = 1.0
+    ridge: float = 1.0
+    state: str | None = None
+    length_threshold: int = 2000
+    quality_weight: float = 0.8
+    speed_weight: float = 0.2
+    cost_weight: float = 0.0
+    min_preview_tokens: int = 120
+
+
+def plan_bandit(
+    models: list[str],
+    race_file: RaceFile,
+    scripts: dict[str, ScriptedProvider],
+    judge: str | None,
+    system: str | None,
+    max_tokens: int | None,
+    flags: BanditFlags,
+) -> tuple[list[str], dict[str, AgentLoopConfig], BanditOptions]:
+    """Arms, their configs and the options; raises UserError for bad input before anything runs."""
+    from ._app import loop_config
+
+    branches = select_branches(models, race_file)
+    configs: dict[str, AgentLoopConfig] = {}
+    for branch in branches:
+        name = branch.label
+        configs[name] = loop_config(branch, scripts, max_tokens=max_tokens, system=system)
+    judge_spec: BranchSpec | None
+    if judge is not None:
+        judge_spec = parse_branch(judge)
+    elif race_file.judge is not None:
+        judge_spec = race_file.judge
+    elif all(b.model.startswith("local:") for b in branches):
+        judge_spec = DEFAULT_JUDGE
+    else:
+        judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
+    judge_name = f"judge:{judge_spec.model}"
+    configs[judge_name] = loop_config(judge_spec, scripts, max_tokens=max_tokens)
+    options = BanditOptions(
+        judge_model=judge_name,
+        alpha=flags.alpha,
+        ridge=flags.ridge,
+        state=flags.state,
+        length_threshold=flags.length_threshold,
+        quality_weight=flags.quality_weight,
+        speed_weight=flags.speed_weight,
+        cost_weight=flags.cost_weight,
+        min_preview_tokens=flags.min_preview_tokens,
+    )
+    return [b.label for b in branches], configs, options
+
+
+async def run_bandit(
+    text: str,
+    arms: list[str],
+    configs: dict[str, AgentLoopConfig],
+    options: BanditOptions,
+    out: TextIO,
+    err: TextIO,
+    as_json: bool,
+    token: CancelToken,
+) -> int:
+    """Race once with the learned router; print the answer (or JSON); return the exit code."""
+    from .route import result_payload
+
+    result = await run_bandit_race(text, arms, options, configs=configs, cancel=token)
+    if as_json:
+        out.write(json.dumps({"type": "race_result", **result_payload(result)}) + "\n")
+    else:
+        out.write(result.text.rstrip() + "\n")
+        skipped = " (previews skipped: the router was sure)" if result.previews_skipped else ""
+        order = ", ".join(result.order)
+        err.write(
+            f"[{result.status}] winner: {result.winner} · order: {order}{skipped} · "
+            f"cost ${result.cost_usd:.4f}\n"
+        )
+    out.flush()
+    return 0 if result.status == "ok" else 1

@@ -1,0 +1,73 @@
+"""`phi race --strategy bandit`: the learned racing pipeline through the CLI, with state that
+persists between runs and is visible through `phi route show`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from phi_core.cli import app
+
+JUDGE_REPLY = json.dumps(
+    {
+        "scores": [
+            {"preview": 1, "reason": "r", "relevance": 0.9, "coverage": 0.9, "faithfulness": 0.9},
+            {"preview": 2, "reason": "r", "relevance": 0.2, "coverage": 0.2, "faithfulness": 0.2},
+        ]
+    }
+)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(
+        json.dumps(
+            {
+                "scripted:a": {"default": "Answer from A."},
+                "scripted:b": {"default": "Answer from B."},
+                "scripted:judge": {"default": JUDGE_REPLY},
+            }
+        )
+    )
+    return str(path)
+
+
+def test_bandit_race_answers_learns_and_persists_router_state(tmp_path: Path, script: str) -> None:
+    runner = CliRunner()
+    state = str(tmp_path / "router.sqlite")
+    args = [
+        "race", "What is entanglement?", "-m", "scripted:a", "-m", "scripted:b",
+        "--strategy", "bandit", "--judge", "scripted:judge", "--state", state,
+        "--script", script, "--json",
+    ]  # fmt: skip
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    payload = json.loads(first.stdout.strip().splitlines()[-1])
+    assert payload["type"] == "race_result" and payload["status"] == "ok"
+    assert payload["winner"] in ("scripted:a", "scripted:b")
+    assert payload["text"] == f"Answer from {payload['winner'][-1].upper()}."
+    assert set(payload["rewards"]) == {"scripted:a", "scripted:b"}
+
+    shown = runner.invoke(app, ["route", "show", "--state", state, "--json"])
+    assert shown.exit_code == 0, shown.output
+    arms = next(iter(json.loads(shown.stdout).values()))
+    assert {name: stats["n"] for name, stats in arms.items()} == {"scripted:a": 1, "scripted:b": 1}
+
+    second = runner.invoke(app, args)
+    assert second.exit_code == 0, second.output
+    shown = runner.invoke(app, ["route", "show", "--state", state, "--json"])
+    arms = next(iter(json.loads(shown.stdout).values()))
+    assert sum(stats["n"] for stats in arms.values()) >= 3  # the second race learned too
+
+
+def test_bandit_race_rejects_an_unknown_provider_as_a_usage_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["race", "Q?", "-m", "nope:x", "--strategy", "bandit", "--state", str(tmp_path / "s.db")],
+    )
+    assert result.exit_code == 2
+    assert "Unknown provider 'nope'" in result.output
