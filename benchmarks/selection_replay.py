@@ -419,7 +419,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rho", type=float, default=None, help="shared difficulty of --world")
     parser.add_argument("--world-seeds", type=int, default=1)
     parser.add_argument("--world-seed-start", type=int, default=100)
+    parser.add_argument(
+        "--selectors", default=None, help="comma-separated phi selector names (default: all)"
+    )
     args = parser.parse_args(argv)
+    if args.selectors:
+        unknown = set(args.selectors.split(",")) - set(PHI_SELECTORS)
+        if unknown:
+            parser.error(
+                f"unknown selectors {sorted(unknown)}; choose from {sorted(PHI_SELECTORS)}"
+            )
+        for name in list(PHI_SELECTORS):
+            if name not in args.selectors.split(","):
+                del PHI_SELECTORS[name]
     if args.world is not None:
         return run_worlds(args)
 
