@@ -554,3 +554,18 @@ def test_models_json_lists_prices_and_key_presence(
 def test_no_arguments_shows_help(runner: CliRunner) -> None:
     result = runner.invoke(app, [])
     assert "race" in result.output and "models" in result.output
+
+
+def test_a_local_judge_is_constrained_to_answer_with_a_branch_number() -> None:
+    from phi_core.cli._app import _plan
+    from phi_core.cli._spec import RaceFile
+
+    plan = _plan([], RaceFile(), {}, None, None, None, None, None, None)
+    assert plan.judge_config is not None
+    fmt = plan.judge_config.response_format
+    assert fmt is not None and fmt.schema_ == {"enum": [1, 2, 3]}
+    vendor_judged = _plan(
+        ["scripted:a", "scripted:b"], RaceFile(), {}, "scripted:judge", None, None, None, None, None
+    )
+    assert vendor_judged.judge_config is not None
+    assert vendor_judged.judge_config.response_format is None

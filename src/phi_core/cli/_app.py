@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import io
@@ -32,7 +33,7 @@ from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
 from ..providers.base import Provider
 from ..providers.registry import get_provider, known_providers, resolve_model
 from ..testing import ScriptedProvider
-from ..types import TextDelta
+from ..types import ResponseFormat, TextDelta
 from ._bandit import BanditFlags, plan_bandit, run_bandit
 from ._race import RacePlan, race_payload, run_race
 from ._script import load_scripts
@@ -401,6 +402,15 @@ def _plan(
             # Racing vendors: the first branch's model judges, deterministically.
             judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
         judge_config = loop_config(judge_spec, scripts, max_tokens=max_tokens)
+        if strategy_name == "judge" and judge_spec.model.startswith("local:"):
+            # A small local judge often forgets to name an answer; llama.cpp's grammar makes
+            # its reply one of the answer numbers (vendor APIs take no bare-enum schema).
+            judge_config = dataclasses.replace(
+                judge_config,
+                response_format=ResponseFormat(
+                    name="choice", schema={"enum": list(range(1, len(branches) + 1))}
+                ),
+            )
     elif judge is not None:
         raise UserError(
             f"--judge has no effect with --strategy {strategy_name}; "
