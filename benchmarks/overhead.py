@@ -22,6 +22,11 @@ model, would queue our calls and make the comparison meaningless). Every worker 
 guard that refuses any connection or name lookup that is not loopback, and switches the
 frameworks' telemetry off.
 
+Default cells: 20-chunk answers at C = 1, 100, 1,000 and 500-chunk answers at C = 1, 100
+(``--concurrency-levels 1,100,1000`` adds the slow 500-chunk C=1000 wave). The framework
+columns run once per cell and only with 20-chunk answers (``--framework-runs``,
+``--framework-chunks``): they are references, not the target.
+
 Figures per cell are medians of ``--runs`` runs (default 3): requests/s, p50/p95 latency, client
 CPU ms per call and µs per chunk, the share of CPU spent in garbage collection, and peak RSS.
 Writes ``benchmarks/results/overhead/results.json`` and ``overhead.png``.
@@ -55,8 +60,11 @@ PROMPT = "Say hello."
 CLIENT_CORE = 0
 SERVER_CORE = 1
 # Requests per (chunks, C): bounded so the default run stays near ten minutes on two cores.
-REQUESTS = {20: {1: 200, 100: 1000, 1000: 1000}, 500: {1: 30, 100: 200, 1000: 1000}}
+# C=1000 needs 1,000 requests (one full wave). The 500-chunk set runs C=1 and C=100 unless
+# --concurrency-levels asks for more (a C=1000 wave of 500-chunk races alone takes minutes).
+REQUESTS = {20: {1: 200, 100: 500, 1000: 1000}, 500: {1: 20, 100: 100, 1000: 1000}}
 QUICK_REQUESTS = {20: {1: 50, 100: 300, 1000: 1000}, 500: {1: 10, 100: 100, 1000: 1000}}
+DEFAULT_LEVELS = {20: "1,100,1000", 500: "1,100"}
 
 
 def _raise_nofile() -> None:
@@ -192,6 +200,10 @@ def _loopback(host: Any) -> bool:
     )
 
 
+REFUSED: list[str] = []
+"""What the socket guard refused in this worker (reported in its result: must stay empty)."""
+
+
 def install_socket_guard() -> None:
     """Refuse every connection and name lookup that is not loopback (or a unix socket)."""
     real_connect = socket.socket.connect
@@ -203,6 +215,7 @@ def install_socket_guard() -> None:
             return
         host = address[0] if isinstance(address, tuple) else address
         if not _loopback(host):
+            REFUSED.append(f"connect {address!r}")
             raise PermissionError(f"socket guard: refused a connection to {address!r}")
 
     def connect(self: socket.socket, address: Any) -> None:
@@ -215,6 +228,7 @@ def install_socket_guard() -> None:
 
     def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
         if host is not None and not _loopback(host):
+            REFUSED.append(f"resolve {host!r}")
             raise socket.gaierror(f"socket guard: refused to resolve {host!r}")
         return real_getaddrinfo(host, *args, **kwargs)
 
@@ -462,6 +476,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_us_per_chunk": 1e6 * cpu / (calls * args.chunks),
         "gc_share": gc_time / cpu if cpu else 0.0,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "guard_refused": list(REFUSED),
     }
 
 
@@ -536,6 +551,7 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in good if r.get(key) is not None]
         out[key] = statistics.median(values) if values else None
     out["errors"] = max(r["errors"] for r in good)
+    out["guard_refused"] = sorted({x for r in good for x in r.get("guard_refused", [])})
     out["runs"] = len(good)
     out["cpu_ms_per_call_runs"] = [round(r["cpu_ms_per_call"], 3) for r in good]
     return out
@@ -640,7 +656,6 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
 def driver_main(args: argparse.Namespace) -> None:
     table = QUICK_REQUESTS if args.quick else REQUESTS
     runs = 1 if args.quick and args.runs is None else (args.runs or 3)
-    levels = [int(c) for c in args.concurrency_levels.split(",")]
     chunk_sets = [int(c) for c in args.chunk_sets.split(",")]
     clients = [c for c in args.clients.split(",") if c] if args.clients else list(OURS)
     fw_python = args.frameworks_python or sys.executable
@@ -656,15 +671,21 @@ def driver_main(args: argparse.Namespace) -> None:
     started = time.time()
     for chunks in chunk_sets:
         with Server(chunks) as server:
-            for level in levels:
+            levels = args.concurrency_levels or DEFAULT_LEVELS.get(chunks, "1,100,1000")
+            for level in [int(c) for c in levels.split(",")]:
                 requests = args.requests or table[chunks][level]
-                per_column: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in columns}
-                for _ in range(runs):  # columns interleaved, so drift hits all of them alike
-                    for name, python in columns:
+                # The frameworks are reference columns: by default measured once per cell, and
+                # only with short answers (their 500-chunk calls take seconds each).
+                here = [(n, p) for n, p in columns if n in OURS or chunks in args.framework_chunks]
+                per_column: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in here}
+                for run in range(runs):  # columns interleaved, so drift hits all of them alike
+                    for name, python in here:
+                        if name in FRAMEWORKS and run >= args.framework_runs:
+                            continue
                         per_column[name].append(
                             run_worker(python, name, chunks, level, requests, server.port)
                         )
-                for name, _ in columns:
+                for name, _ in here:
                     cell = median_of(per_column[name])
                     cell.setdefault("chunks", chunks)
                     cell.setdefault("concurrency", level)
@@ -676,6 +697,8 @@ def driver_main(args: argparse.Namespace) -> None:
                     )
     print()
     print_table(cells)
+    refused = {c["client"]: c["guard_refused"] for c in cells if c.get("guard_refused")}
+    print(f"socket guard refusals (non-loopback attempts): {refused or 'none'}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -706,7 +729,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=None, help="runs per cell (median; default 3)")
     parser.add_argument("--clients", default="", help="comma-separated columns (default: all)")
     parser.add_argument("--chunk-sets", default="20,500", help="content chunks per answer")
-    parser.add_argument("--concurrency-levels", default="1,100,1000")
+    parser.add_argument(
+        "--concurrency-levels",
+        default="",
+        help="comma-separated C values (default 1,100,1000 for 20 chunks, 1,100 for 500)",
+    )
+    parser.add_argument(
+        "--framework-runs", type=int, default=1, help="runs per cell for the framework columns"
+    )
+    parser.add_argument(
+        "--framework-chunks",
+        type=lambda text: {int(c) for c in text.split(",") if c},
+        default={20},
+        help="answer lengths the framework columns run at (default 20)",
+    )
     parser.add_argument("--requests", type=int, default=None, help="requests per cell (override)")
     parser.add_argument(
         "--frameworks-python",
