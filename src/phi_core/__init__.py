@@ -105,7 +105,14 @@ from .routing import (
     SQLiteStateStore,
     open_state_store,
 )
-from .select import Budget, MeteredModel, ModelSelector, PairedRace, SelectionResult
+from .select import (
+    Budget,
+    MeteredModel,
+    ModelSelector,
+    PairedRace,
+    RegretRace,
+    SelectionResult,
+)
 from .sessions import JsonFileSessionStore, SessionRecorder, SqliteSessionStore
 from .tools import AgentTool, ToolContext, ToolError, ToolResult, tool
 from .types import (
@@ -187,6 +194,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "MeteredModel",
     "ModelSelector",
     "PairedRace",
+    "RegretRace",
     "SelectionResult",
     # tools
     "AgentTool",

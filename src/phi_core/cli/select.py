@@ -6,7 +6,7 @@ algorithm::
     dataset = "questions.jsonl"            # one {"input": ..., "expected": ...} per line
     scorer = "contains"                    # "exact", "contains", or "module:function" / "file.py:function"
     agent = "my_agent.py:PlannerSolver"    # optional: class(models) with run(input), or function(models, input)
-    algorithm = "auto"                     # paired_race, arm_elimination, brute_force, matrix_ucb, ...
+    algorithm = "auto"                     # auto (= regret_race), paired_race, arm_elimination, ...
     max_concurrent = 20
     seed = 0
     cache = true                           # or a path to the SQLite cache file
