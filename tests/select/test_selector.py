@@ -377,3 +377,21 @@ async def test_the_default_cache_lives_in_phi_home_and_is_opened_only_by_a_run(
     await selector.select_best()
     assert (tmp_path / "home" / "select-cache.sqlite").exists()
     assert selector.cache is not None and len(selector.cache) == len(DATASET) == provider.calls
+
+
+def test_candidates_take_the_race_settings_syntax_so_one_model_competes_at_two_settings() -> None:
+    selector = ModelSelector(
+        lambda models, x: x,
+        {"solver": ["scripted:m@temperature=0", "scripted:m@temperature=0.9,max_tokens=16"]},
+        DATASET,
+        exact,
+        cache=False,
+    )
+    cold, hot = selector._handles["solver"].values()
+    assert (cold.name, cold.temperature, cold.max_tokens) == ("scripted:m@temperature=0", 0.0, None)
+    assert (hot.temperature, hot.max_tokens) == (0.9, 16)
+    assert cold.config.spec == hot.config.spec == "scripted:m"
+    with pytest.raises(UserError, match="Unknown setting 'heat'"):
+        ModelSelector(lambda m, x: x, {"s": ["scripted:m@heat=1"]}, DATASET, exact, cache=False)
+    with pytest.raises(UserError, match="must be a number"):
+        ModelSelector(lambda m, x: x, {"s": ["scripted:m@seed=x"]}, DATASET, exact, cache=False)

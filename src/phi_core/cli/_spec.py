@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, UserError
+from ..providers.registry import split_model_settings
 from ..types import ThinkingLevel
 
 __all__ = [
@@ -114,7 +115,6 @@ DEFAULT_BRANCHES: tuple[BranchSpec, ...] = (
 DEFAULT_JUDGE = BranchSpec(name="judge", model="local:smollm2", temperature=0.0)
 
 _SETTING_KEYS = ("name", "system", "temperature", "top_p", "seed", "max_tokens", "thinking")
-_SETTINGS = re.compile(r"^[a-z_]+=.*$")
 
 
 def parse_branch(text: str, named: Sequence[BranchSpec] = ()) -> BranchSpec:
@@ -125,10 +125,7 @@ def parse_branch(text: str, named: Sequence[BranchSpec] = ()) -> BranchSpec:
     for branch in named:
         if branch.name == text:
             return branch
-    model, settings = text, ""
-    at = text.rfind("@")
-    if at > 0 and _SETTINGS.match(text[at + 1 :]):
-        model, settings = text[:at], text[at + 1 :]
+    model, settings = split_model_settings(text)
     if ":" not in model:
         names = [b.name for b in named if b.name]
         known = f" The config file names: {', '.join(names)}." if names else ""
@@ -137,15 +134,13 @@ def parse_branch(text: str, named: Sequence[BranchSpec] = ()) -> BranchSpec:
             f"`openai:gpt-4o-mini@temperature=0.2`) nor a branch named in --config.{known}"
         )
     fields: dict[str, Any] = {"model": model}
-    for item in filter(None, settings.split(",")):
-        key, _, value = item.partition("=")
-        key = key.strip()
+    for key, value in settings.items():
         if key not in _SETTING_KEYS:
             raise UserError(
                 f"Unknown setting {key!r} in model {text!r}; "
                 f"use one of: {', '.join(_SETTING_KEYS)}."
             )
-        fields[key] = value.strip()
+        fields[key] = value
     try:
         return BranchSpec.model_validate(fields)
     except ValidationError as exc:

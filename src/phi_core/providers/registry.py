@@ -9,6 +9,7 @@ client and one connection pool.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "register_protocol",
     "register_provider",
     "resolve_model",
+    "split_model_settings",
 ]
 
 ProtocolFactory = Callable[[ModelConfig], Provider]
@@ -87,6 +89,26 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
 def _override(config: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
     """A validated copy (so ``api_key="..."`` becomes a SecretStr and typos are rejected)."""
     return ModelConfig(**{**dict(config), **overrides})
+
+
+_SETTINGS = re.compile(r"^[a-z_]+=.*$")
+
+
+def split_model_settings(text: str) -> tuple[str, dict[str, str]]:
+    """Split ``provider:model@key=value,key=value`` into the model and its settings.
+
+    Only a suffix after the last ``@`` that starts with ``key=`` counts as settings, so
+    ``openai-compat:m@http://host/v1`` keeps its base URL. Values stay strings; callers validate.
+    """
+    text = text.strip()
+    at = text.rfind("@")
+    if at <= 0 or not _SETTINGS.match(text[at + 1 :]):
+        return text, {}
+    settings: dict[str, str] = {}
+    for item in filter(None, text[at + 1 :].split(",")):
+        key, _, value = item.partition("=")
+        settings[key.strip()] = value.strip()
+    return text[:at], settings
 
 
 def get_provider(model: ModelConfig) -> Provider:

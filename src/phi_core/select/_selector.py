@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..providers.base import ModelConfig
+from ..providers.registry import split_model_settings
 from ..providers.retry import RetryPolicy
 from ._algorithms import SelectionAlgorithm, make_algorithm, run_algorithm
 from ._arena import Arena, Budget, BudgetExhausted, Evaluation
@@ -240,11 +241,41 @@ class ModelSelector:
     def _handle(self, candidate: Candidate) -> MeteredModel:
         if isinstance(candidate, MeteredModel):
             return candidate
-        if isinstance(candidate, str | ModelConfig):
+        if isinstance(candidate, ModelConfig):
             return MeteredModel(candidate, retry=self.retry)
+        if isinstance(candidate, str):
+            return self._handle_from_string(candidate)
         raise UserError(
             f"A candidate model must be a `provider:model` string, a ModelConfig or a MeteredModel, got {candidate!r}."
         )
+
+    def _handle_from_string(self, candidate: str) -> MeteredModel:
+        """``provider:model`` or ``provider:model@temperature=0.7,max_tokens=64`` (the same
+        settings syntax as ``phi race -m``), so one model can compete at several settings."""
+        model, settings = split_model_settings(candidate)
+        if not settings:
+            return MeteredModel(model, retry=self.retry)
+        parsers: dict[str, Callable[[str], float | int]] = {
+            "temperature": float,
+            "top_p": float,
+            "seed": int,
+            "max_tokens": int,
+        }
+        values: dict[str, Any] = {}
+        for key, raw in settings.items():
+            parse = parsers.get(key)
+            if parse is None:
+                raise UserError(
+                    f"Unknown setting {key!r} in candidate {candidate!r}; "
+                    f"use one of: {', '.join(parsers)}."
+                )
+            try:
+                values[key] = parse(raw)
+            except ValueError:
+                raise UserError(
+                    f"Setting {key!r} in candidate {candidate!r} must be a number, got {raw!r}."
+                ) from None
+        return MeteredModel(model, retry=self.retry, name=candidate, **values)
 
     def _datapoint(self, i: int) -> tuple[Any, Any]:
         item = self.dataset[i]
