@@ -46,7 +46,10 @@ def test_bandit_race_answers_learns_and_persists_router_state(tmp_path: Path, sc
     ]  # fmt: skip
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
-    payload = json.loads(first.stdout.strip().splitlines()[-1])
+    lines = [json.loads(line) for line in first.stdout.strip().splitlines()]
+    payload = lines[-1]
+    events = [line["type"] for line in lines[:-1]]
+    assert "agent_start" in events and "message_update" in events  # every event, then the result
     assert payload["type"] == "race_result" and payload["status"] == "ok"
     assert payload["winner"] in ("scripted:a", "scripted:b")
     assert payload["text"] == f"Answer from {payload['winner'][-1].upper()}."

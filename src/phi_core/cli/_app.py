@@ -55,6 +55,9 @@ STRATEGIES = (
     "bandit",
 )
 _BANDIT = "Bandit strategy (--strategy bandit)"
+# A judge's reply (scores with reasons for every answer) must not be cut by --max-tokens, which
+# limits the branches; a judge spec's own max_tokens still wins.
+JUDGE_MAX_TOKENS = 1024
 _JUDGED = ("judge", "pairwise", "rubric")
 
 app = typer.Typer(
@@ -401,7 +404,7 @@ def _plan(
         else:
             # Racing vendors: the first branch's model judges, deterministically.
             judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
-        judge_config = loop_config(judge_spec, scripts, max_tokens=max_tokens)
+        judge_config = loop_config(judge_spec, scripts, max_tokens=JUDGE_MAX_TOKENS)
         if strategy_name == "judge" and judge_spec.model.startswith("local:"):
             # A small local judge often forgets to name an answer; llama.cpp's grammar makes
             # its reply one of the answer numbers (vendor APIs take no bare-enum schema).

@@ -6,7 +6,6 @@ the router state persists between runs (``--state``, default ``.phi/router_state
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -15,6 +14,7 @@ from ..loop import AgentLoopConfig
 from ..race.entry import BanditOptions, run_bandit_race
 from ..testing import ScriptedProvider
 from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, parse_branch, select_branches
+from ._view import JsonLines
 
 __all__ = ["BanditFlags", "run_bandit"]
 
@@ -43,7 +43,7 @@ def plan_bandit(
     flags: BanditFlags,
 ) -> tuple[list[str], dict[str, AgentLoopConfig], BanditOptions]:
     """Arms, their configs and the options; raises UserError for bad input before anything runs."""
-    from ._app import loop_config
+    from ._app import JUDGE_MAX_TOKENS, loop_config
 
     branches = select_branches(models, race_file)
     configs: dict[str, AgentLoopConfig] = {}
@@ -60,7 +60,7 @@ def plan_bandit(
     else:
         judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
     judge_name = f"judge:{judge_spec.model}"
-    configs[judge_name] = loop_config(judge_spec, scripts, max_tokens=max_tokens)
+    configs[judge_name] = loop_config(judge_spec, scripts, max_tokens=JUDGE_MAX_TOKENS)
     options = BanditOptions(
         judge_model=judge_name,
         alpha=flags.alpha,
@@ -88,9 +88,10 @@ async def run_bandit(
     """Race once with the learned router; print the answer (or JSON); return the exit code."""
     from .route import result_payload
 
-    result = await run_bandit_race(text, arms, options, configs=configs, cancel=token)
-    if as_json:
-        out.write(json.dumps({"type": "race_result", **result_payload(result)}) + "\n")
+    sink = JsonLines(out) if as_json else None
+    result = await run_bandit_race(text, arms, options, configs=configs, cancel=token, events=sink)
+    if sink is not None:
+        sink.result({"type": "race_result", **result_payload(result)})
     else:
         out.write(result.text.rstrip() + "\n")
         skipped = " (previews skipped: the router was sure)" if result.previews_skipped else ""
