@@ -395,3 +395,15 @@ def test_candidates_take_the_race_settings_syntax_so_one_model_competes_at_two_s
         ModelSelector(lambda m, x: x, {"s": ["scripted:m@heat=1"]}, DATASET, exact, cache=False)
     with pytest.raises(UserError, match="must be a number"):
         ModelSelector(lambda m, x: x, {"s": ["scripted:m@seed=x"]}, DATASET, exact, cache=False)
+
+
+def test_accuracy_interval_reflects_the_sample_even_when_every_datapoint_ran() -> None:
+    from phi_core.select._results import wilson_interval
+
+    low, high = wilson_interval(1.0, 8)
+    assert high == 1.0 and 0.6 < low < 0.7  # 8/8 correct is not proof of 100 %
+    low, high = wilson_interval(0.75, 8)
+    assert low < 0.5 < 0.9 < high
+    assert wilson_interval(0.5, 0) == (0.0, 1.0)
+    narrow = wilson_interval(0.75, 2000)
+    assert narrow[1] - narrow[0] < 0.05

@@ -37,7 +37,9 @@ class CombinationResult(BaseModel):
     """Mean score in [0, 1]; ``None`` when never evaluated."""
     ci_low: float | None = None
     ci_high: float | None = None
-    """95 % confidence interval of the mean (normal approximation, finite-population corrected)."""
+    """95 % Wilson interval of the accuracy to expect on new inputs like the dataset's (scores
+    in [0, 1] have variance at most p(1-p), so it is conservative for partial credit). It does not
+    shrink to nothing when every datapoint was run: the dataset is a sample of the task."""
     cost_usd: float = 0.0
     """Dollars of all its runs (cache hits counted at their original price)."""
     cost_per_datapoint: float | None = None
@@ -197,6 +199,16 @@ class SelectionResult(BaseModel):
         plt.close(fig)
 
 
+def wilson_interval(mean: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a mean of ``n`` scores in [0, 1]."""
+    if n <= 0:
+        return 0.0, 1.0
+    denominator = 1 + z * z / n
+    centre = (mean + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def _quantile(values: np.ndarray, q: float) -> float | None:
     return float(np.quantile(values, q)) if values.size else None
 
@@ -233,11 +245,8 @@ def build_result(
         )
         if n:
             mean = float(scores.mean())
-            sd = float(scores.std(ddof=1)) if n > 1 else 0.5
-            fpc = math.sqrt((total - n) / (total - 1)) if total > 1 else 0.0
-            half = 1.96 * sd / math.sqrt(n) * fpc
             item.accuracy = mean
-            item.ci_low, item.ci_high = max(0.0, mean - half), min(1.0, mean + half)
+            item.ci_low, item.ci_high = wilson_interval(mean, n)
             item.cost_usd = float(arena.costs[k][mask].sum())
             item.cost_per_datapoint = item.cost_usd / n
             item.latency_mean = float(latencies.mean())
