@@ -71,9 +71,9 @@ def test_the_openai_chat_provider_leaves_no_open_client_session_after_the_run() 
 async def test_the_http_client_uses_the_sdks_aiohttp_transport_with_room_for_many_calls() -> None:
     client = http_client()
     try:
-        assert type(client).__name__ == "_InstalledAioHttpClient"
-        # Neither the connection pool nor the time-outs may fail healthy calls under load.
         transport = client._transport  # type: ignore[attr-defined]
+        assert "aiohttp" in type(transport).__module__  # aiohttp is installed in the dev env
+        # Neither the connection pool nor the time-outs may fail healthy calls under load.
         assert transport.limits.max_connections >= 1024
         assert client.timeout.connect is not None and client.timeout.connect >= 60
     finally:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-import httpx2
 import openai
 
 from ..errors import ProviderError
@@ -15,23 +15,32 @@ from ._common import TRANSPORT_ERRORS, classify_error, malformed_stream, network
 
 __all__ = ["arguments_text", "data_url", "http_client", "map_openai_error"]
 
+logger = logging.getLogger("phi_core.providers")
+
 TIMEOUT = 600.0
-# The limiter caps calls in flight; the pool must not be a second, hidden cap below it.
-LIMITS = httpx2.Limits(max_connections=4096, max_keepalive_connections=1024)
+# The limiter caps calls in flight; the pool must not be a second, hidden cap below it. The
+# SDK's own ``Limits`` class (httpx or httpx2, depending on the SDK version) builds it.
+LIMITS = type(openai.DEFAULT_CONNECTION_LIMITS)(
+    max_connections=4096, max_keepalive_connections=1024
+)
 
 
-def http_client() -> httpx2.AsyncClient:
+def http_client() -> openai.DefaultAsyncHttpxClient:
     """The SDK's HTTP client for one event loop: its aiohttp transport when aiohttp is installed.
 
     With streamed answers at 100 to 1,000 calls in flight, the SDK's aiohttp transport costs
-    about half the client CPU per call of its default httpx2 transport, whose pool walks every
-    connection on each request (``benchmarks/overhead.py``). Without aiohttp the SDK's httpx2
-    client is used, with the same limits and time-outs.
+    about half the client CPU per call of its default httpx transport, whose pool walks every
+    connection on each request (``benchmarks/overhead.py``). Without aiohttp (or with an SDK too
+    old to offer it) the SDK's default client is used, with the same limits and time-outs.
     """
-    try:
-        return openai.DefaultAioHttpClient(timeout=TIMEOUT, limits=LIMITS)
-    except RuntimeError:  # the SDK raises this when aiohttp is not installed
-        return openai.DefaultAsyncHttpxClient(timeout=TIMEOUT, limits=LIMITS)
+    aiohttp_client = getattr(openai, "DefaultAioHttpClient", None)
+    if aiohttp_client is not None:
+        try:
+            client: openai.DefaultAsyncHttpxClient = aiohttp_client(timeout=TIMEOUT, limits=LIMITS)
+            return client
+        except RuntimeError as exc:  # the SDK raises this when aiohttp is not installed
+            logger.debug("OpenAI SDK without its aiohttp transport (%s): using httpx", exc)
+    return openai.DefaultAsyncHttpxClient(timeout=TIMEOUT, limits=LIMITS)
 
 
 def map_openai_error(exc: BaseException, provider: str, model: str) -> ProviderError | None:
