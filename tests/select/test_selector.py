@@ -407,3 +407,32 @@ def test_accuracy_interval_reflects_the_sample_even_when_every_datapoint_ran() -
     assert wilson_interval(0.5, 0) == (0.0, 1.0)
     narrow = wilson_interval(0.75, 2000)
     assert narrow[1] - narrow[0] < 0.05
+
+
+async def test_a_seeded_run_gives_every_sampled_call_the_same_seed_again() -> None:
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        return await models["solver"].complete(f"answer {question}", temperature=0.9)
+
+    async def seeds_of(seed: int | None) -> list[int | None]:
+        handle, provider = scripted("s", "right")
+        selector = ModelSelector(
+            agent,
+            {"solver": [handle]},
+            DATASET,
+            exact,
+            algorithm="brute_force",
+            seed=seed,
+            cache=False,
+        )
+        await selector.select_best()
+        return sorted((r.seed for r in provider.requests), key=str)
+
+    first, again, other, unseeded = (
+        await seeds_of(3),
+        await seeds_of(3),
+        await seeds_of(4),
+        await seeds_of(None),
+    )
+    assert first == again and None not in first and len(set(first)) == len(DATASET)
+    assert first != other
+    assert unseeded == [None] * len(DATASET)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,9 @@ class Meter:
     """The calls of one evaluation (one combination on one datapoint)."""
 
     calls: list[CallRecord] = field(default_factory=list)
+    seed: int | None = None
+    """The selection run's seed: calls without their own seed get one derived from it and the
+    request, so a seeded run samples the same replies again (and a cache keeps them apart)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, call: CallRecord) -> None:
@@ -80,6 +84,12 @@ _current: ContextVar[Meter | None] = ContextVar("phi_select_meter", default=None
 def current_meter() -> Meter | None:
     """The meter of the evaluation running in this context, if any."""
     return _current.get()
+
+
+def _derived_seed(run_seed: int, request: StreamRequest, sample: int) -> int:
+    """A sampling seed fixed by the run's seed, the request's content and the sample index."""
+    digest = hashlib.sha256(f"{run_seed}|{cache_key(request, sample)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 @contextlib.contextmanager
@@ -196,6 +206,8 @@ class MeteredModel:
             seed=seed if seed is not None else self.seed,
         )
         meter = meter if meter is not None else _current.get()
+        if request.seed is None and meter is not None and meter.seed is not None:
+            request.seed = _derived_seed(meter.seed, request, sample)
         key = cache_key(request, sample) if self.cache is not None else None
         if self.cache is not None and key is not None:
             hit = await self.cache.get(key)

@@ -105,7 +105,7 @@ class AgentEvaluator:
         sel = self.selector
         models = {step: sel._handles[step][label] for step, label in self.space.labels(k).items()}
         inputs, expected = sel._datapoint(i)
-        meter = Meter()
+        meter = Meter(seed=sel.seed)
         error: str | None = None
         score = 0.0
         self.in_flight += 1
