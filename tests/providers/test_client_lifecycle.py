@@ -69,7 +69,7 @@ def test_the_openai_chat_provider_leaves_no_open_client_session_after_the_run() 
 
 
 async def test_the_http_client_uses_the_sdks_aiohttp_transport_with_room_for_many_calls() -> None:
-    client = http_client()
+    client = http_client(prefer_aiohttp=True)
     try:
         transport = client._transport  # type: ignore[attr-defined]
         assert "aiohttp" in type(transport).__module__  # aiohttp is installed in the dev env

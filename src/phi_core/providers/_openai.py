@@ -25,15 +25,25 @@ LIMITS = type(openai.DEFAULT_CONNECTION_LIMITS)(
 )
 
 
-def http_client() -> openai.DefaultAsyncHttpxClient:
-    """The SDK's HTTP client for one event loop: its aiohttp transport when aiohttp is installed.
+PREFER_AIOHTTP = False
+"""Use the SDK's aiohttp transport (see :func:`http_client`). Off for now: with it, the limiter's
+convergence test (``tests/providers/test_limiter.py``) fails often, because aiohttp delivers the
+first burst of calls to the server in smaller waves, so the server rejects fewer of them and the
+AIMD cap settles above the server's limit. Turn on once that test no longer depends on it."""
+
+
+def http_client(prefer_aiohttp: bool | None = None) -> openai.DefaultAsyncHttpxClient:
+    """The SDK's HTTP client for one event loop: its aiohttp transport when asked for (default
+    :data:`PREFER_AIOHTTP`) and installed, else its default httpx client.
 
     With streamed answers at 100 to 1,000 calls in flight, the SDK's aiohttp transport costs
     about half the client CPU per call of its default httpx transport, whose pool walks every
     connection on each request (``benchmarks/overhead.py``). Without aiohttp (or with an SDK too
     old to offer it) the SDK's default client is used, with the same limits and time-outs.
     """
-    aiohttp_client = getattr(openai, "DefaultAioHttpClient", None)
+    if prefer_aiohttp is None:
+        prefer_aiohttp = PREFER_AIOHTTP
+    aiohttp_client = getattr(openai, "DefaultAioHttpClient", None) if prefer_aiohttp else None
     if aiohttp_client is not None:
         try:
             client: openai.DefaultAsyncHttpxClient = aiohttp_client(timeout=TIMEOUT, limits=LIMITS)
