@@ -39,7 +39,7 @@ def http_client(prefer_aiohttp: bool | None = None) -> openai.DefaultAsyncHttpxC
     With streamed answers at 100 to 1,000 calls in flight, the SDK's aiohttp transport costs
     about half the client CPU per call of its default httpx transport, whose pool walks every
     connection on each request (``benchmarks/overhead.py``). Without aiohttp (or with an SDK too
-    old to offer it) the SDK's default client is used, with the same limits and time-outs.
+    old to offer it) the SDK's default httpx client is used, with our time-outs.
     """
     if prefer_aiohttp is None:
         prefer_aiohttp = PREFER_AIOHTTP
@@ -50,7 +50,9 @@ def http_client(prefer_aiohttp: bool | None = None) -> openai.DefaultAsyncHttpxC
             return client
         except RuntimeError as exc:  # the SDK raises this when aiohttp is not installed
             logger.debug("OpenAI SDK without its aiohttp transport (%s): using httpx", exc)
-    return openai.DefaultAsyncHttpxClient(timeout=TIMEOUT, limits=LIMITS)
+    # httpx keeps the SDK's own limits: its pool walks every kept-alive connection on each
+    # request, so keeping more of them alive costs more CPU per call (benchmarks/overhead.py).
+    return openai.DefaultAsyncHttpxClient(timeout=TIMEOUT)
 
 
 def map_openai_error(exc: BaseException, provider: str, model: str) -> ProviderError | None:
