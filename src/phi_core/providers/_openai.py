@@ -25,11 +25,9 @@ LIMITS = type(openai.DEFAULT_CONNECTION_LIMITS)(
 )
 
 
-PREFER_AIOHTTP = False
-"""Use the SDK's aiohttp transport (see :func:`http_client`). Off for now: with it, the limiter's
-convergence test (``tests/providers/test_limiter.py``) fails often, because aiohttp delivers the
-first burst of calls to the server in smaller waves, so the server rejects fewer of them and the
-AIMD cap settles above the server's limit. Turn on once that test no longer depends on it."""
+PREFER_AIOHTTP = True
+"""Use the SDK's aiohttp transport when it is installed (a core dependency); see
+:func:`http_client`. ``False`` keeps the SDK's default httpx transport."""
 
 
 def http_client(prefer_aiohttp: bool | None = None) -> openai.DefaultAsyncHttpxClient:
