@@ -34,7 +34,7 @@ from ._common import (
     network_error,
     thinking_as_text,
 )
-from ._openai import TIMEOUT, arguments_text, data_url, map_openai_error
+from ._openai import TIMEOUT, arguments_text, data_url, http_client, map_openai_error
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 
 __all__ = ["AzureOpenAIProvider", "OpenAIResponsesProvider", "build_responses_params"]
@@ -57,8 +57,9 @@ class OpenAIResponsesProvider:
                 max_retries=0,
                 timeout=TIMEOUT,
                 default_headers=model.headers or None,
-                http_client=openai.DefaultAsyncHttpxClient(timeout=TIMEOUT),
-            )
+                http_client=http_client(),
+            ),
+            close=lambda client: client.close(),
         )
 
     def __repr__(self) -> str:
@@ -166,8 +167,9 @@ class AzureOpenAIProvider(OpenAIResponsesProvider):
                 max_retries=0,
                 timeout=TIMEOUT,
                 default_headers=model.headers or None,
-                http_client=openai.DefaultAsyncHttpxClient(timeout=TIMEOUT),
-            )
+                http_client=http_client(),
+            ),
+            close=lambda client: client.close(),
         )
 
 
