@@ -31,8 +31,13 @@ What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
   cannot be compared (no lettered options). ``router_cascade`` asks cheap arms one
   at a time and decides after each answer whether to stop, ask the next or escalate, by a policy
   fitted on the warm-start log (dynamic programming over the answer-agreement pattern, per
-  intent group); it does not refit on the evaluated stream. "Cheap" = logged mean cost at most
-  15 % of the dearest arm's.
+  intent group); it does not refit on the evaluated stream. ``pattern_cascade`` is the same
+  stop/ask/escalate dynamic programme with three changes: on two-option prompts the nodes are the
+  letters themselves (Winogrande answers are strongly letter-biased per model), at a stop the
+  answer is the asked arm that was most often right at that node, and the order of the cheap arms
+  is the permutation (of the 4 most accurate cheap arms, depth 3) whose fitted policy is worth most
+  on the warm-start log; code prompts go to the single arm with the best logged
+  accuracy − λ·cost. "Cheap" = logged mean cost at most 15 % of the dearest arm's.
 
 Run: ``.venv/bin/python benchmarks/routing_replay.py --out benchmarks/results/routing``
 """
@@ -558,6 +563,124 @@ def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float
     return acc, cost
 
 
+# -- pattern_cascade: the same stop/ask/escalate idea, with letter-aware patterns and a chosen order
+
+PATTERN_LAMBDAS = [0.015, 0.02, 0.024, 0.026, 0.028, 0.03, 0.032, 0.035, 0.04, 0.05, 0.1]
+PATTERN_CANDIDATES = 4  # the order is searched among permutations of this many cheap arms
+PATTERN_DEPTH = 3
+_NO_LETTER = 5
+
+
+def _pattern_codes(d: Data, idx: np.ndarray, order: list[int], raw: bool) -> np.ndarray:
+    """Per prompt, the code of each arm's answer in ``order``.
+
+    ``raw``: the letter itself (two-option prompts, where models are strongly biased towards one
+    letter, so "A" from a model that nearly always says "A" means less than its "B"); otherwise the
+    agreement class of :func:`_pattern` (letters of many-option prompts are exchangeable).
+    """
+    out = np.zeros((len(idx), len(order)), dtype=np.int64)
+    for r, i in enumerate(idx):
+        if raw:
+            out[r] = [
+                _NO_LETTER if (x := d.letters[i][j]) is None else "ABCDE".index(x) for j in order
+            ]
+        else:
+            out[r] = _pattern(d, int(i), order)
+    return out
+
+
+PatternPlan = dict[tuple[int, ...], tuple[str, int]]
+
+
+def fit_pattern_cascade(
+    d: Data, idx: np.ndarray, order: list[int], strong: int, lam: float, codes: np.ndarray
+) -> tuple[PatternPlan, float]:
+    """Optimal policy on the log over answer-code nodes, and its value (per prompt).
+
+    ``("stop", k)`` answers with the k-th asked arm's answer (the best one at that node on the
+    log), ``("ask", -1)`` asks the next arm, ``("escalate", -1)`` calls ``strong``.
+    """
+    right = d.correct[idx][:, order]
+    ask_cost = lam * d.cost[idx][:, order] / COST_UNIT
+    escalate = d.correct[idx, strong] - lam * d.cost[idx, strong] / COST_UNIT
+    plan: PatternPlan = {}
+
+    def solve(members: np.ndarray, depth: int, node: tuple[int, ...]) -> float:
+        best, action = float(escalate[members].mean()), ("escalate", -1)
+        for k in range(depth):
+            value = float(right[members, k].mean())
+            if value > best:
+                best, action = value, ("stop", k)
+        if depth < len(order) and len(members) >= MIN_NODE:
+            value = -float(ask_cost[members, depth].mean())
+            branch = codes[members, depth]
+            for key in np.unique(branch):
+                sub = members[branch == key]
+                value += len(sub) / len(members) * solve(sub, depth + 1, (*node, int(key)))
+            if value > best:
+                best, action = value, ("ask", -1)
+        plan[node] = action
+        return best
+
+    value = solve(np.arange(len(idx)), 0, ()) if len(idx) else 0.0
+    return plan, value
+
+
+def run_pattern_cascade(
+    d: Data, warm: np.ndarray, stream: np.ndarray, lam: float
+) -> tuple[float, float]:
+    """Per intent group, fitted on the warm-start log only (no refit on the evaluated stream):
+    the order of cheap arms is the permutation of the ``PATTERN_CANDIDATES`` most accurate cheap
+    arms whose fitted policy is worth most on the log; two-option prompts branch on the letters
+    themselves. Prompts without comparable answers (code) go to the single arm with the best
+    logged accuracy − λ·cost (cheap arms and the group's strongest arm)."""
+    cheap = cheap_arms(d, warm)
+    acc = cost = 0.0
+    for g in (0, 1, 2):
+        idx = warm[d.intent[warm] == g]
+        todo = stream[d.intent[stream] == g]
+        if not len(idx) or not len(todo):
+            continue
+        q = d.correct[idx].mean(axis=0)
+        c = d.cost[idx].mean(axis=0)
+        strong = int(q.argmax())
+        if g == 2:
+            j = max([*cheap, strong], key=lambda j: q[j] - lam * c[j] / COST_UNIT)
+            acc += float(d.correct[todo, j].sum())
+            cost += float(d.cost[todo, j].sum())
+            continue
+        raw = g == 0
+        cands = sorted((j for j in cheap if j != strong), key=lambda j: -q[j])
+        cands = cands[:PATTERN_CANDIDATES]
+        best: tuple[float, list[int], PatternPlan] | None = None
+        for perm in itertools.permutations(cands, min(PATTERN_DEPTH, len(cands))):
+            order = list(perm)
+            plan, value = fit_pattern_cascade(
+                d, idx, order, strong, lam, _pattern_codes(d, idx, order, raw)
+            )
+            if best is None or value > best[0]:
+                best = (value, order, plan)
+        assert best is not None
+        _, order, plan = best
+        codes = _pattern_codes(d, todo, order, raw)
+        for r, i in enumerate(todo):
+            node: tuple[int, ...] = ()
+            depth = 0
+            while True:
+                action, k = plan.get(node, ("escalate", -1))
+                if action == "stop":
+                    acc += float(d.correct[i, order[k]])
+                    break
+                if action == "escalate" or depth >= len(order):
+                    acc += float(d.correct[i, strong])
+                    cost += float(d.cost[i, strong])
+                    break
+                cost += float(d.cost[i, order[depth]])
+                node = (*node, int(codes[r, depth]))
+                depth += 1
+    return acc, cost
+
+
 # ---------------------------------------------------------------------------- replay check
 
 
@@ -610,6 +733,7 @@ ALL_POLICIES = (
     "vote_k",
     "cascade_k",
     "router_cascade",
+    "pattern_cascade",
 )
 
 
@@ -653,6 +777,10 @@ def one_shuffle(args: tuple[Data, int, set[str]]) -> dict[str, list[tuple[float,
             for p, lam in enumerate(CASCADE_LAMBDAS):
                 a, c = run_router_cascade(d, warm, stream, lam)
                 add("router_cascade", p, a, c, len(CASCADE_LAMBDAS))
+        if "pattern_cascade" in only:
+            for p, lam in enumerate(PATTERN_LAMBDAS):
+                a, c = run_pattern_cascade(d, warm, stream, lam)
+                add("pattern_cascade", p, a, c, len(PATTERN_LAMBDAS))
     return {name: [(a / n, c) for a, c in rows] for name, rows in totals.items()}
 
 
@@ -818,6 +946,7 @@ def _plot(
         "vote_k",
         "cascade_k",
         "router_cascade",
+        "pattern_cascade",
     ):
         if name not in curves:
             continue
