@@ -66,6 +66,26 @@ class BaseEvaluation:
             details={"statuses": {o.config_index: o.status for o in outcomes}},
         )
 
+    def by_tokens(
+        self, outcomes: Sequence[ParallelLoopOutcome], *, fewest: bool
+    ) -> EvaluationDecision:
+        """Fewest (ties: first) or most (ties: last) total tokens among successful branches."""
+        ok = successful(outcomes)
+        if not ok:
+            return self.no_success(outcomes)
+        best = (min if fewest else max)(o.usage.total for o in ok)
+        tied = [o for o in ok if o.usage.total == best]
+        chosen, label, tie_rule = (
+            (tied[0], "fewest", "first") if fewest else (tied[-1], "most", "last")
+        )
+        return self.decision(
+            chosen.config_index,
+            scores={o.config_index: float(o.usage.total) for o in ok},
+            tie=len(tied) > 1,
+            rationale=f"{label} tokens ({best})"
+            + (f", {tie_rule} of a tie" if len(tied) > 1 else ""),
+        )
+
     def decided_without_judge(
         self, outcomes: Sequence[ParallelLoopOutcome]
     ) -> EvaluationDecision | None:
@@ -147,17 +167,7 @@ class TokenEfficientEvaluation(BaseEvaluation):
         events: Emitter,
         cancel: CancelToken,
     ) -> EvaluationDecision:
-        ok = successful(outcomes)
-        if not ok:
-            return self.no_success(outcomes)
-        best = min(o.usage.total for o in ok)
-        tied = [o for o in ok if o.usage.total == best]
-        return self.decision(
-            tied[0].config_index,
-            scores={o.config_index: float(o.usage.total) for o in ok},
-            tie=len(tied) > 1,
-            rationale=f"fewest tokens ({best})" + (", first of a tie" if len(tied) > 1 else ""),
-        )
+        return self.by_tokens(outcomes, fewest=True)
 
 
 class ElaborateEvaluation(BaseEvaluation):
@@ -173,17 +183,7 @@ class ElaborateEvaluation(BaseEvaluation):
         events: Emitter,
         cancel: CancelToken,
     ) -> EvaluationDecision:
-        ok = successful(outcomes)
-        if not ok:
-            return self.no_success(outcomes)
-        best = max(o.usage.total for o in ok)
-        tied = [o for o in ok if o.usage.total == best]
-        return self.decision(
-            tied[-1].config_index,
-            scores={o.config_index: float(o.usage.total) for o in ok},
-            tie=len(tied) > 1,
-            rationale=f"most tokens ({best})" + (", last of a tie" if len(tied) > 1 else ""),
-        )
+        return self.by_tokens(outcomes, fewest=False)
 
 
 _SPACES = re.compile(r"\s+")
