@@ -11,9 +11,16 @@ import openai
 
 from ..errors import ProviderError
 from ..types import ImageContent, ResponseFormat, ToolCall
-from ._common import TRANSPORT_ERRORS, classify_error, malformed_stream, network_error
+from ._common import TRANSPORT_ERRORS, PerLoop, classify_error, malformed_stream, network_error
+from .base import ModelConfig
 
-__all__ = ["arguments_text", "data_url", "http_client", "map_openai_error"]
+__all__ = [
+    "arguments_text",
+    "data_url",
+    "http_client",
+    "map_openai_error",
+    "openai_clients",
+]
 
 logger = logging.getLogger("phi_core.providers")
 
@@ -51,6 +58,22 @@ def http_client(prefer_aiohttp: bool | None = None) -> openai.DefaultAsyncHttpxC
     # httpx keeps the SDK's own limits: its pool walks every kept-alive connection on each
     # request, so keeping more of them alive costs more CPU per call (benchmarks/overhead.py).
     return openai.DefaultAsyncHttpxClient(timeout=TIMEOUT)
+
+
+def openai_clients(model: ModelConfig, key: str | None) -> PerLoop[openai.AsyncOpenAI]:
+    """One ``AsyncOpenAI`` client per event loop for ``model``'s endpoint: SDK retries off (our
+    retry policy applies), our time-outs, :func:`http_client`, closed when its loop shuts down."""
+    return PerLoop(
+        lambda: openai.AsyncOpenAI(
+            api_key=key or "no-key",
+            base_url=model.base_url,
+            max_retries=0,
+            timeout=TIMEOUT,
+            default_headers=model.headers or None,
+            http_client=http_client(),
+        ),
+        close=lambda client: client.close(),
+    )
 
 
 def map_openai_error(exc: BaseException, provider: str, model: str) -> ProviderError | None:

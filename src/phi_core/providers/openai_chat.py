@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import openai
-
 from ..types import (
     AssistantMessage,
     ImageContent,
@@ -25,14 +23,13 @@ from ..types import (
     Usage,
     UserMessage,
 )
-from ._common import MessageBuilder, PerLoop, api_key_for, network_error, thinking_as_text
+from ._common import MessageBuilder, api_key_for, network_error, thinking_as_text
 from ._openai import (
-    TIMEOUT,
     arguments_text,
     data_url,
-    http_client,
     json_schema_format,
     map_openai_error,
+    openai_clients,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 from .compat import OpenAICompat
@@ -56,17 +53,7 @@ class OpenAIChatProvider:
         self.name = model.provider
         key = api_key_for(model, "OPENAI_API_KEY")
         self.base_url = model.base_url
-        self._clients = PerLoop(
-            lambda: openai.AsyncOpenAI(
-                api_key=key or "no-key",
-                base_url=model.base_url,
-                max_retries=0,
-                timeout=TIMEOUT,
-                default_headers=model.headers or None,
-                http_client=http_client(),
-            ),
-            close=lambda client: client.close(),
-        )
+        self._clients = openai_clients(model, key)
 
     def __repr__(self) -> str:
         return f"OpenAIChatProvider(name={self.name!r}, base_url={self.base_url!r})"

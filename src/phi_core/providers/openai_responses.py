@@ -34,7 +34,14 @@ from ._common import (
     network_error,
     thinking_as_text,
 )
-from ._openai import TIMEOUT, arguments_text, data_url, http_client, map_openai_error
+from ._openai import (
+    TIMEOUT,
+    arguments_text,
+    data_url,
+    http_client,
+    map_openai_error,
+    openai_clients,
+)
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 
 __all__ = ["AzureOpenAIProvider", "OpenAIResponsesProvider", "build_responses_params"]
@@ -50,17 +57,7 @@ class OpenAIResponsesProvider:
         self.name = model.provider
         key = api_key_for(model, "OPENAI_API_KEY")
         self.base_url = model.base_url
-        self._clients: PerLoop[openai.AsyncOpenAI] = PerLoop(
-            lambda: openai.AsyncOpenAI(
-                api_key=key or "no-key",
-                base_url=model.base_url,
-                max_retries=0,
-                timeout=TIMEOUT,
-                default_headers=model.headers or None,
-                http_client=http_client(),
-            ),
-            close=lambda client: client.close(),
-        )
+        self._clients: PerLoop[openai.AsyncOpenAI] = openai_clients(model, key)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
