@@ -68,6 +68,8 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "paired_race": ("paired_race", {}),
     # the same race with a fixed z = 3 instead of the delta-derived one (no formal guarantee)
     "paired_race_z3": ("paired_race", {"z": 3.0}),
+    # the additive (planner + solver) prior: near-tie-robust on additive grids, not the default
+    "regret_race_additive": ("regret_race", {"eta": 3e-5, "additive_prior": 4.0}),
 }
 
 

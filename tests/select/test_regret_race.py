@@ -133,8 +133,46 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"growth": 1.0}, "growth"),
         ({"prior": -0.5}, "prior"),
         ({"n_initial": 1}, "n_initial"),
+        ({"additive_prior": -1.0}, "additive_prior"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
     with pytest.raises(UserError, match=match):
         make_algorithm("regret_race", **params)
+
+
+def _additive_world(seed: int) -> tuple[SearchSpace, np.ndarray]:
+    """6 planners x 6 solvers whose accuracies are additive (no interaction), near-tied on top."""
+    planner = np.array([0.0, -0.004, -0.01, -0.05, -0.1, -0.15])
+    solver = np.array([0.0, -0.006, -0.02, -0.06, -0.12, -0.2])
+    probs = (0.97 + planner[:, None] + solver[None, :]).ravel()
+    space = SearchSpace(
+        {"planner": [f"p{i}" for i in range(6)], "solver": [f"s{i}" for i in range(6)]}
+    )
+    return space, bernoulli_world(list(probs), 300, seed=seed, correlation=0.5)
+
+
+async def test_the_additive_prior_pays_for_less_at_a_small_regret_on_an_additive_grid() -> None:
+    spent = {"plain": 0.0, "additive": 0.0}
+    regret = {"plain": 0.0, "additive": 0.0}
+    for seed in range(4):
+        space, scores = _additive_world(seed)
+        best = scores.mean(axis=1).max()
+        for label, params in (("plain", {}), ("additive", {"additive_prior": 4.0})):
+            pick, arena = await select("regret_race", space, scores, seed=seed, eta=3e-5, **params)
+            spent[label] += arena.cost_spent
+            regret[label] += (best - scores[pick].mean()) / 4
+    assert spent["additive"] < 0.75 * spent["plain"]
+    assert regret["additive"] <= 0.005
+
+
+async def test_the_additive_prior_is_ignored_on_a_one_step_space() -> None:
+    scores = bernoulli_world([0.9, 0.88, 0.8, 0.7, 0.6, 0.85], 150, seed=2)
+    space = SearchSpace({"solver": [f"s{i}" for i in range(6)]})
+    runs = []
+    for params in ({"eta": 3e-5}, {"eta": 3e-5, "additive_prior": 4.0}):
+        evaluator = MatrixEvaluator(scores)
+        arena = Arena(6, 150, evaluator, seed=1)
+        pick = await run_algorithm(make_algorithm("regret_race", **params), arena, space)
+        runs.append((pick, evaluator.requested))
+    assert runs[0] == runs[1]
