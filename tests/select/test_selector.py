@@ -23,9 +23,16 @@ from phi_core.types import Pricing, Usage
 
 
 def scripted(
-    name: str, answer: str, *, input_price: float = 1.0, output_price: float = 2.0
+    name: str,
+    answer: str,
+    *,
+    input_price: float = 1.0,
+    output_price: float = 2.0,
+    delay: float = 0.0,
 ) -> tuple[MeteredModel, ScriptedProvider]:
-    provider = ScriptedProvider(name=name, default=Reply(answer, usage=Usage(input=100, output=50)))
+    provider = ScriptedProvider(
+        name=name, default=Reply(answer, usage=Usage(input=100, output=50), delay=delay)
+    )
     config = ModelConfig(
         provider="scripted",
         id=name,
@@ -246,7 +253,9 @@ def test_construction_errors_say_what_is_wrong() -> None:
 
 
 async def test_results_export_pareto_front_weighting_csv_json_and_plot(tmp_path: Path) -> None:
-    best, _ = scripted("dear", "right", input_price=50.0, output_price=50.0)
+    # "dear" is also slower, so it is dominated on all three axes (accuracy, cost, latency);
+    # with equal latencies, timing noise could put it on the front.
+    best, _ = scripted("dear", "right", input_price=50.0, output_price=50.0, delay=0.02)
     cheap, _ = scripted("cheap", "right", input_price=0.1, output_price=0.1)
     bad, _ = scripted("bad", "wrong", input_price=0.1, output_price=0.1)
     result = await ModelSelector(
