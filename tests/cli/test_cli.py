@@ -151,6 +151,26 @@ def test_vote_strategy_needs_no_judge(runner: CliRunner, tmp_path: Path) -> None
     assert last["winner"]["text"].lower() == "paris"
 
 
+def test_exec_vote_strategy_picks_the_code_that_behaves_like_the_others(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    good = "```python\ndef f(x):\n    return x * 2\n\nf(3)\n```"
+    same = "```python\ndef double(n):\n    return n + n\n\ndouble(5)\n```"
+    bad = "```python\ndef g(x):\n    return x ** 2\n\ng(2)\n```"
+    script = write_script(
+        tmp_path, {"scripted:a": [bad], "scripted:b": [good], "scripted:c": [same]}
+    )
+    result = runner.invoke(
+        app,
+        ["race", "Double it.", "-m", "scripted:a", "-m", "scripted:b", "-m", "scripted:c"]
+        + ["--strategy", "exec-vote", "--json", "--script", script],
+    )
+    assert result.exit_code == 0, result.output
+    last = json_lines(result.stdout)[-1]
+    assert last["judge"] is None and last["decision"]["strategy"] == "exec-vote"
+    assert last["decision"]["index"] == 1
+
+
 def test_max_concurrency_one_runs_branches_one_after_another(
     runner: CliRunner, tmp_path: Path
 ) -> None:

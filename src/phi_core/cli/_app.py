@@ -49,6 +49,7 @@ STRATEGIES = (
     "pairwise",
     "rubric",
     "vote",
+    "exec-vote",
     "pick-first",
     "token-efficient",
     "elaborate",

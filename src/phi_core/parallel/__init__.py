@@ -4,10 +4,18 @@ outcomes, keep the best, and continue the session with the winner.
 Owns ``agent_loop_parallel`` (built on ``loop.agent_loop``/``agent_loop_continue``), the outcome
 and result types, the ``EvaluationStrategy`` protocol and the built-in strategies: phi-core's
 five (transparent, pick-first, token-efficient, elaborate, LLM judge) plus pairwise and rubric
-judges, verifiers with early accept, majority vote and composites. Knows nothing of routing,
+judges, verifiers with early accept, majority vote, a behavioural vote over code answers
+(``exec-vote``) and composites. Knows nothing of routing,
 selection or the CLI.
 """
 
+from ._behaviour import (
+    BehaviourReport,
+    ExecVoteEvaluation,
+    code_agreement,
+    code_agreement_sync,
+    extract_code,
+)
 from ._judge import DEFAULT_JUDGE_SYSTEM_PROMPT, LlmJudgeEvaluation, build_judge_prompt
 from ._names import STRATEGY_NAMES, strategy_from_name
 from ._pairwise import PairwiseJudgeEvaluation
@@ -48,6 +56,7 @@ __all__ = [
     "DEFAULT_JUDGE_SYSTEM_PROMPT",
     "STRATEGY_NAMES",
     "BaseEvaluation",
+    "BehaviourReport",
     "Check",
     "CheckResult",
     "CompositeEvaluation",
@@ -56,6 +65,7 @@ __all__ = [
     "ElaborateEvaluation",
     "EvaluationDecision",
     "EvaluationStrategy",
+    "ExecVoteEvaluation",
     "JsonSchemaCheck",
     "LlmJudgeEvaluation",
     "MajorityVoteEvaluation",
@@ -76,7 +86,10 @@ __all__ = [
     "adopt_winner",
     "agent_loop_parallel",
     "build_judge_prompt",
+    "code_agreement",
+    "code_agreement_sync",
     "compact_for_judge",
+    "extract_code",
     "normalize_answer",
     "parse_judge_choice",
     "strategy_from_name",

@@ -8,6 +8,7 @@ import difflib
 from ..errors import UserError
 from ..loop import AgentLoopConfig
 from ..providers.base import ModelConfig, Provider
+from ._behaviour import ExecVoteEvaluation
 from ._judge import LlmJudgeEvaluation
 from ._pairwise import PairwiseJudgeEvaluation
 from ._rubric import RubricJudgeEvaluation
@@ -27,6 +28,8 @@ STRATEGY_NAMES: dict[str, str] = {
     "pairwise": "an LLM judge compares answers two at a time, both orders; reports its flip rate",
     "rubric": "an LLM judge scores each answer 0-1 on relevance, coverage and faithfulness",
     "vote": "the most common final answer wins; ties go to the cheaper answer",
+    "exec-vote": "code answers are run on their own examples; the largest group that behaves "
+    "the same wins",
     "pick-first": "the first successful branch in config order",
     "token-efficient": "the successful branch that used the fewest tokens",
     "elaborate": "the successful branch that used the most tokens",
@@ -72,6 +75,8 @@ def strategy_from_name(
         return TransparentEvaluation()
     if key == "vote":
         return MajorityVoteEvaluation(extract=vote_extract)
+    if key == "exec-vote":
+        return ExecVoteEvaluation()
     assert key in _JUDGES
     judge = _judge_config(judge_model, judge_provider)
     judge.model_config()  # resolve now: a bad judge model is a usage error, raised before a race
