@@ -25,10 +25,17 @@ What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
   (lettered options); their recorded answers are single letters. ``vote_k`` races k cheap arms
   and answers with the agreement class that was most often right for that agreement pattern in
   the log; ``cascade_k`` races k cheap arms, answers when they agree and escalates to the most
-  accurate arm when they do not (code answers cannot be compared, so they keep the top arm's);
-  both pick their arms with a tabular router over the query's intent group (accuracy − λ·cost,
-  from the log, updated online from the arms they raced), and race a single arm where answers
-  cannot be compared (no lettered options). ``router_cascade`` asks cheap arms one
+  accurate arm when they do not; both pick their arms with a tabular router over the query's
+  intent group (accuracy − λ·cost, from the log, updated online from the arms they raced). The
+  cascade verifies before it escalates: a cheap answer without a letter is replaced by the next
+  cheap arm's.
+* **Code answers** (MBPP) cannot be compared as text. The recorded answers are executed once
+  with ``phi_core.parallel.code_agreement`` (each model's Python function run, in an isolated
+  subprocess, on the literal example inputs the answers use; cached under ``benchmarks/.cache``,
+  ~25 s for 299 prompts; ``--no-exec`` skips it). ``vote_k`` takes the largest behaviour class of
+  its k arms; the cascades ask their ranked cheap arms in turn and keep the first answer that
+  has runnable Python (a verifier, not an oracle: whether the function is *right* is unknown).
+* ``router_cascade`` asks cheap arms one
   at a time and decides after each answer whether to stop, ask the next or escalate, by a policy
   fitted on the warm-start log (dynamic programming over the answer-agreement pattern, per
   intent group); it does not refit on the evaluated stream. ``pattern_cascade`` is the same
@@ -36,8 +43,8 @@ What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
   letters themselves (Winogrande answers are strongly letter-biased per model), at a stop the
   answer is the asked arm that was most often right at that node, and the order of the cheap arms
   is the permutation (of the 4 most accurate cheap arms, depth 3) whose fitted policy is worth most
-  on the warm-start log; code prompts go to the single arm with the best logged
-  accuracy − λ·cost. "Cheap" = logged mean cost at most 15 % of the dearest arm's.
+  on the warm-start log; code prompts go to the arms with the best logged accuracy − λ·cost,
+  verified as above. "Cheap" = logged mean cost at most 15 % of the dearest arm's.
 
 Run: ``.venv/bin/python benchmarks/routing_replay.py --out benchmarks/results/routing``
 """
@@ -48,6 +55,7 @@ import argparse
 import ast
 import asyncio
 import csv
+import hashlib
 import itertools
 import json
 import math
@@ -56,7 +64,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,7 +73,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import phi_core.parallel._behaviour as _behaviour_module
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
+from phi_core.parallel import code_agreement_sync
 from phi_core.providers.base import ModelConfig
 from phi_core.routing import (
     ArmOutcome,
@@ -82,6 +92,9 @@ from phi_core.routing import (
 )
 
 HERE = Path(__file__).resolve().parent
+CACHE_DIR = HERE / ".cache"
+_BEHAVIOUR_SOURCE = Path(_behaviour_module.__file__)
+_WORKER_SOURCE = _BEHAVIOUR_SOURCE.with_name("_exec_worker.py")
 GPT4 = "gpt-4-1106-preview"
 COST_UNIT = 0.001
 N_SHUFFLES = 20
@@ -101,7 +114,8 @@ THROUGHPUT = {
     "mistralai/mixtral-8x7b-chat": (0.4, 75.0),
     "zero-one-ai/Yi-34B-Chat": (0.5, 45.0),
 }
-LAMBDAS = [0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0, 5.0, 20.0]
+LAMBDAS = [0.0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0]
+LAMBDAS += [5.0, 20.0]
 CASCADE_LAMBDAS = [0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.07, 0.1, 0.3]
 # The issue's hand-measured racing figures (share of GPT-4's cost, accuracy), plotted as targets.
 HAND_MEASURED = [
@@ -128,6 +142,9 @@ class Data:
     responses: list[list[str]]  # the recorded answer texts
     features: np.ndarray  # (n, d)
     intent: np.ndarray  # (n,) 0 = two options, 1 = many options, 2 = other
+    # Code prompts: (m, m) behavioural agreement of the models' answers (diagonal = the answer
+    # has runnable Python), from phi_core.parallel.code_agreement; empty with --no-exec.
+    code_agree: dict[int, np.ndarray]
 
 
 def _answer_letter(text: str) -> str | None:
@@ -146,7 +163,36 @@ def _literal_first(raw: str) -> str:
     return str(value)
 
 
-def load(data_dir: Path, dim: int) -> Data:
+def exec_agreement(
+    files: list[Path], responses: list[list[str]], code_rows: list[int], workers: int
+) -> dict[int, np.ndarray]:
+    """Behavioural agreement of every pair of models' code answers, per code prompt.
+
+    Runs each prompt's answers through :func:`phi_core.parallel.code_agreement_sync` (one
+    isolated subprocess per prompt). Cached under ``benchmarks/.cache`` by the hash of the data
+    files and of the worker's source, since it takes ~25 s for 299 prompts on 2 cores."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    digest.update(_WORKER_SOURCE.read_bytes())
+    digest.update(_BEHAVIOUR_SOURCE.read_bytes())
+    cache = CACHE_DIR / f"exec_agreement-{digest.hexdigest()[:16]}.json"
+    if cache.exists():
+        saved = json.loads(cache.read_text())
+        return {int(i): np.array(a, dtype=bool) for i, a in saved.items()}
+
+    def one(i: int) -> np.ndarray:
+        report = code_agreement_sync(responses[i])
+        return np.array(report.agree, dtype=bool)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        matrices = dict(zip(code_rows, pool.map(one, code_rows), strict=True))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({str(i): a.tolist() for i, a in matrices.items()}))
+    return matrices
+
+
+def load(data_dir: Path, dim: int, *, run_code: bool = True, workers: int = 2) -> Data:
     csv.field_size_limit(1 << 30)
     files = sorted(data_dir.glob("*.csv"))
     if not files:
@@ -193,6 +239,9 @@ def load(data_dir: Path, dim: int) -> Data:
         all_responses,
         np.array(feats),
         np.array(intent),
+        exec_agreement(files, all_responses, [i for i, g in enumerate(intent) if g == 2], workers)
+        if run_code
+        else {},
     )
 
 
@@ -265,7 +314,10 @@ def reward_policy(lam: float) -> RewardPolicy:
 
 def rewards_matrix(d: Data, idx: np.ndarray, lam: float) -> np.ndarray:
     pol = reward_policy(lam)
-    return pol.quality_weight * d.correct[idx] + pol.cost_weight * pol.cost_term(d.cost[idx])
+    out: np.ndarray = pol.quality_weight * d.correct[idx] + pol.cost_weight * pol.cost_term(
+        d.cost[idx]
+    )
+    return out
 
 
 # Hyper-parameters, chosen by the cross-validated protocol on the training split (see README).
@@ -289,7 +341,9 @@ def warm_router(kind: str, d: Data, warm: np.ndarray, lam: float, seed: int) -> 
     return router
 
 
-def run_bandit(kind: str, d: Data, warm: np.ndarray, stream: np.ndarray, lam: float, seed: int):
+def run_bandit(
+    kind: str, d: Data, warm: np.ndarray, stream: np.ndarray, lam: float, seed: int
+) -> tuple[float, float]:
     router = warm_router(kind, d, warm, lam, seed)
     pol = reward_policy(lam)
     col = {m: j for j, m in enumerate(d.models)}
@@ -330,7 +384,9 @@ def choose_k(d: Data, warm: np.ndarray, rng: np.random.Generator) -> int:
     return best_k
 
 
-def run_knn(d: Data, warm: np.ndarray, stream: np.ndarray, lams: list[float], k: int):
+def run_knn(
+    d: Data, warm: np.ndarray, stream: np.ndarray, lams: list[float], k: int
+) -> list[tuple[float, float]]:
     q, c = knn_scores(d, warm, stream, k)
     out = []
     for lam in lams:
@@ -351,6 +407,61 @@ def plurality(d: Data, i: int, arms: list[int]) -> tuple[float, bool]:
     top = max(votes, key=lambda v: (votes[v], -[d.letters[i][j] for j in arms].index(v)))
     agreed = votes[top] == len(arms)
     return float(next(d.correct[i, j] for j in arms if d.letters[i][j] == top)), agreed
+
+
+CODE_FALLBACKS = 3  # arms asked at most on a code prompt before keeping the first answer
+FORMAT_FALLBACKS = 2  # extra cheap arms asked to replace answers without a letter
+
+
+def verified_letters(d: Data, i: int, ranked: list[int], k: int) -> tuple[list[int], list[int]]:
+    """(voters, arms asked) of a race of ``k`` cheap arms on a multiple-choice prompt, where an
+    answer without a letter fails its format check and the next cheap arm in ``ranked`` is asked
+    in its place (at most ``FORMAT_FALLBACKS`` extra arms)."""
+    asked = list(ranked[:k])
+    voters = [j for j in asked if d.letters[i][j] is not None]
+    spare = ranked[k : k + FORMAT_FALLBACKS]
+    for j in spare:
+        if len(voters) >= k:
+            break
+        asked.append(j)
+        if d.letters[i][j] is not None:
+            voters.append(j)
+    return voters, asked
+
+
+def verified_code_answer(d: Data, i: int, arms: list[int]) -> tuple[float, list[int]]:
+    """(correctness, arms asked) of a verified cascade on a code prompt: ask ``arms`` in order
+    and stop at the first answer with runnable Python (its function loads; checked by executing
+    it, see ``phi_core.parallel.code_agreement``); if none has, keep the first answer. Without
+    execution results (``--no-exec``) the first arm answers."""
+    agree = d.code_agree.get(i)
+    for n, j in enumerate(arms):
+        if agree is None or agree[j, j]:
+            return float(d.correct[i, j]), arms[: n + 1]
+    return float(d.correct[i, arms[0]]), arms
+
+
+def behaviour_vote(d: Data, i: int, arms: list[int]) -> float:
+    """Correctness of the largest behaviour class among ``arms``' code answers (ties: the
+    earlier arm; no runnable answer: the first arm's)."""
+    agree = d.code_agree.get(i)
+    if agree is None:
+        return float(d.correct[i, arms[0]])
+    firsts: list[int] = []
+    size: dict[int, int] = {}
+    for j in arms:
+        if not agree[j, j]:
+            continue
+        c = next((c for c, f in enumerate(firsts) if agree[f, j]), None)
+        if c is None:
+            firsts.append(j)
+            c = len(firsts) - 1
+        size[c] = size.get(c, 0) + 1
+    if not size:
+        return float(d.correct[i, arms[0]])
+    top = max(size.values())
+    winner = next(c for c in range(len(firsts)) if size.get(c) == top)
+    return float(d.correct[i, firsts[winner]])
 
 
 def cheap_arms(d: Data, idx: np.ndarray) -> list[int]:
@@ -404,11 +515,16 @@ def fit_vote_table(
 
 def run_racing(
     policy: str, d: Data, warm: np.ndarray, stream: np.ndarray, k: int, lam: float, seed: int
-):
+) -> tuple[float, float]:
     """vote_k / cascade_k. A tabular router over the query's intent group (accuracy − λ·cost of
     each cheap arm, from the log, updated online from the arms raced) picks the k arms; the vote
     takes the agreement class with the best logged accuracy for its pattern; the cascade answers
-    when the raced arms agree and escalates to the group's most accurate arm otherwise."""
+    when the raced arms agree and escalates to the group's most accurate arm otherwise. The
+    cascade verifies before it escalates: an answer without a letter is replaced by the next
+    cheap arm's (:func:`verified_letters`). Code prompts have no letters: the vote takes the
+    largest behaviour class of the k arms' code (:func:`behaviour_vote`), the cascade asks the
+    ranked arms in turn and keeps the first answer with runnable Python
+    (:func:`verified_code_answer`)."""
     cheap = cheap_arms(d, warm)
     hits = np.zeros((3, len(d.models)))
     trials = np.zeros((3, len(d.models)))
@@ -417,43 +533,47 @@ def run_racing(
         idx = warm[d.intent[warm] == g]
         hits[g], trials[g], spend[g] = d.correct[idx].sum(0), len(idx), d.cost[idx].sum(0)
 
-    def choose(g: int) -> tuple[list[int], int]:
+    def ranking(g: int) -> tuple[list[int], int]:
+        """Cheap arms by accuracy − λ·cost for group ``g``, and the group's strongest arm."""
         acc = hits[g] / np.maximum(trials[g], 1)
         value = acc - lam * (spend[g] / np.maximum(trials[g], 1)) / COST_UNIT
         strongest = int(np.argmax(acc))
-        ranked = sorted((j for j in cheap if j != strongest), key=lambda j: -value[j])
-        return ranked[:k], strongest
+        return sorted((j for j in cheap if j != strongest), key=lambda j: -value[j]), strongest
 
-    def race_set(g: int) -> tuple[list[int], int]:
-        arms, strongest = choose(g)
-        # No lettered options (group 2): answers cannot be compared, so racing more than one
-        # arm buys nothing; the router sends the query to its top arm only.
-        return (arms[:1] if g == 2 else arms), strongest
+    def observe(g: int, i: int, arms: list[int]) -> None:  # bandit feedback: arms that ran
+        for j in arms:
+            hits[g, j] += d.correct[i, j]
+            trials[g, j] += 1
+            spend[g, j] += d.cost[i, j]
 
-    arms_of = {g: race_set(g)[0] for g in (0, 1, 2)}
+    arms_of = {g: ranking(g)[0][:k] for g in (0, 1, 2)}
     table = fit_vote_table(d, warm, arms_of)
     acc_total = cost = 0.0
     for i in stream:
         g = int(d.intent[i])
-        arms, strongest = race_set(g)
-        if arms != arms_of[g]:  # the online counts changed the choice: refit the vote table
-            arms_of[g] = arms
-            table = fit_vote_table(d, warm, arms_of)
-        correct, agreed, comparable = learned_vote(table, g, d, int(i), arms)
-        cost += float(d.cost[i, arms].sum())
-        for j in arms:  # bandit feedback: the raced arms were observed
-            hits[g, j] += d.correct[i, j]
-            trials[g, j] += 1
-            spend[g, j] += d.cost[i, j]
-        # Answers that are not single letters (code) cannot be compared: keep the top arm's.
-        if policy == "cascade" and comparable and not agreed:
-            acc_total += float(d.correct[i, strongest])
-            cost += float(d.cost[i, strongest])
-            hits[g, strongest] += d.correct[i, strongest]
-            trials[g, strongest] += 1
-            spend[g, strongest] += d.cost[i, strongest]
+        ranked, strongest = ranking(g)
+        arms = ranked[:k]
+        if g == 2:
+            if policy == "vote":
+                right, asked = behaviour_vote(d, int(i), arms), arms
+            else:
+                right, asked = verified_code_answer(d, int(i), ranked[:CODE_FALLBACKS])
+        elif policy == "vote":
+            if arms != arms_of[g]:  # the online counts changed the choice: refit the table
+                arms_of[g] = arms
+                table = fit_vote_table(d, warm, arms_of)
+            right, _, _ = learned_vote(table, g, d, int(i), arms)
+            asked = arms
         else:
-            acc_total += correct
+            voters, asked = verified_letters(d, int(i), ranked, k)
+            if len(voters) == k and len({d.letters[i][j] for j in voters}) == 1:
+                right = float(d.correct[i, voters[0]])
+            else:  # disagreement, or too few well-formed answers: escalate
+                right = float(d.correct[i, strongest])
+                asked = [*asked, strongest]
+        acc_total += right
+        cost += float(d.cost[i, asked].sum())
+        observe(g, int(i), asked)
     return acc_total, cost
 
 
@@ -534,7 +654,9 @@ def cascade_order(d: Data, idx: np.ndarray, strong: int, lam: float) -> list[int
     return cheap[:3]
 
 
-def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float):
+def run_router_cascade(
+    d: Data, warm: np.ndarray, stream: np.ndarray, lam: float
+) -> tuple[float, float]:
     """Fitted on the warm-start log per intent group; on the stream it only acts (no refit)."""
     acc = cost = 0.0
     plans: dict[int, tuple[list[int], int, dict[tuple[int, ...], tuple[str, int]]]] = {}
@@ -545,6 +667,12 @@ def run_router_cascade(d: Data, warm: np.ndarray, stream: np.ndarray, lam: float
         plans[g] = (order, strong, fit_cascade(d, idx, order, strong, lam))
     for i in stream:
         order, strong, plan = plans[int(d.intent[i])]
+        if d.intent[i] == 2 and plan.get((), ("escalate", -1))[0] != "escalate":
+            # Code answers have no letters to compare: the verified cascade over the same order.
+            right, asked = verified_code_answer(d, int(i), order[:CODE_FALLBACKS])
+            acc += right
+            cost += float(d.cost[i, asked].sum())
+            continue
         node: tuple[int, ...] = ()
         depth = 0
         while True:
@@ -645,9 +773,11 @@ def run_pattern_cascade(
         c = d.cost[idx].mean(axis=0)
         strong = int(q.argmax())
         if g == 2:
-            j = max([*cheap, strong], key=lambda j: q[j] - lam * c[j] / COST_UNIT)
-            acc += float(d.correct[todo, j].sum())
-            cost += float(d.cost[todo, j].sum())
+            ranked = sorted(set([*cheap, strong]), key=lambda j: -(q[j] - lam * c[j] / COST_UNIT))
+            for i in todo:
+                right, asked = verified_code_answer(d, int(i), ranked[:CODE_FALLBACKS])
+                acc += right
+                cost += float(d.cost[i, asked].sum())
             continue
         raw = g == 0
         cands = sorted((j for j in cheap if j != strong), key=lambda j: -q[j])
@@ -698,6 +828,7 @@ async def replay_check(d: Data, n_check: int = 200) -> dict[str, Any]:
     provider = ReplayProvider(table)
     rng = np.random.default_rng(7)
     perm = rng.permutation(len(d.prompts))
+    n_check = min(n_check, len(d.prompts) // 2)  # a small --data split keeps half to warm up
     check, warm = perm[:n_check], perm[n_check:]
     router = warm_router("linucb", d, warm, 0.1, seed=7)
     correct = cost = 0.0
@@ -719,7 +850,7 @@ async def replay_check(d: Data, n_check: int = 200) -> dict[str, Any]:
         "answered_through_agent_loop": provider.calls,
         "text_mismatches": mismatches,
         "accuracy": round(float(correct) / n_check, 4),
-        "cost_usd": round(cost, 4),
+        "cost_usd": round(float(cost), 4),
     }
 
 
@@ -792,6 +923,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--no-exec",
+        action="store_true",
+        help="do not execute the recorded code answers (racing policies then keep the first "
+        "arm's code answer unverified)",
+    )
+    parser.add_argument(
         "--replot", action="store_true", help="only redraw the PNG from DIR/results.json"
     )
     parser.add_argument(
@@ -806,19 +943,19 @@ def main(argv: list[str] | None = None) -> int:
         HYPER[name] = getattr(args, name)
     if args.replot:
         saved = json.loads((args.out / "results.json").read_text())
-        curves = {
+        saved_curves = {
             name: [(p["cost_usd"], p["accuracy"]) for p in r["curve"]]
             for name, r in saved["routers"].items()
         }
-        singles = {m: (c[0][1], c[0][0]) for m, c in curves.items() if m in THROUGHPUT}
-        _plot(curves, singles, saved["gpt4"]["accuracy"], args.out / "cost_accuracy.png")
+        singles = {m: (c[0][1], c[0][0]) for m, c in saved_curves.items() if m in THROUGHPUT}
+        _plot(saved_curves, singles, saved["gpt4"]["accuracy"], args.out / "cost_accuracy.png")
         return 0
     only = {r.strip() for r in args.routers.split(",") if r.strip()}
     unknown = only - set(ALL_POLICIES)
     if unknown:
         parser.error(f"unknown routers {sorted(unknown)}; choose from {', '.join(ALL_POLICIES)}")
     started = time.monotonic()
-    d = load(args.data, args.dim)
+    d = load(args.data, args.dim, run_code=not args.no_exec, workers=args.workers)
     n = len(d.prompts)
     d.models.index(GPT4)
     print(f"{n} prompts, {len(d.models)} models, {args.shuffles} shuffles × {N_FOLDS} folds")
@@ -880,7 +1017,12 @@ def main(argv: list[str] | None = None) -> int:
             "cost_to_match_gpt4_usd": (
                 None if (c := cost_to_reach(pts, gpt4_acc)) is None else round(c, 4)
             ),
-            "accuracy_at_best_cheap_cost": round(hull_value(ndch(pts), cheap_cost), 4),
+            # None when the router never spends as little as the best cheap model.
+            "accuracy_at_best_cheap_cost": (
+                round(hull_value(ndch(pts), cheap_cost), 4)
+                if min(c for c, _ in pts) <= cheap_cost + 1e-9
+                else None
+            ),
             "max_accuracy": round(max(a for _, a in pts), 4),
             "curve": [{"cost_usd": round(c, 4), "accuracy": round(a, 4)} for c, a in sorted(pts)],
         }
@@ -906,6 +1048,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _fmt(value: float | None, width: int) -> str:
+    return f"{'-':>{width}s}" if value is None else f"{value:{width}.3f}"
+
+
 def _print_table(
     routers: dict[str, dict[str, Any]], gpt4_acc: float, gpt4_cost: float, cheap: str
 ) -> None:
@@ -917,7 +1063,7 @@ def _print_table(
         print(
             f"{name:36s} {r['accuracy']:6.3f} {r['cost_usd']:7.3f} {r['cost_usd'] / gpt4_cost:6.1%} "
             f"{r['aiq']:6.3f} {r['oracle_gap_closed']:6.1%} {('-' if match is None else f'{match:.2f}'):>8s} "
-            f"{r['accuracy_at_best_cheap_cost']:9.3f} {r['max_accuracy']:6.3f}"
+            f"{_fmt(r['accuracy_at_best_cheap_cost'], 9)} {r['max_accuracy']:6.3f}"
         )
 
 

@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,10 +56,14 @@ _CODE_START = re.compile(r"^(def |class |import |from \w[\w.]* import )")
 
 
 def _parses(code: str) -> bool:
-    try:
-        ast.parse(code)
-    except (SyntaxError, ValueError):
-        return False
+    with warnings.catch_warnings():
+        # Model code is full of "\d" in plain strings: not our warning to show.
+        warnings.simplefilter("ignore", category=SyntaxWarning)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError):
+            return False
     return True
 
 
