@@ -74,3 +74,41 @@ def test_bandit_race_rejects_an_unknown_provider_as_a_usage_error(tmp_path: Path
     )
     assert result.exit_code == 2
     assert "Unknown provider 'nope'" in result.output
+
+
+def test_bandit_race_verify_falls_back_to_an_answer_that_passes(tmp_path: Path) -> None:
+    path = tmp_path / "script.json"
+    path.write_text(
+        json.dumps(
+            {
+                "scripted:a": {"default": "I think the answer is C."},
+                "scripted:b": {"default": "C"},
+                "scripted:judge": {"default": JUDGE_REPLY},
+            }
+        )
+    )
+    args = [
+        "race", "Pick A-D.", "-m", "scripted:a", "-m", "scripted:b", "--strategy", "bandit",
+        "--judge", "scripted:judge", "--state", str(tmp_path / "s.db"), "--script", str(path),
+        "--json", "--verify", "regex:^[A-D]$",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout.strip().splitlines()[-1])
+    assert payload["text"] == "C" and payload["winner"] == "scripted:b"
+    assert payload["verified"] is True
+    if payload["attempts"][0][0] == "scripted:a":
+        assert payload["attempts"][0][1] == "unverified"
+
+
+def test_verify_is_a_usage_error_when_bad_or_without_the_bandit_strategy(
+    tmp_path: Path, script: str
+) -> None:
+    runner = CliRunner()
+    base = ["race", "Q?", "-m", "scripted:a", "-m", "scripted:b", "--script", script]
+    bad = runner.invoke(
+        app, [*base, "--strategy", "bandit", "--state", str(tmp_path / "s.db"), "--verify", "json"]
+    )
+    assert bad.exit_code == 2 and "Unknown --verify 'json'" in bad.output
+    other = runner.invoke(app, [*base, "--strategy", "vote", "--verify", "python"])
+    assert other.exit_code == 2 and "--verify applies to --strategy bandit" in other.output

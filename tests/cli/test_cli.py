@@ -160,11 +160,11 @@ def test_exec_vote_strategy_picks_the_code_that_behaves_like_the_others(
     script = write_script(
         tmp_path, {"scripted:a": [bad], "scripted:b": [good], "scripted:c": [same]}
     )
-    result = runner.invoke(
-        app,
-        ["race", "Double it.", "-m", "scripted:a", "-m", "scripted:b", "-m", "scripted:c"]
-        + ["--strategy", "exec-vote", "--json", "--script", script],
-    )
+    args = [
+        "race", "Double it.", "-m", "scripted:a", "-m", "scripted:b", "-m", "scripted:c",
+        "--strategy", "exec-vote", "--json", "--script", script,
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     last = json_lines(result.stdout)[-1]
     assert last["judge"] is None and last["decision"]["strategy"] == "exec-vote"

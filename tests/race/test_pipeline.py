@@ -12,6 +12,7 @@ import pytest
 
 from phi_core.errors import ServerError, UserError
 from phi_core.loop import AgentLoopConfig
+from phi_core.parallel import runnable_python
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.race import (
     Arm,
@@ -20,6 +21,7 @@ from phi_core.race import (
     RaceSettings,
     parse_judge_scores,
     preview_token_limit,
+    verifier_from_spec,
 )
 from phi_core.routing import HashedFeatures, LinUCBRouter, MemoryPreviewCache, MemoryStateStore
 from phi_core.testing import Fail, Hang, Reply, ScriptedProvider
@@ -268,3 +270,79 @@ def test_bad_configuration_fails_at_construction():
         race([arm("a", ScriptedProvider()), arm("a", ScriptedProvider())])
     with pytest.raises(UserError, match="dimensions"):
         BanditRace([arm("a", ScriptedProvider())], LinUCBRouter(8), features=HashedFeatures(16))
+
+
+# ---------------------------------------------------------------- verification before acceptance
+
+PY_ANSWER = "```python\ndef double(x):\n    return 2 * x\n\ndouble(4)\n```"
+JS_ANSWER = "```javascript\nconst double = (x) => 2 * x;\n```"
+
+
+async def test_an_answer_that_fails_verify_falls_back_to_the_next_and_is_penalised():
+    first = ScriptedProvider(["plan GOOD", JS_ANSWER], name="first")
+    second = ScriptedProvider(["plan", PY_ANSWER], name="second")
+    r = race(
+        [arm("first", first), arm("second", second)],
+        judge_config(judge_preferring("GOOD")),
+        verify=runnable_python,
+    )
+    result = await r.run("write double(x)")
+    assert result.status == "ok" and result.winner == "second" and result.verified is True
+    assert result.attempts == [("first", "unverified"), ("second", "ok")]
+    assert result.text == PY_ANSWER
+    assert result.rewards["first"].penalty == pytest.approx(0.05)
+    assert result.rewards["second"].penalty == 0
+
+
+async def test_when_no_answer_passes_the_first_unverified_one_is_returned_and_flagged():
+    first = ScriptedProvider(["plan GOOD", "answer one"], name="first")
+    second = ScriptedProvider(["plan", "answer two"], name="second")
+    checked: list[str] = []
+
+    async def never(text: str) -> bool:
+        checked.append(text)
+        return False
+
+    r = race([arm("first", first), arm("second", second)], judge_config(judge_preferring("GOOD")))
+    r.verify = never
+    result = await r.run("q")
+    assert checked == ["answer one", "answer two"]
+    assert result.status == "ok" and result.verified is False
+    assert result.winner == "first" and result.text == "answer one"
+    assert [s for _, s in result.attempts] == ["unverified", "unverified"]
+
+
+async def test_a_verify_that_raises_rejects_the_answer_not_the_race(caplog):
+    only = ScriptedProvider(["the answer"], name="only")  # no judge: no previews
+
+    def broken(text: str) -> bool:
+        raise ValueError("bad check")
+
+    r = race([arm("only", only)], None, verify=broken)
+    result = await r.run("q")
+    assert result.status == "ok" and result.verified is False and result.text == "the answer"
+    assert "verify raised ValueError" in caplog.text
+
+
+async def test_speculative_race_accepts_only_a_verified_answer(strict_loop):
+    fast = ScriptedProvider(["plan GOOD", "fast but no letter"], name="fast")
+    slow = ScriptedProvider(["plan", Reply("B", delay=0.05)], name="slow")
+    r = race(
+        [arm("fast", fast), arm("slow", slow)],
+        judge_config(judge_preferring("GOOD")),
+        settings=RaceSettings(speculative_min_chars=10),
+        verify=verifier_from_spec("regex:^[A-D]$"),
+    )
+    result = await r.run("a long enough query to speculate on")
+    assert result.winner == "slow" and result.text == "B" and result.verified is True
+    assert ("fast", "unverified") in result.attempts
+
+
+def test_verifier_specs_are_checked_with_a_clear_error():
+    letter = verifier_from_spec("regex:^[A-D]$")
+    assert letter(" C\n") is True and letter("C is right") is False
+    assert verifier_from_spec("python") is runnable_python
+    with pytest.raises(UserError, match="Use 'python'"):
+        verifier_from_spec("json")
+    with pytest.raises(UserError, match="does not compile"):
+        verifier_from_spec("regex:([")

@@ -288,6 +288,14 @@ def race(
     min_preview_tokens: Annotated[
         int, typer.Option(rich_help_panel=_BANDIT, min=1, help="Preview length before scaling.")
     ] = 120,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            rich_help_panel=_BANDIT,
+            help="Check each full answer before accepting it; a failing one falls back to the "
+            "next candidate: 'python' (runnable Python code) or 'regex:PATTERN'.",
+        ),
+    ] = None,
 ) -> None:
     """Race configurations on one task, judge them, print the winner.
 
@@ -302,7 +310,7 @@ def race(
         if chosen == "bandit" or (not chosen and race_file.strategy == "bandit"):
             flags = BanditFlags(
                 alpha, ridge, state, length_threshold, quality_weight, speed_weight,
-                cost_weight, min_preview_tokens,
+                cost_weight, min_preview_tokens, verify,
             )  # fmt: skip
             arms, configs, options = plan_bandit(
                 model or [], race_file, scripts, judge, system, max_tokens, flags
@@ -314,6 +322,11 @@ def race(
                     )
                 )
             raise typer.Exit(EXIT_INTERRUPTED if interrupted else result)
+        if verify is not None:
+            raise UserError(
+                "--verify applies to --strategy bandit (its fallback asks the next candidate). "
+                "For a parallel race on code, use --strategy exec-vote."
+            )
         plan = _plan(
             model or [], race_file, scripts, judge, strategy, system, max_tokens, timeout,
             max_concurrency,

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from ..cancel import CancelToken
 from ..loop import AgentLoopConfig
-from ..race.entry import BanditOptions, run_bandit_race
+from ..race.entry import BanditOptions, run_bandit_race, verifier_from_spec
 from ..testing import ScriptedProvider
 from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, parse_branch, select_branches
 from ._view import JsonLines
@@ -31,6 +31,7 @@ class BanditFlags:
     speed_weight: float = 0.2
     cost_weight: float = 0.0
     min_preview_tokens: int = 120
+    verify: str | None = None
 
 
 def plan_bandit(
@@ -71,7 +72,10 @@ def plan_bandit(
         speed_weight=flags.speed_weight,
         cost_weight=flags.cost_weight,
         min_preview_tokens=flags.min_preview_tokens,
+        verify=flags.verify,
     )
+    if flags.verify is not None:
+        verifier_from_spec(flags.verify)  # a bad spec is a usage error, raised before any call
     return [b.label for b in branches], configs, options
 
 
@@ -95,6 +99,8 @@ async def run_bandit(
     else:
         out.write(result.text.rstrip() + "\n")
         skipped = " (previews skipped: the router was sure)" if result.previews_skipped else ""
+        if result.verified is False:
+            skipped += " · no answer passed --verify; showing the first one"
         order = ", ".join(result.order)
         err.write(
             f"[{result.status}] winner: {result.winner} · order: {order}{skipped} · "

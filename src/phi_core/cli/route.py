@@ -232,6 +232,7 @@ def result_payload(result: Any) -> dict[str, Any]:
         "ranking": result.ranking.explain() if result.ranking is not None else [],
         "scores": result.scores,
         "attempts": [list(a) for a in result.attempts],
+        "verified": result.verified,
         "rewards": {k: v.reward for k, v in result.rewards.items()},
         "usage": result.usage.model_dump(),
         "cost_usd": result.cost_usd,

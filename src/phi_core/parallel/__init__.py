@@ -15,6 +15,7 @@ from ._behaviour import (
     code_agreement,
     code_agreement_sync,
     extract_code,
+    runnable_python,
 )
 from ._judge import DEFAULT_JUDGE_SYSTEM_PROMPT, LlmJudgeEvaluation, build_judge_prompt
 from ._names import STRATEGY_NAMES, strategy_from_name
@@ -92,5 +93,6 @@ __all__ = [
     "extract_code",
     "normalize_answer",
     "parse_judge_choice",
+    "runnable_python",
     "strategy_from_name",
 ]

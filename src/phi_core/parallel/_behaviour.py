@@ -47,6 +47,7 @@ __all__ = [
     "code_agreement",
     "code_agreement_sync",
     "extract_code",
+    "runnable_python",
 ]
 
 _WORKER = Path(__file__).with_name("_exec_worker.py")
@@ -235,6 +236,17 @@ async def code_agreement(
     if process.returncode != 0 or not raw:
         return _report(_empty_reply(len(codes)), codes)
     return _report(raw, codes)
+
+
+async def runnable_python(text: str, *, timeout: float = 30.0) -> bool:  # noqa: ASYNC109
+    """True when the answer contains Python whose function loads (its definitions execute).
+
+    A cheap verifier for code answers (JavaScript, a syntax error or prose fail it); it says
+    nothing about whether the function is right. Runs the code like :func:`code_agreement`."""
+    if extract_code(text) is None:
+        return False
+    report = await code_agreement([text], timeout=timeout)
+    return report.runnable[0]
 
 
 class ExecVoteEvaluation(BaseEvaluation):

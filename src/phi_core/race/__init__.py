@@ -1,8 +1,10 @@
 """The racing pipeline: a router decides which configurations to preview, a judge scores the
-previews, the best answers in full (with fallback or speculatively), and the router learns.
+previews, the best answers in full (with fallback or speculatively, optionally verifying each
+answer before accepting it), and the router learns.
 
 Owns :class:`BanditRace` and its settings, budgets and results, plus the entry points the CLI
-calls (:func:`run_bandit_race`). Builds on ``loop/`` (``agent_loop``) and ``routing/``.
+calls (:func:`run_bandit_race`). Builds on ``loop/`` (``agent_loop``), ``routing/`` and
+``parallel/`` (the code verifier).
 """
 
 from .entry import (
@@ -11,6 +13,7 @@ from .entry import (
     build_bandit_race,
     route_state_summary,
     run_bandit_race,
+    verifier_from_spec,
 )
 from .pipeline import (
     Arm,
@@ -19,6 +22,7 @@ from .pipeline import (
     RaceBudget,
     RaceResult,
     RaceSettings,
+    Verifier,
     parse_judge_scores,
     preview_token_limit,
 )
@@ -32,9 +36,11 @@ __all__ = [
     "RaceBudget",
     "RaceResult",
     "RaceSettings",
+    "Verifier",
     "build_bandit_race",
     "parse_judge_scores",
     "preview_token_limit",
     "route_state_summary",
     "run_bandit_race",
+    "verifier_from_spec",
 ]

@@ -10,6 +10,7 @@ for ``phi route show``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,12 @@ from typing import Any, Literal
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..loop import AgentLoopConfig
+from ..parallel import runnable_python
 from ..routing.bandits import LinUCBRouter
 from ..routing.features import EmbeddingFeatures, FeatureExtractor, HashedFeatures
 from ..routing.reward import RewardPolicy
 from ..routing.stores import RouterStateStore, open_state_store
-from .pipeline import Arm, BanditRace, RaceBudget, RaceResult, RaceSettings
+from .pipeline import Arm, BanditRace, RaceBudget, RaceResult, RaceSettings, Verifier
 
 __all__ = [
     "DEFAULT_STATE",
@@ -30,6 +32,7 @@ __all__ = [
     "build_bandit_race",
     "route_state_summary",
     "run_bandit_race",
+    "verifier_from_spec",
 ]
 
 DEFAULT_STATE = ".phi/router_state.sqlite"
@@ -62,6 +65,32 @@ class BanditOptions:
     features: Literal["hashed", "embedding"] = "hashed"
     dim: int = 64
     race_only_when_unsure: bool = True
+    verify: str | None = None
+    """A check of each full answer (see :func:`verifier_from_spec`); None: no check."""
+
+
+def verifier_from_spec(spec: str) -> Verifier:
+    """The answer check named by ``spec``.
+
+    ``python``: the answer must contain Python whose function loads
+    (:func:`phi_core.parallel.runnable_python`); ``regex:PATTERN``: the stripped answer must
+    contain a match of PATTERN (``re.search``; anchor it with ``^…$`` for an exact format).
+
+    Raises:
+        UserError: an unknown form or a pattern that does not compile.
+    """
+    if spec.strip().lower() == "python":
+        return runnable_python
+    if spec.startswith("regex:"):
+        try:
+            pattern = re.compile(spec[len("regex:") :])
+        except re.error as exc:
+            raise UserError(f"--verify {spec!r}: the pattern does not compile ({exc}).") from exc
+        return lambda text: pattern.search(text.strip()) is not None
+    raise UserError(
+        f"Unknown --verify {spec!r}. Use 'python' (the answer must contain runnable Python) or "
+        "'regex:PATTERN' (the answer must match PATTERN, e.g. 'regex:^[A-D]$')."
+    )
 
 
 def _state_location(state: str | None) -> str:
@@ -130,6 +159,7 @@ def build_bandit_race(
         full_timeout_s=options.full_timeout_s,
         total_timeout_s=options.total_timeout_s,
     )
+    verify = verifier_from_spec(options.verify) if options.verify is not None else None
     router = LinUCBRouter(features.dim, alpha=options.alpha, ridge=options.ridge)
     if store is None:
         location = _state_location(options.state)
@@ -145,6 +175,7 @@ def build_bandit_race(
         store=store,
         settings=settings,
         budget=budget,
+        verify=verify,
     )
 
 

@@ -16,6 +16,9 @@ One :meth:`BanditRace.run` call:
 6. **Full answer**: sequentially with fallback, or — for long queries — speculatively from the
    top two at once: the first *successful* answer wins and the other call is cancelled; a failure
    does not end the race while the other is still running, and failed arms are never retried.
+   With a ``verify`` check, an answer that fails it counts as a failed attempt (``unverified``)
+   and the next candidate is asked; when no answer passes, the first unverified one is returned
+   with ``verified=False`` rather than nothing.
 7. **Rewards** for every previewed arm (judge quality, observed latency, real dollars, fallback
    penalty for arms that failed), keyed by arm name; **router update**; **persist** each additive
    delta to the state store.
@@ -30,12 +33,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import json
 import logging
 import random
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -62,6 +66,8 @@ __all__ = [
 logger = logging.getLogger("phi_core.race")
 
 RaceStatus = Literal["ok", "error", "budget_exceeded", "timeout", "cancelled"]
+Verifier = Callable[[str], "bool | Awaitable[bool]"]
+"""A check of a full answer's text (sync or async): True accepts it."""
 
 PREVIEW_PROMPT = (
     "Give a short preview of how you would answer the query below: the approach, the key points "
@@ -179,6 +185,9 @@ class RaceResult:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     error: str | None = None
+    verified: bool | None = None
+    """Whether the answer passed the race's ``verify`` check (None: no check configured)."""
+    _unverified: tuple[str, str] | None = field(default=None, init=False, repr=False)
 
 
 class _BudgetExceeded(Exception):
@@ -227,6 +236,9 @@ class BanditRace:
         store: where each update's additive delta is persisted (``namespace`` defaults to the
             feature schema).
         cache: preview cache.
+        verify: a check of each full answer's text (sync or async callable returning a bool,
+            e.g. :func:`phi_core.parallel.runnable_python` or a regex test): a failing answer
+            is a failed attempt (penalised like an error) and the next candidate is asked.
     """
 
     def __init__(
@@ -243,6 +255,7 @@ class BanditRace:
         tracker: LatencyTracker | None = None,
         settings: RaceSettings | None = None,
         budget: RaceBudget | None = None,
+        verify: Verifier | None = None,
     ) -> None:
         if not arms:
             raise UserError("BanditRace needs at least one arm (a model to answer with).")
@@ -266,6 +279,7 @@ class BanditRace:
         self.settings = settings or RaceSettings()
         self.budget = budget or RaceBudget()
         self._rng = random.Random(self.settings.shuffle_seed)
+        self.verify = verify
 
     async def load(self) -> None:
         """Replace the router's statistics with the store's (sum of every worker's updates)."""
@@ -474,6 +488,8 @@ class BanditRace:
                 continue
             if await self._full(arm, query, result, meter, cancel, events):
                 return
+        if self._keep_unverified(result):
+            return
         result.status = "error"
         result.error = "every candidate failed: " + "; ".join(
             f"{a}: {s}" for a, s in result.attempts
@@ -495,12 +511,43 @@ class BanditRace:
             result.attempts.append((arm, "timeout"))
             return False
         meter.add(loop)
-        if loop.ok and loop.text.strip():
-            result.attempts.append((arm, "ok"))
-            result.status, result.text, result.winner = "ok", loop.text, arm
+        status = await self._accept(arm, loop, result)
+        result.attempts.append((arm, status))
+        if status == "ok":
+            self._win(result, arm, loop.text)
             return True
-        result.attempts.append((arm, loop.reason if loop.reason != "completed" else "empty"))
         return False
+
+    def _win(self, result: RaceResult, arm: str, text: str) -> None:
+        result.status, result.text, result.winner = "ok", text, arm
+        result.verified = None if self.verify is None else True
+
+    async def _accept(self, arm: str, loop: LoopResult, result: RaceResult) -> str:
+        """``ok``, ``unverified`` (kept as a last resort) or why the full answer failed."""
+        if not (loop.ok and loop.text.strip()):
+            return loop.reason if loop.reason != "completed" else "empty"
+        if self.verify is None:
+            return "ok"
+        try:
+            verdict = self.verify(loop.text)
+            passed = bool(await verdict) if inspect.isawaitable(verdict) else bool(verdict)
+        except Exception as exc:  # a broken check rejects the answer, not the race
+            logger.warning("verify raised %s for %s's answer: %s", type(exc).__name__, arm, exc)
+            passed = False
+        if passed:
+            return "ok"
+        if result._unverified is None:
+            result._unverified = (arm, loop.text)
+        return "unverified"
+
+    def _keep_unverified(self, result: RaceResult) -> bool:
+        """No answer passed ``verify``: return the first unverified one (if any) as the answer."""
+        first = result._unverified
+        if first is None:
+            return False
+        result.status, result.winner, result.text = "ok", first[0], first[1]
+        result.verified = False
+        return True
 
     async def _speculative(
         self, query: str, result: RaceResult, meter: _Meter, cancel: CancelToken, events: Any
@@ -508,7 +555,7 @@ class BanditRace:
         first_two = result.order[:2]
         tokens = {a: cancel.child() for a in first_two}
         tasks = {
-            asyncio.create_task(self._full_isolated(a, query, meter, tokens[a], events)): a
+            asyncio.create_task(self._full_isolated(a, query, meter, tokens[a], events, result)): a
             for a in first_two
         }
         try:
@@ -522,7 +569,7 @@ class BanditRace:
                         meter.add(loop)
                     if status == "ok" and loop is not None and result.winner is None:
                         result.attempts.append((arm, "ok"))
-                        result.status, result.text, result.winner = "ok", loop.text, arm
+                        self._win(result, arm, loop.text)
                     else:
                         result.attempts.append((arm, status))
             # The loser is cancelled through its token, so its partial spend is still counted.
@@ -546,16 +593,20 @@ class BanditRace:
             await self._sequential(query, rest, result, meter, cancel, events)
 
     async def _full_isolated(
-        self, arm: str, query: str, meter: _Meter, cancel: CancelToken, events: Any
+        self,
+        arm: str,
+        query: str,
+        meter: _Meter,
+        cancel: CancelToken,
+        events: Any,
+        result: RaceResult,
     ) -> tuple[str, LoopResult | None]:
         cap = meter.token_cap(self.arms[arm].config.max_tokens, share=2)
         try:
             loop = await self._call(arm, query, cap, cancel, events)
         except TimeoutError:
             return "timeout", None
-        if loop.ok and loop.text.strip():
-            return "ok", loop
-        return (loop.reason if loop.reason != "completed" else "empty"), loop
+        return await self._accept(arm, loop, result), loop
 
     # ------------------------------------------------------------------ learning
 
