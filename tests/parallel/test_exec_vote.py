@@ -5,6 +5,7 @@ of a second)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -146,7 +147,8 @@ def test_the_callers_environment_does_not_reach_model_code(monkeypatch: pytest.M
 
 async def test_async_code_agreement_matches_the_sync_one() -> None:
     report = await code_agreement([SETS, LOOP, WRONG])
-    assert report.classes() == code_agreement_sync([SETS, LOOP, WRONG]).classes()
+    in_thread = await asyncio.to_thread(code_agreement_sync, [SETS, LOOP, WRONG])
+    assert report.classes() == in_thread.classes() == [0, 0, 1]
     with pytest.raises(UserError, match="timeouts must be > 0"):
         await code_agreement([SETS], timeout=0)
 
@@ -194,3 +196,12 @@ async def test_exec_vote_with_every_branch_failed_selects_nothing() -> None:
     assert result.selected is None
     decision = await ExecVoteEvaluation().evaluate([], [], events=Emitter(), cancel=CancelToken())
     assert decision.index is None
+
+
+def test_model_code_writing_to_the_workers_stdout_cannot_corrupt_the_reply() -> None:
+    rude = (
+        "```python\nimport os\n\ndef common(a, b):\n    os.write(1, b'garbage{')\n"
+        "    return sorted(set(a) & set(b))\n\ncommon([1, 2, 3], [3])\n```"
+    )
+    report = code_agreement_sync([SETS, rude])
+    assert report.runnable == [True, True] and report.agree[0][1]

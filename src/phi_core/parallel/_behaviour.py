@@ -23,9 +23,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import logging
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -50,6 +50,7 @@ __all__ = [
     "runnable_python",
 ]
 
+logger = logging.getLogger("phi_core.parallel")
 _WORKER = Path(__file__).with_name("_exec_worker.py")
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.S)
 _PYTHON_TAGS = {"", "python", "py", "python3"}
@@ -127,10 +128,16 @@ def _request(answers: Sequence[str], call_timeout: float) -> tuple[bytes, list[s
 
 
 def _report(raw: bytes, codes: list[str | None]) -> BehaviourReport:
-    reply = json.loads(raw)
-    candidates: list[dict[str, Any]] = reply["candidates"]
-    owners: list[int] = reply["owners"]
     n = len(codes)
+    try:
+        reply = json.loads(raw)
+        candidates: list[dict[str, Any]] = reply["candidates"]
+        owners: list[int] = reply["owners"]
+        if len(candidates) != n:
+            raise ValueError(f"{len(candidates)} results for {n} answers")
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning("code_agreement: unreadable reply from the worker (%s); nothing ran", exc)
+        return _report(_empty_reply(n), codes)
     runnable = [bool(c["runnable"]) for c in candidates]
     agree = [[False] * n for _ in range(n)]
     compared = [[0] * n for _ in range(n)]
@@ -160,26 +167,11 @@ def code_agreement_sync(
     call_timeout: float = 1.0,
     python: str | None = None,
 ) -> BehaviourReport:
-    """:func:`code_agreement` without an event loop (benchmarks, scripts)."""
-    body, codes = _request(answers, call_timeout)
-    if not any(codes):
-        return _report(_empty_reply(len(codes)), codes)
-    with tempfile.TemporaryDirectory(prefix="phi-exec-") as tmp:
-        try:
-            done = subprocess.run(
-                [python or sys.executable, "-I", str(_WORKER)],
-                input=body,
-                capture_output=True,
-                cwd=tmp,
-                env=_env(),
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return _report(_empty_reply(len(codes)), codes)
-    if done.returncode != 0 or not done.stdout:
-        return _report(_empty_reply(len(codes)), codes)
-    return _report(done.stdout, codes)
+    """:func:`code_agreement` for code without a running event loop (benchmarks, scripts);
+    safe to call from several threads at once."""
+    return asyncio.run(
+        code_agreement(answers, timeout=timeout, call_timeout=call_timeout, python=python)
+    )
 
 
 def _empty_reply(n: int) -> bytes:

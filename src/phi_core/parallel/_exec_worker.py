@@ -206,8 +206,11 @@ def main() -> None:
     _limit(2 << 30, 60)
     request = json.load(sys.stdin)
     call_timeout = float(request.get("call_timeout", 1.0))
-    reply = sys.stdout
-    sys.stdout = io.StringIO()  # model code that prints must not corrupt the reply
+    # The reply goes to a private copy of fd 1; fd 1 itself is pointed at /dev/null so that model
+    # code writing to it (print, os.write, C extensions) cannot corrupt the reply.
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    sys.stdout = io.StringIO()
     signal.signal(signal.SIGALRM, _on_alarm)
     loaded = []
     inputs: list[tuple[Any, ...]] = []
