@@ -127,11 +127,19 @@ def test_hangs_prints_and_errors_in_model_code_are_contained() -> None:
     assert not code_agreement_sync([raising, also_raising]).agree[0][1]
 
 
-def test_code_that_hangs_while_loading_times_the_whole_run_out() -> None:
+def test_code_that_hangs_while_loading_is_not_runnable_and_the_others_still_are() -> None:
     stuck = "```python\nclass Stuck:\n    while True:\n        pass\n\ndef f(x):\n    return x\n```"
     started = time.monotonic()
-    report = code_agreement_sync([stuck, SETS], timeout=2.0)
+    report = code_agreement_sync([stuck, SETS], call_timeout=0.3)
     assert time.monotonic() - started < 8
+    assert report.runnable == [False, True]
+
+
+def test_a_worker_that_outlives_the_whole_run_timeout_is_killed_and_trusted_for_nothing() -> None:
+    slow = "```python\nimport time\n\ndef f(x):\n    time.sleep(x)\n    return x\n\nf(0.4)\nf(0.5)\n```"
+    started = time.monotonic()
+    report = code_agreement_sync([slow, slow], timeout=0.6, call_timeout=1.0)
+    assert time.monotonic() - started < 5
     assert report.runnable == [False, False]  # nothing is trusted from a killed run
 
 

@@ -144,7 +144,7 @@ def _canonical(value: Any, depth: int = 0) -> Any:
     return repr(value)
 
 
-def _load(code: str) -> tuple[Any, list[tuple[Any, ...]]]:
+def _load(code: str, call_timeout: float) -> tuple[Any, list[tuple[Any, ...]]]:
     """(entry function or None, example argument tuples) of one candidate."""
     try:
         tree = ast.parse(code)
@@ -162,10 +162,13 @@ def _load(code: str) -> tuple[Any, list[tuple[Any, ...]]]:
         or (isinstance(n, ast.Assign) and _literal(n.value, {}) is not _MISSING)
     ]
     namespace: dict[str, Any] = {"__name__": "candidate"}
+    signal.setitimer(signal.ITIMER_REAL, call_timeout)  # definitions can run code too
     try:
         exec(compile(ast.Module(body=keep, type_ignores=[]), "<candidate>", "exec"), namespace)
     except BaseException:
         return None, examples
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     fn = namespace.get(entry)
     return (fn if callable(fn) else None), examples
 
@@ -216,7 +219,7 @@ def main() -> None:
     inputs: list[tuple[Any, ...]] = []
     owners: list[int] = []
     for k, code in enumerate(request["codes"]):
-        fn, examples = (None, []) if code is None else _load(code)
+        fn, examples = (None, []) if code is None else _load(code, call_timeout)
         loaded.append(fn)
         for args in examples:
             inputs.append(args)

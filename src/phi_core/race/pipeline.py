@@ -545,7 +545,7 @@ class BanditRace:
         first = result._unverified
         if first is None:
             return False
-        result.status, result.winner, result.text = "ok", first[0], first[1]
+        self._win(result, *first)
         result.verified = False
         return True
 
