@@ -213,3 +213,12 @@ def test_model_code_writing_to_the_workers_stdout_cannot_corrupt_the_reply() -> 
     )
     report = code_agreement_sync([SETS, rude])
     assert report.runnable == [True, True] and report.agree[0][1]
+
+
+async def test_exec_vote_says_so_when_no_two_answers_agree() -> None:
+    configs = [branch(answer(SETS, 9)), branch(answer(WRONG, 4))]
+    result = await agent_loop_parallel(
+        "q", AgentContext(session_id="s"), configs, ExecVoteEvaluation()
+    )
+    assert result.selected_index == 1 and result.decision.tie
+    assert "no two of the 2 runnable answers behave the same" in result.decision.rationale

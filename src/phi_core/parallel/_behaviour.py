@@ -291,9 +291,12 @@ class ExecVoteEvaluation(BaseEvaluation):
         k = next(k for k, c in enumerate(classes) if c is not None and sizes[c] == top)
         voters = sum(sizes.values())
         tie = sum(1 for s in sizes.values() if s == top) > 1
-        rationale = f"{top} of {voters} runnable answers behave the same"
-        if tie:
-            rationale += "; tied with another class of that size, cheapest wins"
+        if top == 1 and voters > 1:
+            rationale = f"no two of the {voters} runnable answers behave the same; cheapest wins"
+        else:
+            rationale = f"{top} of {voters} runnable answers behave the same"
+            if tie:
+                rationale += "; tied with another group of that size, cheapest wins"
         return self.decision(
             ok[k].config_index,
             votes={f"behaviour {c}": size for c, size in sizes.items()},
