@@ -32,9 +32,10 @@ from ..events import MessageUpdate
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
 from ..providers.base import Provider
 from ..providers.registry import get_provider, known_providers, resolve_model
+from ..race.entry import BanditOptions
 from ..testing import ScriptedProvider
 from ..types import ResponseFormat, TextDelta
-from ._bandit import BanditFlags, plan_bandit, run_bandit
+from ._bandit import plan_bandit, run_bandit
 from ._race import RacePlan, race_payload, run_race
 from ._script import load_scripts
 from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, load_race_file, select_branches
@@ -308,9 +309,10 @@ def race(
         race_file = load_race_file(config) if config is not None else RaceFile()
         scripts = _scripts(script)
         if chosen == "bandit" or (not chosen and race_file.strategy == "bandit"):
-            flags = BanditFlags(
-                alpha, ridge, state, length_threshold, quality_weight, speed_weight,
-                cost_weight, min_preview_tokens, verify,
+            flags = BanditOptions(
+                alpha=alpha, ridge=ridge, state=state, length_threshold=length_threshold,
+                quality_weight=quality_weight, speed_weight=speed_weight,
+                cost_weight=cost_weight, min_preview_tokens=min_preview_tokens, verify=verify,
             )  # fmt: skip
             arms, configs, options = plan_bandit(
                 model or [], race_file, scripts, judge, system, max_tokens, flags

@@ -6,7 +6,7 @@ the router state persists between runs (``--state``, default ``.phi/router_state
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import TextIO
 
 from ..cancel import CancelToken
@@ -16,22 +16,7 @@ from ..testing import ScriptedProvider
 from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, parse_branch, select_branches
 from ._view import JsonLines
 
-__all__ = ["BanditFlags", "run_bandit"]
-
-
-@dataclass(frozen=True)
-class BanditFlags:
-    """The seed's knobs as ``phi race`` flags."""
-
-    alpha: float = 1.0
-    ridge: float = 1.0
-    state: str | None = None
-    length_threshold: int = 2000
-    quality_weight: float = 0.8
-    speed_weight: float = 0.2
-    cost_weight: float = 0.0
-    min_preview_tokens: int = 120
-    verify: str | None = None
+__all__ = ["plan_bandit", "run_bandit"]
 
 
 def plan_bandit(
@@ -41,9 +26,10 @@ def plan_bandit(
     judge: str | None,
     system: str | None,
     max_tokens: int | None,
-    flags: BanditFlags,
+    flags: BanditOptions,
 ) -> tuple[list[str], dict[str, AgentLoopConfig], BanditOptions]:
-    """Arms, their configs and the options; raises UserError for bad input before anything runs."""
+    """Arms, their configs and ``flags`` with the judge filled in; raises UserError for bad input
+    before anything runs."""
     from ._app import JUDGE_MAX_TOKENS, loop_config
 
     branches = select_branches(models, race_file)
@@ -62,18 +48,7 @@ def plan_bandit(
         judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
     judge_name = f"judge:{judge_spec.model}"
     configs[judge_name] = loop_config(judge_spec, scripts, max_tokens=JUDGE_MAX_TOKENS)
-    options = BanditOptions(
-        judge_model=judge_name,
-        alpha=flags.alpha,
-        ridge=flags.ridge,
-        state=flags.state,
-        length_threshold=flags.length_threshold,
-        quality_weight=flags.quality_weight,
-        speed_weight=flags.speed_weight,
-        cost_weight=flags.cost_weight,
-        min_preview_tokens=flags.min_preview_tokens,
-        verify=flags.verify,
-    )
+    options = dataclasses.replace(flags, judge_model=judge_name)
     if flags.verify is not None:
         verifier_from_spec(flags.verify)  # a bad spec is a usage error, raised before any call
     return [b.label for b in branches], configs, options
