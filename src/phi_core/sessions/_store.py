@@ -17,6 +17,7 @@ a directory.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import fcntl
@@ -81,7 +82,42 @@ def _check_id(session_id: str) -> None:
         )
 
 
-class JsonFileSessionStore:
+class _ThreadedStore(abc.ABC):
+    """The async :class:`SessionStore` protocol over a store's blocking ``*_sync`` methods,
+    each run in a worker thread so file locks and SQLite never block the event loop."""
+
+    @abc.abstractmethod
+    def save_sync(self, session: Session) -> None: ...
+
+    @abc.abstractmethod
+    def load_sync(self, session_id: str) -> Session: ...
+
+    @abc.abstractmethod
+    def list_ids_sync(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def delete_sync(self, session_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def list_for_agent_sync(self, agent_id: str) -> list[Session]: ...
+
+    async def save(self, session: Session) -> None:
+        await asyncio.to_thread(self.save_sync, session)
+
+    async def load(self, session_id: str) -> Session:
+        return await asyncio.to_thread(self.load_sync, session_id)
+
+    async def list_ids(self) -> list[str]:
+        return await asyncio.to_thread(self.list_ids_sync)
+
+    async def delete(self, session_id: str) -> None:
+        await asyncio.to_thread(self.delete_sync, session_id)
+
+    async def list_for_agent(self, agent_id: str) -> list[Session]:
+        return await asyncio.to_thread(self.list_for_agent_sync, agent_id)
+
+
+class JsonFileSessionStore(_ThreadedStore):
     """One pretty-printed JSON file per session; see the module docstring."""
 
     def __init__(self, directory: str | os.PathLike[str], *, lock_timeout: float = 5.0) -> None:
@@ -176,23 +212,6 @@ class JsonFileSessionStore:
                     sessions.append(session)
         return sessions
 
-    # -- async protocol ----------------------------------------------------------
-
-    async def save(self, session: Session) -> None:
-        await asyncio.to_thread(self.save_sync, session)
-
-    async def load(self, session_id: str) -> Session:
-        return await asyncio.to_thread(self.load_sync, session_id)
-
-    async def list_ids(self) -> list[str]:
-        return await asyncio.to_thread(self.list_ids_sync)
-
-    async def delete(self, session_id: str) -> None:
-        await asyncio.to_thread(self.delete_sync, session_id)
-
-    async def list_for_agent(self, agent_id: str) -> list[Session]:
-        return await asyncio.to_thread(self.list_for_agent_sync, agent_id)
-
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -205,7 +224,7 @@ CREATE INDEX IF NOT EXISTS sessions_agent ON sessions(agent_id);
 """
 
 
-class SqliteSessionStore:
+class SqliteSessionStore(_ThreadedStore):
     """All sessions in one SQLite file (WAL mode); see the module docstring."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
@@ -268,21 +287,6 @@ class SqliteSessionStore:
                 (agent_id,),
             ).fetchall()
         return [Session.model_validate_json(r[0]) for r in rows]
-
-    async def save(self, session: Session) -> None:
-        await asyncio.to_thread(self.save_sync, session)
-
-    async def load(self, session_id: str) -> Session:
-        return await asyncio.to_thread(self.load_sync, session_id)
-
-    async def list_ids(self) -> list[str]:
-        return await asyncio.to_thread(self.list_ids_sync)
-
-    async def delete(self, session_id: str) -> None:
-        await asyncio.to_thread(self.delete_sync, session_id)
-
-    async def list_for_agent(self, agent_id: str) -> list[Session]:
-        return await asyncio.to_thread(self.list_for_agent_sync, agent_id)
 
 
 def open_session_store(spec: str | os.PathLike[str]) -> JsonFileSessionStore | SqliteSessionStore:
