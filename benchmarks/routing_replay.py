@@ -62,7 +62,7 @@ import math
 import re
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -75,7 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import phi_core.parallel._behaviour as _behaviour_module
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
-from phi_core.parallel import code_agreement_sync
+from phi_core.parallel import BehaviourReport, code_agreement_sync
 from phi_core.providers.base import ModelConfig
 from phi_core.routing import (
     ArmOutcome,
@@ -447,21 +447,16 @@ def behaviour_vote(d: Data, i: int, arms: list[int]) -> float:
     agree = d.code_agree.get(i)
     if agree is None:
         return float(d.correct[i, arms[0]])
-    firsts: list[int] = []
-    size: dict[int, int] = {}
-    for j in arms:
-        if not agree[j, j]:
-            continue
-        c = next((c for c, f in enumerate(firsts) if agree[f, j]), None)
-        if c is None:
-            firsts.append(j)
-            c = len(firsts) - 1
-        size[c] = size.get(c, 0) + 1
-    if not size:
+    report = BehaviourReport(list(np.diag(agree)), agree.tolist(), compared_inputs=[])
+    classes = report.classes(arms)
+    sizes = Counter(c for c in classes if c is not None)
+    if not sizes:
         return float(d.correct[i, arms[0]])
-    top = max(size.values())
-    winner = next(c for c in range(len(firsts)) if size.get(c) == top)
-    return float(d.correct[i, firsts[winner]])
+    top = max(sizes.values())
+    winner = next(
+        j for j, c in zip(arms, classes, strict=True) if c is not None and sizes[c] == top
+    )
+    return float(d.correct[i, winner])
 
 
 def cheap_arms(d: Data, idx: np.ndarray) -> list[int]:
