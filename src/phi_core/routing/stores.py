@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._sqlite import init_wal
 from ..errors import MissingExtraError, UserError
 from .bandits import ArmStats
 
@@ -195,11 +196,12 @@ class SQLiteStateStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._timeout = timeout
         with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(
+            init_wal(
+                conn,
                 "CREATE TABLE IF NOT EXISTS router_stats (namespace TEXT, arm TEXT, dim INTEGER,"
                 " xx BLOB, xr BLOB, n REAL, reward_sum REAL, reward_sq REAL, updated_at REAL,"
-                " PRIMARY KEY (namespace, arm))"
+                " PRIMARY KEY (namespace, arm))",
+                timeout=timeout,
             )
 
     @contextlib.contextmanager
@@ -501,9 +503,9 @@ class SQLitePreviewCache:
         self.path = Path(path)
         self.ttl_s = ttl_s
         with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS previews (key TEXT PRIMARY KEY, value TEXT, expires REAL)"
+            init_wal(
+                conn,
+                "CREATE TABLE IF NOT EXISTS previews (key TEXT PRIMARY KEY, value TEXT, expires REAL)",
             )
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._sqlite import init_wal
 from ..providers.base import StreamRequest
 from ..types import AssistantMessage
 
@@ -73,12 +74,11 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False)
         with self._lock:
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, message TEXT NOT NULL, latency REAL NOT NULL)"
+            init_wal(
+                self._db,
+                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, message TEXT NOT NULL,"
+                " latency REAL NOT NULL)",
             )
-            self._db.commit()
         self.hits = 0
         self.misses = 0
 

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from .._sqlite import init_wal
 from ..errors import PhiError, UserError
 from ._model import Session
 
@@ -241,8 +242,7 @@ class SqliteSessionStore(_ThreadedStore):
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
         try:
             if not self._ready:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(_SCHEMA)
+                init_wal(conn, _SCHEMA, timeout=self.timeout)
                 self._ready = True
             yield conn
         finally:
