@@ -253,9 +253,10 @@ def test_construction_errors_say_what_is_wrong() -> None:
 
 
 async def test_results_export_pareto_front_weighting_csv_json_and_plot(tmp_path: Path) -> None:
-    # "dear" is also slower, so it is dominated on all three axes (accuracy, cost, latency);
-    # with equal latencies, timing noise could put it on the front.
-    best, _ = scripted("dear", "right", input_price=50.0, output_price=50.0, delay=0.02)
+    # "dear" is also slower, so it is dominated on all three axes (accuracy, cost, latency).
+    # The gap must dwarf scheduling noise: with 20 ms, a loaded CI machine once measured "cheap"
+    # slower on average and put "dear" on the front.
+    best, _ = scripted("dear", "right", input_price=50.0, output_price=50.0, delay=0.25)
     cheap, _ = scripted("cheap", "right", input_price=0.1, output_price=0.1)
     bad, _ = scripted("bad", "wrong", input_price=0.1, output_price=0.1)
     result = await ModelSelector(
