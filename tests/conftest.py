@@ -10,6 +10,14 @@ from typing import Any
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _isolated_user_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test gets its own user directory (``PHI_HOME``) and no inherited router-state
+    location, so no test reads or writes the developer's ``~/.phi``."""
+    monkeypatch.setenv("PHI_HOME", str(tmp_path_factory.mktemp("phi-home")))
+    monkeypatch.delenv("PHI_ROUTER_STATE", raising=False)
+
+
 @pytest.fixture
 async def strict_loop() -> AsyncIterator[list[dict[str, Any]]]:
     """Collects everything that reaches the event loop's exception handler during the test

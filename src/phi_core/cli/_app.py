@@ -274,7 +274,8 @@ def race(
         typer.Option(
             rich_help_panel=_BANDIT,
             envvar="PHI_ROUTER_STATE",
-            help="Router state: .sqlite/.json file or redis://… (default .phi/router_state.sqlite).",
+            help="Router state: .sqlite/.json file or redis://… (default: router_state.sqlite "
+            "in $PHI_HOME, ~/.phi).",
         ),
     ] = None,
     length_threshold: Annotated[

@@ -1,7 +1,7 @@
 """``phi race --strategy bandit``: the learned racing pipeline behind the ``race`` command.
 
 Each branch is an arm named by its label (so three configurations of one model are three arms);
-the router state persists between runs (``--state``, default ``.phi/router_state.sqlite``).
+the router state persists between runs (``--state``, default ``router_state.sqlite`` in the user directory).
 """
 
 from __future__ import annotations

@@ -17,21 +17,22 @@ import typer
 
 from ..errors import PhiError, UserError
 from ..race.entry import (
-    DEFAULT_STATE,
     BanditOptions,
     route_state_summary,
     run_bandit_race,
+    state_location,
 )
 from ..routing.stores import RouterStateStore, open_state_store
 
 __all__ = ["app", "parallel_agents_app", "parallel_agents_main"]
 
 StateOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--state",
         envvar="PHI_ROUTER_STATE",
-        help="Router state: a .sqlite/.db file, a JSON file, or redis://host:port/db.",
+        help="Router state: a .sqlite/.db file, a JSON file, or redis://host:port/db "
+        "(default: router_state.sqlite in $PHI_HOME, ~/.phi).",
     ),
 ]
 
@@ -44,7 +45,8 @@ app = typer.Typer(
 )
 
 
-def _open(state: str) -> RouterStateStore:
+def _open(state: str | None) -> RouterStateStore:
+    state = state_location(state)
     if not state.startswith(("redis://", "rediss://", "unix://")) and not Path(state).exists():
         raise typer.BadParameter(
             f"No router state at {state!r}; race with --strategy bandit first, or pass --state.",
@@ -55,7 +57,7 @@ def _open(state: str) -> RouterStateStore:
 
 @app.command("show")
 def show(
-    state: StateOpt = DEFAULT_STATE,
+    state: StateOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show each arm's observation count and mean reward, per feature namespace."""
@@ -64,7 +66,7 @@ def show(
         typer.echo(json.dumps(summary, indent=2))
         return
     if not summary:
-        typer.echo(f"{state}: no router statistics yet.")
+        typer.echo(f"{state_location(state)}: no router statistics yet.")
         return
     for namespace, arms in summary.items():
         typer.echo(f"{namespace}")
@@ -75,7 +77,7 @@ def show(
 
 @app.command("reset")
 def reset(
-    state: StateOpt = DEFAULT_STATE,
+    state: StateOpt = None,
     namespace: Annotated[
         str | None, typer.Option("--namespace", help="Only this feature namespace.")
     ] = None,
@@ -83,6 +85,7 @@ def reset(
 ) -> None:
     """Forget the learned statistics (all namespaces, or one)."""
     store = _open(state)
+    state = state_location(state)
     what = f"namespace {namespace!r}" if namespace else "every namespace"
     if not yes and not typer.confirm(f"Reset {what} in {state}?"):
         raise typer.Exit(1)
@@ -92,7 +95,7 @@ def reset(
 
 @app.command("export")
 def export(
-    state: StateOpt = DEFAULT_STATE,
+    state: StateOpt = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
     ] = None,
@@ -136,8 +139,8 @@ def parallel_agents(
     bandit_alpha: Annotated[float, typer.Option("--bandit-alpha")] = 1.0,
     bandit_ridge: Annotated[float, typer.Option("--bandit-ridge")] = 1.0,
     bandit_state: Annotated[
-        str, typer.Option("--bandit-state", envvar="PHI_ROUTER_STATE")
-    ] = DEFAULT_STATE,
+        str | None, typer.Option("--bandit-state", envvar="PHI_ROUTER_STATE")
+    ] = None,
     bandit_length_threshold: Annotated[int, typer.Option("--bandit-length-threshold")] = 2000,
     bandit_quality_weight: Annotated[float, typer.Option("--bandit-quality-weight")] = 0.8,
     bandit_speed_weight: Annotated[float, typer.Option("--bandit-speed-weight")] = 0.2,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from .._paths import user_path
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..loop import AgentLoopConfig
@@ -32,10 +33,12 @@ __all__ = [
     "build_bandit_race",
     "route_state_summary",
     "run_bandit_race",
+    "state_location",
     "verifier_from_spec",
 ]
 
-DEFAULT_STATE = ".phi/router_state.sqlite"
+DEFAULT_STATE = "router_state.sqlite"
+"""File name of the default router state inside the user directory (``$PHI_HOME``)."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,9 @@ def verifier_from_spec(spec: str) -> Verifier:
     )
 
 
-def _state_location(state: str | None) -> str:
-    return state or os.environ.get("PHI_ROUTER_STATE") or DEFAULT_STATE
+def state_location(state: str | None = None) -> str:
+    """``state``, else ``$PHI_ROUTER_STATE``, else ``router_state.sqlite`` in the user directory."""
+    return state or os.environ.get("PHI_ROUTER_STATE") or str(user_path(DEFAULT_STATE))
 
 
 def _features(options: BanditOptions) -> FeatureExtractor:
@@ -162,7 +166,7 @@ def build_bandit_race(
     verify = verifier_from_spec(options.verify) if options.verify is not None else None
     router = LinUCBRouter(features.dim, alpha=options.alpha, ridge=options.ridge)
     if store is None:
-        location = _state_location(options.state)
+        location = state_location(options.state)
         if not location.startswith(("redis://", "rediss://", "unix://")):
             Path(location).parent.mkdir(parents=True, exist_ok=True)
         store = open_state_store(location)

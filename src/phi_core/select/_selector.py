@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .._paths import user_path
 from ..errors import UserError
 from ..providers.base import ModelConfig
 from ..providers.registry import split_model_settings
@@ -44,7 +44,7 @@ def concurrency_split(max_concurrent: int, batch_size: int) -> tuple[int, int]:
 
 def default_cache_path() -> Path:
     """``$PHI_HOME/select-cache.sqlite`` (``PHI_HOME`` defaults to ``~/.phi``)."""
-    return Path(os.environ.get("PHI_HOME", "~/.phi")).expanduser() / "select-cache.sqlite"
+    return user_path("select-cache.sqlite")
 
 
 class AgentEvaluator:
