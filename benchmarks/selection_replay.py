@@ -180,8 +180,8 @@ class ReplayEvaluator:
             out[k] = [
                 Evaluation(
                     score=float(self.m.accuracy[r, q]),
-                    cost=float(self.m.cost[r, q]),
-                    latency=float(self.m.latency[r, q]),
+                    cost_usd=float(self.m.cost[r, q]),
+                    latency_s=float(self.m.latency[r, q]),
                 )
                 for q in questions
             ]

@@ -9,7 +9,8 @@
     │   ├── MissingExtraError          names the extra to install
     │   └── ConfigError                file, line and key of a bad config file
     ├── RunError                       a run failed
-    │   └── AllBranchesFailedError     every branch of a race failed
+    │   ├── AllBranchesFailedError     every branch of a race failed
+    │   └── BudgetExhausted            a selection's budget is spent (it recommends from what it has)
     └── ProviderError                  one model call failed; ``kind`` classifies it
         ├── AuthError                  401/403: bad or missing credentials (not retried)
         ├── RateLimitedError           429; ``retry_after`` in seconds when the vendor said
@@ -18,6 +19,7 @@
         ├── NetworkError               connection failed or dropped (retried before first byte)
         ├── ContextOverflowError       the prompt does not fit the model's context window
         ├── BadRequestError            400/404/422: the request itself is wrong (not retried)
+        ├── BudgetExceededError        the budget refused the call before it was sent
         └── ProviderCancelledError     the call was cancelled
 
 Provider errors never carry API keys: :func:`redact` scrubs anything that looks like one.
@@ -32,6 +34,8 @@ __all__ = [
     "AllBranchesFailedError",
     "AuthError",
     "BadRequestError",
+    "BudgetExceededError",
+    "BudgetExhausted",
     "ConfigError",
     "ContextOverflowError",
     "MissingApiKeyError",
@@ -60,6 +64,8 @@ ProviderErrorKind = Literal[
     "context_overflow",
     "bad_request",
     "cancelled",
+    "timeout",
+    "budget",
 ]
 
 _SECRET_PATTERNS = [
@@ -152,6 +158,11 @@ class AllBranchesFailedError(RunError):
     pass
 
 
+class BudgetExhausted(RunError):
+    """Raised inside a selection algorithm when the budget is spent; the runner recommends from
+    what has been evaluated."""
+
+
 class ProviderError(PhiError):
     """One model call failed. ``kind`` says how; ``retryable`` says whether to try again."""
 
@@ -216,6 +227,17 @@ class ContextOverflowError(ProviderError):
 
 class BadRequestError(ProviderError):
     kind = "bad_request"
+
+
+class BudgetExceededError(ProviderError):
+    """A budget refused a call before it was sent; ``limit`` names which one (``tokens``,
+    ``cost``, ``wall`` or ``calls``). Never retried."""
+
+    kind = "budget"
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        self.limit = limit
+        super().__init__(f"Budget exceeded: {message}")
 
 
 class ProviderCancelledError(ProviderError):

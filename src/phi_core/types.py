@@ -189,6 +189,11 @@ class AssistantMessage(_MessageBase):
     provider: str = ""
     usage: Usage = Field(default_factory=Usage)
     error_message: str | None = None
+    error_kind: str | None = None
+    """The classified kind of a failed call (a ``ProviderError``'s ``kind``: ``auth``,
+    ``rate_limited``, ``timeout``, ``budget``...); ``None`` when the call did not fail."""
+    retry_after: float | None = None
+    """Seconds the vendor asked to wait before retrying (rate limits that said so)."""
 
     @property
     def text(self) -> str:

@@ -22,7 +22,7 @@ class MatrixEvaluator:
         for k, items in batch.items():
             self.requested.extend((k, i) for i in items)
             out[k] = [
-                Evaluation(score=float(self.scores[k, i]), cost=float(self.costs[k, i]))
+                Evaluation(score=float(self.scores[k, i]), cost_usd=float(self.costs[k, i]))
                 for i in items
             ]
         return out

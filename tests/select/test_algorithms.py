@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from phi_core.errors import UserError
-from phi_core.select import ALGORITHMS, Arena, Budget, SearchSpace, make_algorithm, run_algorithm
+from phi_core.select import ALGORITHMS, Arena, SearchSpace, make_algorithm, run_algorithm
 
 from .select_worlds import MatrixEvaluator, bernoulli_world, select
 
@@ -121,7 +121,7 @@ async def test_the_same_seed_reproduces_the_run_and_another_seed_reorders_the_da
 async def test_the_budget_caps_evaluations_and_still_recommends(space_3x4: SearchSpace) -> None:
     scores = bernoulli_world(PROBS, 100, seed=6)
     evaluator = MatrixEvaluator(scores)
-    arena = Arena(len(space_3x4), 100, evaluator, seed=0, budget=Budget(max_evaluations=150))
+    arena = Arena(len(space_3x4), 100, evaluator, seed=0, max_evaluations=150)
     algorithm = make_algorithm("brute_force")
     pick = await run_algorithm(algorithm, arena, space_3x4)
     assert arena.evaluations == 150

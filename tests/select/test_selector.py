@@ -326,18 +326,21 @@ async def test_the_response_cache_makes_a_rerun_free(tmp_path: Path) -> None:
 
 async def test_budget_object_limits_dollars() -> None:
     dear, _ = scripted("dear", "right", input_price=1000.0, output_price=1000.0)
+    dear.max_tokens = 50  # worst case ~$0.06 a call, so a call is refused only once $0.30 is paid
     result = await ModelSelector(
         solver_agent,
         {"solver": [dear]},
         DATASET,
         exact,
         algorithm="brute_force",
-        budget=Budget(max_cost=0.3),
+        budget=Budget(max_cost_usd=0.3),
         cache=False,
         max_concurrent=1,
     ).select_best()
     assert result.budget_exhausted
-    assert result.evaluations == 5  # checked every 5 datapoints: 5 x $0.15 > $0.30
+    # Reserved before each call: two calls of $0.15 fit $0.30, the third is refused unsent.
+    assert result.evaluations == 2
+    assert result.cost_usd <= 0.3 + 1e-9
 
 
 async def test_the_sync_wrapper_refuses_to_run_inside_an_event_loop() -> None:

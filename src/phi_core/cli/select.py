@@ -185,6 +185,7 @@ def load_spec(path: Path, **overrides: Any) -> ModelSelector:
         agent = _prompt_chain({s: str(prompts[s]) for s in steps})
     budget_spec = spec.get("budget")
     budget = None
+    max_evaluations = None
     if budget_spec is not None:
         if not isinstance(budget_spec, dict):
             raise ConfigError(
@@ -192,9 +193,9 @@ def load_spec(path: Path, **overrides: Any) -> ModelSelector:
                 file=file,
                 key="budget",
             )
-        budget = Budget(
-            max_evaluations=budget_spec.get("max_evaluations"), max_cost=budget_spec.get("max_cost")
-        )
+        max_cost = budget_spec.get("max_cost")
+        budget = Budget(max_cost_usd=max_cost) if max_cost is not None else None
+        max_evaluations = budget_spec.get("max_evaluations")
     cache = spec.get("cache", True)
     if isinstance(cache, str):
         cache = str(base / cache)
@@ -208,6 +209,7 @@ def load_spec(path: Path, **overrides: Any) -> ModelSelector:
             max_concurrent=int(spec.get("max_concurrent", 20)),
             seed=spec.get("seed"),
             budget=budget,
+            max_evaluations=max_evaluations,
             cache=cache,
             algorithm_params=spec.get("algorithm_params"),
         )

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeAlias, TypeVar
 from ..context.compaction import CompactionConfig
 from ..context.limits import ExecutionLimits
 from ..providers.base import ModelConfig, Provider
+from ..providers.call import CallCache
 from ..providers.retry import RetryPolicy
 from ..types import AgentMessage, Message, ResponseFormat, ThinkingLevel, Usage
 
@@ -128,6 +129,9 @@ class AgentLoopConfig:
     convert_to_llm: Callable[[list[AgentMessage]], list[Message]] | None = None
     first_turn_trigger: Literal["user", "sub_agent"] = "user"
     extra: dict[str, Any] = field(default_factory=dict)
+    response_cache: CallCache | None = None
+    """Answer model calls from / store them into this cache, keyed by the request actually sent
+    (see :func:`~phi_core.providers.call.request_key`); a bandit race's previews use it."""
 
     _resolved: ModelConfig | None = field(default=None, init=False, repr=False, compare=False)
 

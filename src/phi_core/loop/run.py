@@ -47,7 +47,7 @@ from ..events import (
     Warning,
 )
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
-from ..providers.retry import stream_with_retry
+from ..providers.call import ModelCall
 from ..tools.base import definition_of
 from ..tools.execute import ToolRunner
 from ..types import (
@@ -101,6 +101,11 @@ class LoopResult:
     reason: EndReason = "completed"
     error: str | None = None
     rejection: str | None = None
+    error_kind: str | None = None
+    """The classified kind of ``error``: a provider error's ``kind`` (``auth``, ``rate_limited``,
+    ``timeout``, ``budget``, ...), or ``hook``, ``limit``, ``cancelled``, ``internal``."""
+    retry_after: float | None = None
+    """Seconds the vendor asked to wait, when the run ended on a rate limit that said so."""
 
     @property
     def final_message(self) -> AssistantMessage | None:
@@ -233,6 +238,8 @@ class _Run:
         self.cost = 0.0
         self.reason: EndReason = "completed"
         self.error: str | None = None
+        self.error_kind: str | None = None
+        self.retry_after: float | None = None
         self.rejection: str | None = None
         self.tracker = ExecutionTracker(config.limits) if config.limits is not None else None
         self.tool_defs = [definition_of(t) for t in context.tools]
@@ -267,11 +274,14 @@ class _Run:
             reason=self.reason,
             error=self.error,
             rejection=self.rejection,
+            error_kind=self.error_kind,
+            retry_after=self.retry_after,
         )
 
     def _mark_cancelled(self) -> None:
         self.reason = "cancelled"
         self.error = self.error or "cancelled"
+        self.error_kind = self.error_kind or "cancelled"
 
     def _end_event(self) -> AgentEnd:
         return AgentEnd(
@@ -289,6 +299,7 @@ class _Run:
         allowed, err = await self._hook("before_loop", True, (list(context.messages),))
         if err is not None:
             self.reason, self.error = "error", f"The before_loop hook raised: {err}"
+            self.error_kind = "hook"
             return
         if allowed is False:
             self.reason = "vetoed"
@@ -430,11 +441,12 @@ class _Run:
                         emit(MessageEnd(loop_id=loop_id, message=stop))
                         context.messages.append(stop)
                         self.new_messages.append(stop)
-                        self.reason, self.error = "limit", why
+                        self.reason, self.error, self.error_kind = "limit", why, "limit"
                         return
                 allowed, err = await self._hook("before_turn", True, (context.messages, turn))
                 if err is not None:
                     self.reason, self.error = "error", f"The before_turn hook raised: {err}"
+                    self.error_kind = "hook"
                     return
                 if allowed is False:
                     self.reason = "vetoed"
@@ -479,6 +491,12 @@ class _Run:
                     await self._hook("after_turn", None, (context.messages, assistant.usage))
                     self.reason = "error" if assistant.stop_reason == "error" else "cancelled"
                     self.error = assistant.error_message or self.error
+                    self.error_kind = assistant.error_kind or (
+                        "internal" if assistant.stop_reason == "error" else "cancelled"
+                    )
+                    self.retry_after = assistant.retry_after
+                    if self.error_kind == "budget":
+                        self.reason = "limit"  # the budget refused the call: a limit, not a fault
                     return
 
                 calls = assistant.tool_calls
@@ -613,8 +631,11 @@ class _Run:
         thinking: dict[int, list[str]] = {}
         final: AssistantMessage | None = None
         construct = MessageUpdate.model_construct
+        call = ModelCall(
+            self.provider, request, retry=self.config.retry, cache=self.config.response_cache
+        )
         try:
-            async for item in stream_with_retry(self.provider, request, self.config.retry):
+            async for item in call.stream():
                 if isinstance(item, StreamDone):
                     final = item.message
                     continue
@@ -637,14 +658,24 @@ class _Run:
                 model=self.model.id,
                 provider=self.model.provider,
                 error_message=str(exc),
+                error_kind=exc.kind,
+                retry_after=exc.retry_after,
+                usage=call.partial_usage(),
             )
         except asyncio.CancelledError:
             partial = _partial_message(texts, thinking, self.model)
             partial.turn_id = turn_id
+            partial.usage = call.partial_usage()
+            self.usage = self.usage + partial.usage
+            self.cost += partial.usage.cost(self.model.pricing)
             self.context.messages.append(partial)
             self.new_messages.append(partial)
             emit(MessageEnd(loop_id=loop_id, message=partial))
-            emit(TurnEnd(loop_id=loop_id, turn_index=turn_index, message=partial, usage=Usage()))
+            emit(
+                TurnEnd(
+                    loop_id=loop_id, turn_index=turn_index, message=partial, usage=partial.usage
+                )
+            )
             raise
         if final is None:
             final = AssistantMessage(
@@ -677,6 +708,7 @@ def _partial_message(
         model=model.id,
         provider=model.provider,
         error_message="cancelled",
+        error_kind="cancelled",
     )
 
 

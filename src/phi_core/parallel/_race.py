@@ -18,12 +18,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import AgentEnd, Emitter, EndReason, ParallelLoopEnd, ParallelLoopStart
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop, agent_loop_continue
+from ..outcome import ErrorKind, status_of_error_kind
 from ..types import AgentMessage, AssistantMessage, Usage, UserMessage
 from ._types import (
     EarlyAcceptStrategy,
@@ -45,7 +46,7 @@ ToolFactory = Callable[[int, AgentLoopConfig], Sequence[Any]]
 _STATUS_OF_REASON: dict[str, OutcomeStatus] = {
     "completed": "ok",
     "error": "error",
-    "limit": "error",
+    "limit": "error",  # a budget refusal is re-classified as over_budget below
     "cancelled": "cancelled",
     "vetoed": "rejected",
     "rejected": "rejected",
@@ -56,6 +57,8 @@ _REASON_OF_STATUS: dict[OutcomeStatus, EndReason] = {
     "cancelled": "cancelled",
     "timeout": "cancelled",
     "rejected": "rejected",
+    "unverified": "completed",
+    "over_budget": "limit",
 }
 
 
@@ -162,6 +165,7 @@ class _Race:
         context = self.base.clone()
         context.loop_id = loop_id
         outcome = ParallelLoopOutcome(
+            config_id=config.segment(),
             config_index=index,
             loop_id=loop_id,
             context=context,
@@ -240,6 +244,7 @@ class _Race:
         except Exception as exc:
             outcome.status = "error"
             outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.error_kind = getattr(exc, "kind", None) or "internal"
         finally:
             outcome.latency_s = time.perf_counter() - started
             if timer is not None:
@@ -265,9 +270,14 @@ class _Race:
         outcome.cost_usd = result.cost_usd
         status = _STATUS_OF_REASON.get(result.reason, "error")
         error = result.rejection if status == "rejected" else result.error
+        outcome.error_kind = cast("ErrorKind | None", result.error_kind)
+        outcome.retry_after = result.retry_after
+        if status == "error" or result.error_kind == "budget":
+            status = status_of_error_kind(result.error_kind)
         if status == "cancelled":
             if timed_out:
                 status = "timeout"
+                outcome.error_kind = "timeout"
                 error = f"the branch exceeded branch_timeout={self.branch_timeout}s"
             elif self.tokens[outcome.config_index].reason == "early_accept":
                 error = "cancelled: another branch was accepted early"

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import AllBranchesFailedError, UserError
+from ..outcome import Outcome, OutcomeStatus, RaceStatus
 from ..types import AgentMessage, AssistantMessage, Usage
 
 if TYPE_CHECKING:
@@ -28,13 +29,6 @@ __all__ = [
     "RaceStatus",
     "final_text",
 ]
-
-OutcomeStatus = Literal["ok", "error", "cancelled", "rejected", "timeout"]
-"""How a branch ended: ``ok`` (completed), ``error`` (model/tool/loop failure or an exception
-raised inside the branch), ``cancelled`` (the race or an early accept stopped it), ``rejected``
-(an input filter or ``before_loop`` hook refused it) or ``timeout`` (``branch_timeout`` hit)."""
-
-RaceStatus = Literal["ok", "all_failed", "cancelled"]
 
 
 def final_text(messages: Sequence[Any]) -> str:
@@ -54,13 +48,14 @@ def final_text(messages: Sequence[Any]) -> str:
     return ""
 
 
-@dataclass(eq=False)
-class ParallelLoopOutcome:
-    """What one branch produced.
+@dataclass(eq=False, kw_only=True)
+class ParallelLoopOutcome(Outcome):
+    """What one branch produced: an :class:`~phi_core.outcome.Outcome` plus the branch's loop.
 
     ``context.messages[:original_context_len]`` is the base every branch started from; the rest was
     added by this branch. ``new_messages`` is what the branch's loop returned (the echoed prompts
-    included in ``agent_loop`` mode).
+    included in ``agent_loop`` mode). ``config_id`` is the branch's config segment (its
+    ``config_id`` or ``provider.model``).
     """
 
     config_index: int
@@ -69,22 +64,11 @@ class ParallelLoopOutcome:
     context: AgentContext
     config: AgentLoopConfig
     new_messages: list[AgentMessage] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    cost_usd: float = 0.0
     original_context_len: int = 0
-    status: OutcomeStatus = "ok"
-    error: str | None = None
-    """What went wrong, for every status but ``ok``."""
-    latency_s: float = 0.0
-    """Wall-clock seconds from the branch's start to its end."""
     result: LoopResult | None = None
     """The loop's own result; ``None`` when the branch raised before producing one."""
     race_size: int = 1
     """How many branches the race had (judges number their loops after it)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
     @property
     def text(self) -> str:
@@ -242,6 +226,11 @@ class ParallelLoopResult:
         if self.cancelled:
             return "cancelled"
         if self.all_failed:
+            kinds = {o.status for o in self.outcomes}
+            if kinds == {"over_budget"}:
+                return "over_budget"
+            if kinds == {"timeout"}:
+                return "timeout"
             return "all_failed"
         return "ok"
 

@@ -6,6 +6,11 @@ with their defects fixed, plus our :class:`RegretRace`, the default, and :class:
 the metered model handle agents call, the response cache and the result tables. It builds on ``providers/`` and never imports the CLI.
 """
 
+from ..errors import BudgetExhausted
+from ..metering import Budget, CallRecord, Meter
+from ..metering import metering as metered
+from ..providers.call import CachedResponse
+from ..providers.call import request_key as cache_key
 from ._algorithms import (
     ALGORITHMS,
     ArmElimination,
@@ -20,9 +25,9 @@ from ._algorithms import (
     make_algorithm,
     run_algorithm,
 )
-from ._arena import Arena, Budget, BudgetExhausted, Evaluation, Evaluator
-from ._cache import CachedResponse, ResponseCache, cache_key
-from ._meter import CallRecord, Meter, MeteredModel, current_meter, metered
+from ._arena import Arena, Evaluation, Evaluator
+from ._cache import ResponseCache
+from ._meter import MeteredModel, current_meter
 from ._race import PairedRace, RegretRace
 from ._results import CombinationResult, FailureRecord, SelectionResult, build_result
 from ._selector import AgentEvaluator, ModelSelector, concurrency_split, default_cache_path

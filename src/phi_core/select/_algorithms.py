@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import MissingExtraError, UserError
-from ._arena import Arena, BudgetExhausted
+from ..errors import BudgetExhausted, MissingExtraError, UserError
+from ._arena import Arena
 from ._space import SearchSpace
 
 __all__ = [

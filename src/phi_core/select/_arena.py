@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,28 +20,50 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import UserError
+from ..errors import BudgetExhausted, UserError
+from ..metering import Budget
+from ..outcome import Outcome
 
-__all__ = ["Arena", "Budget", "BudgetExhausted", "Evaluation", "Evaluator", "latency_band"]
+__all__ = ["Arena", "Evaluation", "Evaluator", "latency_band"]
 
 FloatArray = npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """The outcome of running one combination on one datapoint.
+@dataclass(eq=False, kw_only=True)
+class Evaluation(Outcome):
+    """The outcome of running one combination on one datapoint: an
+    :class:`~phi_core.outcome.Outcome` with the scorer's ``score``.
 
-    A run that raised has ``error`` set and ``score`` 0: failures count against a combination,
-    they are never dropped.
+    A run that failed has ``error`` set and counts as score 0: failures count against a
+    combination, they are never dropped. ``cost_usd`` is what the run costs without a cache
+    (cache hits included, so cached and fresh runs compare fairly); ``spent_usd`` what was paid.
+    A cell whose calls the budget refused (status ``over_budget``) is not recorded at all.
     """
 
-    score: float
-    cost: float = 0.0
-    latency: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    error: str | None = None
+    score: float = 0.0
     calls: int = 0
+    spent_usd: float | None = None
+    """Dollars actually paid for this run (``None``: the same as ``cost_usd``)."""
+
+    @property
+    def cost(self) -> float:
+        return self.cost_usd
+
+    @property
+    def latency(self) -> float:
+        return self.latency_s
+
+    @property
+    def input_tokens(self) -> int:
+        return self.usage.input + self.usage.cache_read + self.usage.cache_write
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output
+
+    @property
+    def paid(self) -> float:
+        return self.cost_usd if self.spent_usd is None else self.spent_usd
 
 
 class Evaluator(Protocol):
@@ -53,26 +76,6 @@ class Evaluator(Protocol):
     async def evaluate(
         self, batch: Mapping[int, Sequence[int]]
     ) -> Mapping[int, Sequence[Evaluation]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    """Stop when either limit is reached: cells evaluated, or dollars spent (checked per batch)."""
-
-    max_evaluations: int | None = None
-    max_cost: float | None = None
-    cost_check_every: int = 5
-    """With ``max_cost``, batches run in slices of this many datapoints per combination."""
-
-    def __post_init__(self) -> None:
-        if self.max_evaluations is not None and self.max_evaluations < 1:
-            raise UserError(f"Budget.max_evaluations must be >= 1, got {self.max_evaluations!r}.")
-        if self.max_cost is not None and self.max_cost <= 0:
-            raise UserError(f"Budget.max_cost must be > 0 dollars, got {self.max_cost!r}.")
-
-
-class BudgetExhausted(Exception):
-    """Raised inside an algorithm when the budget is spent; the runner recommends from what it has."""
 
 
 def latency_band(latency: Any) -> Any:
@@ -97,7 +100,12 @@ class Arena:
         evaluator: runs the cells.
         seed: seeds the dataset order and :attr:`rng`; the same seed gives the same run.
         names: combination names, the last key of the deterministic ranking.
-        budget: optional limit on evaluations and dollars.
+        budget: the run's :class:`~phi_core.metering.Budget` (dollars, tokens, calls, wall
+            clock), checked against what the recorded cells paid; live calls are also held to it
+            by reservation while they run (see :class:`~phi_core.select.ModelSelector`).
+        max_evaluations: stop after this many cells.
+        cost_check_every: with a dollar or token budget, batches run in slices of this many
+            datapoints per combination so the budget is checked between slices.
         on_batch: called after every batch with the arena (progress reporting).
     """
 
@@ -110,9 +118,15 @@ class Arena:
         seed: int | None = None,
         names: Sequence[str] | None = None,
         budget: Budget | None = None,
+        max_evaluations: int | None = None,
+        cost_check_every: int = 5,
         on_batch: Callable[[Arena], None] | None = None,
         shuffle: bool = True,
     ) -> None:
+        if max_evaluations is not None and max_evaluations < 1:
+            raise UserError(f"max_evaluations must be >= 1, got {max_evaluations!r}.")
+        if cost_check_every < 1:
+            raise UserError(f"cost_check_every must be >= 1, got {cost_check_every!r}.")
         if n_combos < 1:
             raise UserError("There are no combinations to select from.")
         if n_datapoints < 1:
@@ -129,7 +143,10 @@ class Arena:
         self.names = list(names) if names is not None else [str(k) for k in range(n_combos)]
         ranks = {name: i for i, name in enumerate(sorted(self.names))}
         self._name_rank = np.array([ranks[name] for name in self.names], dtype=np.int64)
-        self.budget = budget
+        self.budget = budget if budget is not None and not budget.unlimited else None
+        self.max_evaluations = max_evaluations
+        self.cost_check_every = cost_check_every
+        self.started = time.monotonic()
         self.on_batch = on_batch
         shape = (n_combos, n_datapoints)
         self.observed = np.zeros(shape, dtype=bool)
@@ -138,6 +155,8 @@ class Arena:
         self.latencies = np.zeros(shape)
         self.input_tokens = np.zeros(shape, dtype=np.int64)
         self.output_tokens = np.zeros(shape, dtype=np.int64)
+        self.paid = np.zeros(shape)
+        self.calls = np.zeros(shape, dtype=np.int64)
         self.errors: dict[tuple[int, int], str] = {}
         self.batches = 0
 
@@ -149,15 +168,26 @@ class Arena:
 
     @property
     def cost_spent(self) -> float:
-        return float(self.costs[self.observed].sum())
+        """Dollars actually paid for the recorded cells."""
+        return float(self.paid[self.observed].sum())
+
+    @property
+    def tokens_spent(self) -> int:
+        mask = self.observed
+        return int(self.input_tokens[mask].sum() + self.output_tokens[mask].sum())
 
     def exhausted(self) -> bool:
+        if self.max_evaluations is not None and self.evaluations >= self.max_evaluations:
+            return True
         b = self.budget
         if b is None:
             return False
-        if b.max_evaluations is not None and self.evaluations >= b.max_evaluations:
-            return True
-        return b.max_cost is not None and self.cost_spent >= b.max_cost
+        return (
+            (b.max_cost_usd is not None and self.cost_spent >= b.max_cost_usd)
+            or (b.max_tokens is not None and self.tokens_spent >= b.max_tokens)
+            or (b.max_calls is not None and int(self.calls[self.observed].sum()) >= b.max_calls)
+            or (b.max_wall_s is not None and time.monotonic() - self.started >= b.max_wall_s)
+        )
 
     async def evaluate(self, batch: Mapping[int, Iterable[int]]) -> None:
         """Evaluate each combination on the given dataset *positions* (already-seen cells are skipped).
@@ -175,9 +205,8 @@ class Arena:
         if not todo:
             return
         truncated = False
-        b = self.budget
-        if b is not None and b.max_evaluations is not None:
-            room = b.max_evaluations - self.evaluations
+        if self.max_evaluations is not None:
+            room = self.max_evaluations - self.evaluations
             trimmed: dict[int, list[int]] = {}
             for k, positions in todo.items():
                 if room <= 0:
@@ -187,9 +216,9 @@ class Arena:
                 truncated = truncated or len(positions) > room
                 room -= len(trimmed[k])
             todo = trimmed
-        if b is not None and b.max_cost is not None:
-            # a dollar budget is checked every few datapoints per combination, not once per batch
-            step = b.cost_check_every
+        if self.budget is not None:
+            # the spent budget is checked every few datapoints per combination, not once per batch
+            step = self.cost_check_every
             while any(todo.values()):
                 head = {k: p[:step] for k, p in todo.items() if p}
                 todo = {k: p[step:] for k, p in todo.items() if p[step:]}
@@ -204,6 +233,7 @@ class Arena:
     async def _run(self, todo: dict[int, list[int]]) -> None:
         request = {k: [self.order[p] for p in positions] for k, positions in todo.items()}
         results = await self.evaluator.evaluate(request)
+        refused = False
         for k, positions in todo.items():
             got = list(results[k])
             if len(got) != len(positions):
@@ -211,17 +241,25 @@ class Arena:
                     f"The evaluator returned {len(got)} results for {len(positions)} datapoints of combination {k}."
                 )
             for p, ev in zip(positions, got, strict=True):
+                if ev.status == "over_budget":
+                    refused = True  # never recorded: the cell did not run to its end
+                    continue
+                failed = ev.error is not None or not ev.ok
                 self.observed[k, p] = True
-                self.scores[k, p] = 0.0 if ev.error is not None else min(max(ev.score, 0.0), 1.0)
-                self.costs[k, p] = ev.cost
-                self.latencies[k, p] = ev.latency
+                self.scores[k, p] = 0.0 if failed else min(max(ev.score, 0.0), 1.0)
+                self.costs[k, p] = ev.cost_usd
+                self.paid[k, p] = ev.paid
+                self.calls[k, p] = ev.calls
+                self.latencies[k, p] = ev.latency_s
                 self.input_tokens[k, p] = ev.input_tokens
                 self.output_tokens[k, p] = ev.output_tokens
-                if ev.error is not None:
-                    self.errors[(k, p)] = ev.error
+                if failed:
+                    self.errors[(k, p)] = ev.error or ev.status
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(self)
+        if refused:
+            raise BudgetExhausted
 
     async def evaluate_prefix(self, combos: Iterable[int], n: int) -> None:
         """Make sure every combination in ``combos`` has seen positions ``0 .. n-1`` (paired)."""

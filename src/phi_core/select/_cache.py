@@ -1,6 +1,6 @@
 """A persistent response cache for selection runs (SQLite, WAL).
 
-The key is a SHA-256 of the *whole* request: model, endpoint, system prompt, messages (without
+The key is :func:`~phi_core.providers.call.request_key`, a SHA-256 of the *whole* request: model, endpoint, system prompt, messages (without
 their timestamps), tools, thinking level, max tokens, temperature, top-p, seed, response format
 — and a **sample index**. Re-running a selection is free, while several samples of the same
 prompt at temperature > 0 (sample 0, 1, 2, ...) stay distinct instead of collapsing into one.
@@ -9,56 +9,15 @@ prompt at temperature > 0 (sample 0, 1, 2, ...) stay distinct instead of collaps
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import sqlite3
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .._sqlite import init_wal
-from ..providers.base import StreamRequest
+from ..providers.call import CachedResponse
 from ..types import AssistantMessage
 
-__all__ = ["CachedResponse", "ResponseCache", "cache_key"]
-
-
-def cache_key(request: StreamRequest, sample: int = 0) -> str:
-    """The cache key of ``request`` as sample number ``sample``."""
-    model = request.model
-    payload: dict[str, Any] = {
-        "model": model.spec,
-        "api": model.api,
-        "base_url": model.base_url,
-        "system_prompt": request.system_prompt,
-        "messages": [
-            m.model_dump(mode="json", exclude={"timestamp", "turn_id"}) for m in request.messages
-        ],
-        "tools": [t.model_dump(mode="json") for t in request.tools],
-        "thinking": request.thinking,
-        "max_tokens": request.max_tokens,
-        "temperature": request.temperature
-        if request.temperature is not None
-        else model.temperature,
-        "top_p": request.top_p if request.top_p is not None else model.top_p,
-        "seed": request.seed if request.seed is not None else model.seed,
-        "response_format": (
-            request.response_format.model_dump(mode="json", by_alias=True)
-            if request.response_format
-            else None
-        ),
-        "extra": request.extra,
-        "sample": sample,
-    }
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class CachedResponse:
-    message: AssistantMessage
-    latency: float
+__all__ = ["ResponseCache"]
 
 
 class ResponseCache:

@@ -1,106 +1,40 @@
 """Metered model handles: what an agent under selection calls instead of a vendor SDK.
 
-Every combination's agent receives one :class:`MeteredModel` per step. A call goes through our
-providers (``get_provider`` + ``stream_with_retry``, hence the shared limiter and retry policy), so
-tokens, dollars and latency are read from the provider's own usage report — no HTTP patching,
-whatever SDK version is installed. Each call is recorded into the :class:`Meter` of the
-evaluation that is running (a context variable set per (combination, datapoint)), and answered
-from the :class:`~phi_core.select.ResponseCache` when the same request was made before.
+Every combination's agent receives one :class:`MeteredModel` per step. A call goes through the
+shared call path (:class:`~phi_core.providers.call.ModelCall`: cache, budget reservation, the
+shared limiter and retry policy, metering), so tokens, dollars and latency are read from the
+provider's own usage report — no HTTP patching, whatever SDK version is installed. Each call is
+recorded into every active :class:`~phi_core.metering.Meter`: the one of the evaluation that is
+running (set per (combination, datapoint)) and the selection run's own, which holds the budget.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
-from ..errors import ProviderError, RunError
+from ..errors import RunError
+from ..metering import Meter, active_meters
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
+from ..providers.call import CallCache, ModelCall, request_key
 from ..providers.registry import get_provider, resolve_model
-from ..providers.retry import RetryPolicy, stream_with_retry
-from ..types import AssistantMessage, Message, Usage, UserMessage
-from ._cache import ResponseCache, cache_key
+from ..providers.retry import RetryPolicy
+from ..types import AssistantMessage, Message, UserMessage
 
-__all__ = ["CallRecord", "Meter", "MeteredModel", "current_meter", "metered"]
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One model call made during an evaluation."""
-
-    model: str
-    usage: Usage
-    cost: float
-    latency: float
-    cached: bool = False
-    error: str | None = None
-
-
-@dataclass
-class Meter:
-    """The calls of one evaluation (one combination on one datapoint)."""
-
-    calls: list[CallRecord] = field(default_factory=list)
-    seed: int | None = None
-    """The selection run's seed: calls without their own seed get one derived from it and the
-    request, so a seeded run samples the same replies again (and a cache keeps them apart)."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def record(self, call: CallRecord) -> None:
-        with self._lock:
-            self.calls.append(call)
-
-    @property
-    def cost(self) -> float:
-        """Dollars of every call, cached ones included (what this run costs in production)."""
-        return sum(c.cost for c in self.calls)
-
-    @property
-    def spent(self) -> float:
-        """Dollars actually paid now (cache hits are free)."""
-        return sum(c.cost for c in self.calls if not c.cached)
-
-    @property
-    def input_tokens(self) -> int:
-        return sum(c.usage.input + c.usage.cache_read + c.usage.cache_write for c in self.calls)
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(c.usage.output for c in self.calls)
-
-    @property
-    def model_latency(self) -> float:
-        return sum(c.latency for c in self.calls)
-
-
-_current: ContextVar[Meter | None] = ContextVar("phi_select_meter", default=None)
+__all__ = ["MeteredModel", "current_meter"]
 
 
 def current_meter() -> Meter | None:
-    """The meter of the evaluation running in this context, if any."""
-    return _current.get()
+    """The innermost meter active in this context (an evaluation's, inside a selection run)."""
+    meters = active_meters()
+    return meters[-1] if meters else None
 
 
 def _derived_seed(run_seed: int, request: StreamRequest, sample: int) -> int:
     """A sampling seed fixed by the run's seed, the request's content and the sample index."""
-    digest = hashlib.sha256(f"{run_seed}|{cache_key(request, sample)}".encode()).digest()
+    digest = hashlib.sha256(f"{run_seed}|{request_key(request, sample)}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-@contextlib.contextmanager
-def metered(meter: Meter | None = None) -> Iterator[Meter]:
-    """Record every :class:`MeteredModel` call made inside the block into ``meter``."""
-    meter = meter if meter is not None else Meter()
-    token = _current.set(meter)
-    try:
-        yield meter
-    finally:
-        _current.reset(token)
 
 
 class MeteredModel:
@@ -120,7 +54,7 @@ class MeteredModel:
         model: str | ModelConfig,
         *,
         provider: Provider | None = None,
-        cache: ResponseCache | None = None,
+        cache: CallCache | None = None,
         retry: RetryPolicy | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
@@ -205,65 +139,31 @@ class MeteredModel:
             top_p=top_p if top_p is not None else self.top_p,
             seed=seed if seed is not None else self.seed,
         )
-        meter = meter if meter is not None else _current.get()
-        if request.seed is None and meter is not None and meter.seed is not None:
-            request.seed = _derived_seed(meter.seed, request, sample)
-        key = cache_key(request, sample) if self.cache is not None else None
-        if self.cache is not None and key is not None:
-            hit = await self.cache.get(key)
-            if hit is not None:
-                if meter is not None:
-                    meter.record(
-                        CallRecord(
-                            self.spec,
-                            hit.message.usage,
-                            self._cost(hit.message),
-                            hit.latency,
-                            cached=True,
-                        )
-                    )
-                return hit.message
-        started = time.perf_counter()
+        meters = active_meters()
+        if meter is not None and meter not in meters:
+            meters = (*meters, meter)
+        seeded = next((m.seed for m in reversed(meters) if m.seed is not None), None)
+        if request.seed is None and seeded is not None:
+            request.seed = _derived_seed(seeded, request, sample)
+        call = ModelCall(
+            self.provider, request, retry=self.retry, cache=self.cache, sample=sample, meters=meters
+        )
         message: AssistantMessage | None = None
-        try:
-            async for event in stream_with_retry(self.provider, request, self.retry):
-                if isinstance(event, StreamDone):
-                    message = event.message
-        except ProviderError as error:
-            if meter is not None:
-                meter.record(
-                    CallRecord(
-                        self.spec, Usage(), 0.0, time.perf_counter() - started, error=str(error)
-                    )
-                )
-            raise
-        latency = time.perf_counter() - started
+        async for event in call.stream():
+            if isinstance(event, StreamDone):
+                message = event.message
         if message is None:
             raise RunError(f"{self.spec} ended its stream without a final message.")
-        if meter is not None:
-            meter.record(
-                CallRecord(
-                    self.spec,
-                    message.usage,
-                    self._cost(message),
-                    latency,
-                    error=message.error_message,
-                )
-            )
         if message.stop_reason == "error" or message.error_message:
             raise RunError(f"{self.spec} failed: {message.error_message or 'error'}")
-        if self.cache is not None and key is not None:
-            await self.cache.put(key, message, latency)
         return message
 
     def complete_sync(self, prompt: str | Sequence[Message], **kwargs: object) -> str:
         """Blocking :meth:`complete` for sync agents (they run in worker threads)."""
-        meter = _current.get()
-        coro = self.generate(prompt, meter=meter, **kwargs)  # type: ignore[arg-type]
+        # The coroutine runs with this thread's context (run_coroutine_threadsafe and asyncio.run
+        # copy it), so the evaluation's meters record the call.
+        coro = self.generate(prompt, **kwargs)  # type: ignore[arg-type]
         loop = self.loop
         if loop is not None and loop.is_running():
             return asyncio.run_coroutine_threadsafe(coro, loop).result().text
         return asyncio.run(coro).text
-
-    def _cost(self, message: AssistantMessage) -> float:
-        return message.usage.cost(self.config.pricing)

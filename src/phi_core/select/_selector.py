@@ -9,17 +9,19 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .._paths import user_path
-from ..errors import UserError
+from ..errors import BudgetExhausted, UserError
+from ..metering import Budget, Meter, metering
+from ..outcome import ErrorKind
 from ..providers.base import ModelConfig
 from ..providers.registry import split_model_settings
 from ..providers.retry import RetryPolicy
 from ._algorithms import SelectionAlgorithm, make_algorithm, run_algorithm
-from ._arena import Arena, Budget, BudgetExhausted, Evaluation
+from ._arena import Arena, Evaluation
 from ._cache import ResponseCache
-from ._meter import Meter, MeteredModel, metered
+from ._meter import MeteredModel
 from ._results import SelectionResult, build_result
 from ._space import SearchSpace
 
@@ -112,7 +114,7 @@ class AgentEvaluator:
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         started = time.perf_counter()
         try:
-            with metered(meter):
+            with metering(meter):
                 try:
                     actual = await self._run_agent(models, inputs)
                 except UserError:
@@ -130,15 +132,22 @@ class AgentEvaluator:
             self.in_flight -= 1
         wall = time.perf_counter() - started
         # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
-        latency = wall + sum(c.latency for c in meter.calls if c.cached)
+        latency = wall + sum(c.latency_s for c in meter.calls if c.cached)
         self.spent += meter.spent
+        refused = next((c for c in meter.calls if c.error_kind == "budget"), None)
+        failed = next((c for c in meter.calls if c.error_kind is not None), None)
         return Evaluation(
+            config_id=self.space.name(k),
+            status="over_budget" if refused is not None else ("error" if error else "ok"),
             score=0.0 if error else score,
-            cost=meter.cost,
-            latency=latency,
-            input_tokens=meter.input_tokens,
-            output_tokens=meter.output_tokens,
-            error=error,
+            cost_usd=meter.cost,
+            spent_usd=meter.spent,
+            latency_s=latency,
+            usage=meter.usage,
+            error=refused.error if refused is not None else error,
+            error_kind=(
+                cast("ErrorKind", failed.error_kind) if failed is not None and error else None
+            ),
             calls=len(meter.calls),
         )
 
@@ -179,7 +188,10 @@ class ModelSelector:
             ...) or a :class:`SelectionAlgorithm` instance.
         max_concurrent: agent runs in flight at once, split between combinations and datapoints.
         seed: shuffles the dataset and seeds the algorithm; the same seed reproduces the run.
-        budget: ``Budget``, an ``int`` (max evaluations) or a ``float`` (max dollars).
+        budget: a :class:`~phi_core.metering.Budget` (dollars actually paid, tokens, calls, wall
+            clock — every call is held to it by reservation, so none overshoots), an ``int``
+            (max evaluations) or a ``float`` (max dollars).
+        max_evaluations: stop after this many (combination, datapoint) evaluations.
         cache: ``True`` (default: ``$PHI_HOME/select-cache.sqlite``), ``False``, a path, or a
             :class:`ResponseCache`.
         retry: retry policy for each model call.
@@ -197,6 +209,7 @@ class ModelSelector:
         seed: int | None = None,
         budget: Budget | int | float | None = None,
         *,
+        max_evaluations: int | None = None,
         cache: bool | str | Path | ResponseCache = True,
         retry: RetryPolicy | None = None,
         algorithm_params: Mapping[str, Any] | None = None,
@@ -217,7 +230,7 @@ class ModelSelector:
         self.scorer = scorer
         self.max_concurrent = max_concurrent
         self.seed = seed
-        self.budget = _budget(budget)
+        self.budget, self.max_evaluations = _budget(budget, max_evaluations)
         self.retry = retry
         if not isinstance(cache, bool | str | Path | ResponseCache):
             raise UserError(
@@ -322,11 +335,13 @@ class ModelSelector:
                 seed=self.seed,
                 names=names,
                 budget=self.budget,
+                max_evaluations=self.max_evaluations,
                 on_batch=on_progress,
             )
             exhausted = False
             try:
-                best = await algorithm.run(arena, self.space)
+                with metering(Meter(self.budget)):
+                    best = await algorithm.run(arena, self.space)
             except BudgetExhausted:
                 exhausted = True
                 best = await run_algorithm(_Recommend(algorithm.pool), arena, self.space)
@@ -379,15 +394,24 @@ def _first_user_error(group: BaseExceptionGroup[BaseException]) -> UserError | N
     return None
 
 
-def _budget(budget: Budget | int | float | None) -> Budget | None:
+def _budget(
+    budget: Budget | int | float | None, max_evaluations: int | None
+) -> tuple[Budget | None, int | None]:
+    """``(budget, max_evaluations)`` from the ``budget`` shorthand and the explicit limit."""
+    if max_evaluations is not None and (isinstance(max_evaluations, bool) or max_evaluations < 1):
+        raise UserError(f"max_evaluations must be an int >= 1, got {max_evaluations!r}.")
     if budget is None or isinstance(budget, Budget):
-        return budget
+        return budget, max_evaluations
     if isinstance(budget, bool):
         raise UserError("`budget` must be a Budget, an int (evaluations) or a float (dollars).")
     if isinstance(budget, int):
-        return Budget(max_evaluations=budget)
+        if max_evaluations is not None:
+            raise UserError("Give the evaluation limit once: `budget=N` or `max_evaluations=N`.")
+        if budget < 1:
+            raise UserError(f"An evaluation budget must be >= 1, got {budget!r}.")
+        return None, budget
     if isinstance(budget, float):
-        return Budget(max_cost=budget)
+        return Budget(max_cost_usd=budget), max_evaluations
     raise UserError(
         f"`budget` must be a Budget, an int (evaluations) or a float (dollars), got {budget!r}."
     )

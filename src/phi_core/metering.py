@@ -1,0 +1,372 @@
+"""The budget and the meter every model call goes through — loops, races, bandit races, judges
+and selection alike.
+
+A :class:`Meter` records every call made while it is active (``with metering(meter): ...`` —
+a context variable, so it follows tasks and threads started inside the block) and, when it has
+a :class:`Budget`, enforces it by **reservation**: before a call is sent it reserves the
+worst case the call can cost, and
+
+- a call gets at most the tokens that remain (its output limit is lowered to fit);
+- a call whose worst-case dollars exceed what remains, or that would exceed the call count or
+  the wall clock, is refused before it is sent (:class:`~phi_core.errors.BudgetExceededError`,
+  outcome status ``over_budget``);
+- concurrent calls cannot jointly overshoot: what one reserved is unavailable to the others
+  until it settles with its real usage.
+
+Meters nest: a selection's meter (with the run's budget) holds the meters of its cells, a race's
+meter holds its branches' calls; a call records into every active meter and must fit every
+active budget.
+
+Input tokens are estimated before a call (:func:`estimate_tokens`, about four characters a
+token plus a few per message); the vendor's reported usage replaces the estimate when the call
+settles. Output can never exceed the reserved limit; input can exceed its estimate by the
+estimator's error, so a token budget is exact for output and approximate for input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import BudgetExceededError, UserError
+from .types import Usage
+
+if TYPE_CHECKING:
+    from .types import Pricing
+
+__all__ = [
+    "Budget",
+    "CallRecord",
+    "Meter",
+    "Reservation",
+    "active_meters",
+    "estimate_request_tokens",
+    "estimate_tokens",
+    "metering",
+    "record_everywhere",
+    "reserve",
+    "settle",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Limits on what a run may spend; ``None`` switches a limit off.
+
+    Attributes:
+        max_tokens: input + output tokens of every call together.
+        max_cost_usd: dollars actually paid (cache hits are free).
+        max_wall_s: seconds since the meter started; a call never runs past it.
+        max_calls: model calls sent (cache hits do not count).
+    """
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_wall_s: float | None = None
+    max_calls: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_cost_usd", "max_wall_s", "max_calls"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise UserError(f"Budget.{name} must be a number or None, got {value!r}.")
+            if not (math.isfinite(value) and value > 0):
+                raise UserError(f"Budget.{name} must be > 0 (or None for no limit), got {value!r}.")
+
+    @property
+    def unlimited(self) -> bool:
+        return (
+            self.max_tokens is None
+            and self.max_cost_usd is None
+            and self.max_wall_s is None
+            and self.max_calls is None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One model call as a meter saw it."""
+
+    model: str
+    usage: Usage
+    cost_usd: float
+    latency_s: float
+    cached: bool = False
+    estimated: bool = False
+    """True when the stream was cut before the vendor reported usage (the usage is estimated)."""
+    error_kind: str | None = None
+    error: str | None = None
+
+    @property
+    def sent(self) -> bool:
+        """Whether the call went out (cache hits and budget refusals did not)."""
+        return not self.cached and self.error_kind != "budget"
+
+    @property
+    def cost(self) -> float:  # selection's name for it
+        return self.cost_usd
+
+    @property
+    def latency(self) -> float:  # selection's name for it
+        return self.latency_s
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What one call may spend, held against every active budget until it settles."""
+
+    max_output: int | None
+    """The output-token limit the call must be sent with (``None``: the call's own)."""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    meters: tuple[Meter, ...] = ()
+    settled: bool = False
+
+
+def estimate_tokens(text: str) -> int:
+    """A quick estimate of the tokens ``text`` takes: about four characters a token."""
+    return (len(text) + 3) // 4
+
+
+def estimate_request_tokens(
+    system_prompt: str | None, messages: Sequence[Any], tools: Sequence[Any] = ()
+) -> int:
+    """Estimated input tokens of a request: its text plus a few tokens of framing per message."""
+    total = estimate_tokens(system_prompt or "") + 4
+    for message in messages:
+        total += 4
+        for block in getattr(message, "content", ()) or ():
+            text = getattr(block, "text", None) or getattr(block, "thinking", None)
+            if text:
+                total += estimate_tokens(text)
+            elif getattr(block, "type", "") == "tool_call":
+                total += estimate_tokens(str(getattr(block, "arguments", ""))) + 8
+            elif getattr(block, "type", "") == "image":
+                total += 768
+    for tool in tools:
+        dump = tool.model_dump_json() if hasattr(tool, "model_dump_json") else str(tool)
+        total += estimate_tokens(dump)
+    return total
+
+
+class Meter:
+    """Records the calls made while it is active and enforces its :class:`Budget`.
+
+    Thread-safe: sync agents under selection call models from worker threads.
+    """
+
+    def __init__(self, budget: Budget | None = None, *, seed: int | None = None) -> None:
+        self.budget = budget if budget is not None and not budget.unlimited else None
+        self.seed = seed
+        """A selection run's seed: calls without their own seed derive one from it."""
+        self.calls: list[CallRecord] = []
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._reserved_tokens = 0
+        self._reserved_cost = 0.0
+        self._reserved_calls = 0
+
+    # ------------------------------------------------------------------ totals
+
+    @property
+    def usage(self) -> Usage:
+        with self._lock:
+            return Usage.sum(c.usage for c in self.calls)
+
+    @property
+    def cost(self) -> float:
+        """Dollars of every call, cache hits included (what the work costs without a cache)."""
+        with self._lock:
+            return sum(c.cost_usd for c in self.calls)
+
+    @property
+    def spent(self) -> float:
+        """Dollars actually paid (cache hits are free)."""
+        with self._lock:
+            return sum(c.cost_usd for c in self.calls if not c.cached)
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens of the calls actually sent."""
+        with self._lock:
+            return sum(_tokens(c.usage) for c in self.calls if c.sent)
+
+    @property
+    def calls_sent(self) -> int:
+        """Calls actually sent (cache hits and budget refusals excluded)."""
+        with self._lock:
+            return sum(1 for c in self.calls if c.sent)
+
+    @property
+    def input_tokens(self) -> int:
+        with self._lock:
+            return sum(c.usage.input + c.usage.cache_read + c.usage.cache_write for c in self.calls)
+
+    @property
+    def output_tokens(self) -> int:
+        with self._lock:
+            return sum(c.usage.output for c in self.calls)
+
+    @property
+    def model_latency(self) -> float:
+        with self._lock:
+            return sum(c.latency_s for c in self.calls)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def remaining_wall(self) -> float | None:
+        """Seconds left on the wall-clock budget (``None``: no such limit)."""
+        if self.budget is None or self.budget.max_wall_s is None:
+            return None
+        return self.budget.max_wall_s - self.elapsed()
+
+    # ------------------------------------------------------------------ recording
+
+    def record(self, call: CallRecord) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def _check(
+        self, input_tokens: int, max_output: int | None, pricing: Pricing | None
+    ) -> int | None:
+        """The output limit this meter allows a call (under its lock); raises when none fits."""
+        budget = self.budget
+        if budget is None:
+            return max_output
+        if budget.max_wall_s is not None and self.elapsed() >= budget.max_wall_s:
+            raise BudgetExceededError(
+                f"wall-clock budget of {budget.max_wall_s:g}s spent ({self.elapsed():.1f}s)",
+                limit="wall",
+            )
+        if budget.max_calls is not None:
+            made = sum(1 for c in self.calls if c.sent) + self._reserved_calls
+            if made + 1 > budget.max_calls:
+                raise BudgetExceededError(
+                    f"call budget of {budget.max_calls} spent ({made} sent or in flight)",
+                    limit="calls",
+                )
+        cap = max_output
+        if budget.max_tokens is not None:
+            used = sum(_tokens(c.usage) for c in self.calls if c.sent)
+            left = budget.max_tokens - used - self._reserved_tokens - input_tokens
+            if left < 1:
+                raise BudgetExceededError(
+                    f"token budget of {budget.max_tokens} cannot fit another call "
+                    f"({used} used, {self._reserved_tokens} reserved, ~{input_tokens} input "
+                    "tokens needed)",
+                    limit="tokens",
+                )
+            cap = left if cap is None else min(cap, left)
+        if budget.max_cost_usd is not None:
+            spent = sum(c.cost_usd for c in self.calls if c.sent)
+            left_usd = budget.max_cost_usd - spent - self._reserved_cost
+            worst = _worst_cost(input_tokens, cap, pricing)
+            if worst > left_usd + 1e-12:
+                raise BudgetExceededError(
+                    f"dollar budget ${budget.max_cost_usd:g}: this call may cost up to "
+                    f"${worst:.4f} but ${max(left_usd, 0.0):.4f} remains (${spent:.4f} spent, "
+                    f"${self._reserved_cost:.4f} reserved)",
+                    limit="cost",
+                )
+        return cap
+
+
+def _tokens(usage: Usage) -> int:
+    return usage.input + usage.cache_read + usage.cache_write + usage.output
+
+
+def _worst_cost(input_tokens: int, max_output: int | None, pricing: Pricing | None) -> float:
+    if pricing is None:
+        return 0.0
+    output = max_output if max_output is not None else 0
+    return (input_tokens * pricing.input + output * pricing.output) / 1_000_000
+
+
+_active: ContextVar[tuple[Meter, ...]] = ContextVar("phi_active_meters", default=())
+
+
+def active_meters() -> tuple[Meter, ...]:
+    """The meters active in this context, outermost first."""
+    return _active.get()
+
+
+@contextlib.contextmanager
+def metering(meter: Meter | None = None) -> Iterator[Meter]:
+    """Make ``meter`` (a new one by default) record — and budget — every call in the block."""
+    meter = meter if meter is not None else Meter()
+    token = _active.set((*_active.get(), meter))
+    try:
+        yield meter
+    finally:
+        _active.reset(token)
+
+
+def reserve(
+    *,
+    input_tokens: int,
+    max_output: int | None,
+    model_max_output: int | None,
+    pricing: Pricing | None,
+    meters: tuple[Meter, ...] | None = None,
+) -> Reservation:
+    """Reserve a call's worst case on every active meter (all or none).
+
+    ``max_output`` is the call's own output limit; ``model_max_output`` the model's, used as the
+    worst case when the call sets none but a budget needs one.
+
+    Raises:
+        BudgetExceededError: a budget cannot fit the call; nothing stays reserved.
+    """
+    meters = active_meters() if meters is None else meters
+    budgeted = [m for m in meters if m.budget is not None]
+    if not budgeted:
+        return Reservation(max_output=max_output, meters=meters)
+    # Lock in a fixed order (by id) so two calls reserving on the same meters cannot deadlock.
+    ordered = sorted(budgeted, key=id)
+    for meter in ordered:
+        meter._lock.acquire()
+    try:
+        worst_output = max_output if max_output is not None else model_max_output
+        cap = worst_output
+        for meter in ordered:
+            cap = meter._check(input_tokens, cap, pricing)
+        cost = _worst_cost(input_tokens, cap, pricing)
+        tokens = input_tokens + (cap or 0)
+        for meter in ordered:
+            meter._reserved_tokens += tokens
+            meter._reserved_cost += cost
+            meter._reserved_calls += 1
+    finally:
+        for meter in reversed(ordered):
+            meter._lock.release()
+    lowered = (
+        cap if cap is not None and (worst_output is None or cap < worst_output) else max_output
+    )
+    return Reservation(max_output=lowered, tokens=tokens, cost_usd=cost, meters=meters)
+
+
+def settle(reservation: Reservation, call: CallRecord) -> None:
+    """Release ``reservation`` and record what the call really used, on every meter it held."""
+    for meter in reservation.meters:
+        with meter._lock:
+            if not reservation.settled and meter.budget is not None:
+                meter._reserved_tokens -= reservation.tokens
+                meter._reserved_cost -= reservation.cost_usd
+                meter._reserved_calls -= 1
+            meter.calls.append(call)
+    reservation.settled = True
+
+
+def record_everywhere(call: CallRecord, meters: tuple[Meter, ...] | None = None) -> None:
+    """Record a call that needed no reservation (a cache hit) on every active meter."""
+    for meter in active_meters() if meters is None else meters:
+        meter.record(call)
