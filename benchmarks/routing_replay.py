@@ -75,10 +75,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import phi_core.parallel._behaviour as _behaviour_module
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
+from phi_core.outcome import Outcome
 from phi_core.parallel import BehaviourReport, code_agreement_sync
 from phi_core.providers.base import ModelConfig
 from phi_core.routing import (
-    ArmOutcome,
     EpsilonGreedyRouter,
     HashedFeatures,
     LinearRouter,
@@ -355,7 +355,8 @@ def run_bandit(
         acc += d.correct[i, j]
         cost += d.cost[i, j]
         # Bandit feedback: only the arm that ran is observed.
-        r = pol.reward(ArmOutcome(arm, float(d.correct[i, j]), d.latency[i, j], d.cost[i, j]))
+        ran = Outcome(config_id=arm, latency_s=float(d.latency[i, j]), cost_usd=float(d.cost[i, j]))
+        r = pol.reward(ran, float(d.correct[i, j]))
         router.update(x, arm, r.reward)
     return acc, cost
 

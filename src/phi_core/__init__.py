@@ -93,7 +93,7 @@ from .providers import (
     known_providers,
     resolve_model,
 )
-from .race import BanditOptions, BanditRace, RaceResult, run_bandit_race
+from .race import BanditOptions, BanditRace, BanditRaceResult, run_bandit_race
 from .routing import (
     EpsilonGreedyRouter,
     HashedFeatures,
@@ -178,12 +178,12 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     # learned routing and the racing pipeline
     "BanditOptions",
     "BanditRace",
+    "BanditRaceResult",
     "EpsilonGreedyRouter",
     "HashedFeatures",
     "JsonFileStateStore",
     "LinUCBRouter",
     "LinearThompsonRouter",
-    "RaceResult",
     "RedisStateStore",
     "RewardPolicy",
     "SQLiteStateStore",

@@ -42,6 +42,8 @@ __all__ = [
     "ParallelLoopEnd",
     "ParallelLoopStart",
     "ProgressMessage",
+    "RouteDecision",
+    "RouteUpdate",
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
@@ -172,6 +174,11 @@ class ParallelLoopStart(_Event):
     type: Literal["parallel_loop_start"] = "parallel_loop_start"
     session_id: str
     loop_ids: list[str]
+    config_ids: list[str] = Field(default_factory=list)
+    """Each branch's config id (its ``config_id`` or ``provider.model``), in branch order."""
+    label: str | None = None
+    """What the race is for, when it is part of a bigger run (a bandit race's ``preview`` or
+    ``answer`` race)."""
 
 
 class ParallelLoopEnd(_Event):
@@ -182,6 +189,35 @@ class ParallelLoopEnd(_Event):
     evaluation_usage: Usage = Field(default_factory=Usage)
     cancelled: bool = False
     decision: dict[str, Any] | None = None
+
+
+class RouteDecision(_Event):
+    """A router ranked the arms for one query and decided what to run (bandit races)."""
+
+    type: Literal["route_decision"] = "route_decision"
+    session_id: str
+    policy: str
+    namespace: str = ""
+    ranking: list[dict[str, Any]] = Field(default_factory=list)
+    """Best first: ``{"arm", "score", "mean", "width", "n"}`` per arm."""
+    explanation: list[str] = Field(default_factory=list)
+    action: Literal["race", "sure", "single", "baseline"] = "race"
+    """``race``: preview the contenders and judge them; ``sure``: the top arm is clearly ahead,
+    the race is skipped; ``single``: only one arm is previewed (or none can be judged), so the
+    router's order decides; ``baseline``: the given order, every arm previewed."""
+    contenders: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+class RouteUpdate(_Event):
+    """What a bandit race taught its router: one reward per arm that produced evidence."""
+
+    type: Literal["route_update"] = "route_update"
+    session_id: str
+    namespace: str = ""
+    rewards: list[dict[str, Any]] = Field(default_factory=list)
+    """``{"arm", "reward", "quality", "latency_term", "cost_term", "penalty", "weight",
+    "source"}`` per updated arm; ``source`` is ``answer``, ``preview`` or ``failure``."""
 
 
 class CompactionStarted(_Event):
@@ -216,6 +252,8 @@ AgentEvent = Annotated[
     | Warning
     | ParallelLoopStart
     | ParallelLoopEnd
+    | RouteDecision
+    | RouteUpdate
     | CompactionStarted
     | CompactionEnded,
     Field(discriminator="type"),

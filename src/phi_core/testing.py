@@ -38,6 +38,7 @@ from .types import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    message_text,
 )
 
 __all__ = ["Fail", "Hang", "Reply", "ScriptItem", "ScriptedProvider", "call"]
@@ -60,7 +61,8 @@ class Reply:
     """One assistant turn.
 
     ``text`` may be a string (streamed in ``chunks`` pieces) or a list of deltas streamed as given.
-    ``delay`` waits before the first delta; ``delta_delay`` between deltas.
+    ``delay`` waits before the first delta; ``delta_delay`` between deltas. Like a vendor, the
+    reply is cut at the request's ``max_tokens`` (4 characters a token; stop reason ``length``).
     """
 
     text: str | Sequence[str] = ""
@@ -171,6 +173,19 @@ async def _play(
         content.append(ThinkingContent(thinking=reply.thinking, signature=reply.thinking_signature))
         index += 1
     pieces = _pieces(reply.text, reply.chunks)
+    limit = request.max_tokens
+    truncated = False
+    if limit is not None:
+        # Like a vendor: at most ``max_tokens`` output tokens (this double counts 4 chars a token).
+        room, kept = limit * 4, []
+        for piece in pieces:
+            if room <= 0:
+                truncated = True
+                break
+            kept.append(piece[:room])
+            truncated = truncated or len(piece) > room
+            room -= len(piece)
+        pieces = kept
     text = ""
     for n, piece in enumerate(pieces):
         if n and reply.delta_delay:
@@ -190,10 +205,14 @@ async def _play(
         content.append(tool_call)
         index += 1
     usage = reply.usage or Usage(
-        input=sum(len(str(m.content)) // 4 for m in request.messages),
+        input=sum(len(message_text(m)) // 4 for m in request.messages),
         output=max(len(text) // 4, 1 if text else 0),
     )
-    stop: StopReason = reply.stop_reason or ("tool_use" if reply.tool_calls else "stop")
+    if limit is not None and usage.output > limit:
+        usage = usage.model_copy(update={"output": limit, "total": usage.input + limit})
+    stop: StopReason = reply.stop_reason or (
+        "length" if truncated else ("tool_use" if reply.tool_calls else "stop")
+    )
     yield StreamDone(
         AssistantMessage(
             content=content,

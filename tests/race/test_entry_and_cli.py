@@ -26,15 +26,15 @@ def config(name: str, provider: ScriptedProvider) -> AgentLoopConfig:
 
 
 def judge() -> ScriptedProvider:
-    """Scores the preview saying "plan 2" 0.8 and the other 0.3, by the number it was shown as."""
+    """Scores m2's preview and answer 0.8 and m1's 0.3, by the number they were shown as."""
 
     def reply(request: StreamRequest) -> Reply:
         text = message_text(request.messages[-1])
-        shown = re.findall(r"Preview (\d+):\n(plan \d)", text)
+        shown = re.findall(r"Answer (\d+):\n(.*?)\n(?=Answer \d+:|Score each)", text, re.S)
         scores = [
-            {"preview": int(n), "reason": "ok", "relevance": s, "coverage": s, "faithfulness": s}
+            {"answer": int(n), "reason": "ok", "relevance": s, "coverage": s, "faithfulness": s}
             for n, body in shown
-            for s in [0.8 if body == "plan 2" else 0.3]
+            for s in [0.8 if "2" in body else 0.3]
         ]
         return Reply(json.dumps({"scores": scores}))
 
@@ -50,7 +50,7 @@ async def race_once(state: Path) -> None:
     result = await run_bandit_race(
         "What is 2 + 2?",
         ["m1", "m2"],
-        BanditOptions(judge_model="j", state=str(state), dim=32),
+        BanditOptions(judge_model="j", state=str(state), dim=32, top_k=2),
         configs=configs,
     )
     assert result.status == "ok" and set(result.rewards) == {"m1", "m2"}
@@ -61,7 +61,8 @@ async def test_run_bandit_race_persists_to_the_state_file(tmp_path: Path):
     await race_once(state)
     stored = SQLiteStateStore(state)
     (namespace,) = stored.namespaces()
-    assert {arm: s.n for arm, s in stored.load(namespace).items()} == {"m1": 1.0, "m2": 1.0}
+    # m2 answered (its graded answer weighs 1); m1 was previewed (its preview score weighs 0.5)
+    assert {arm: s.n for arm, s in stored.load(namespace).items()} == {"m1": 0.5, "m2": 1.0}
 
 
 async def test_bad_options_fail_before_any_model_call(tmp_path: Path):
@@ -89,6 +90,7 @@ async def test_route_show_export_and_reset(tmp_path: Path):
     summary = json.loads(shown.output)
     (arms,) = summary.values()
     assert arms["m2"]["n"] == 1.0 and arms["m2"]["mean_reward"] > arms["m1"]["mean_reward"]
+    assert arms["m1"]["n"] == 0.5
     out = tmp_path / "export.json"
     exported = runner.invoke(app, ["export", "--state", str(state), "-o", str(out)])
     assert exported.exit_code == 0

@@ -30,12 +30,14 @@ from ..cancel import CancelToken
 from ..errors import PhiError, UserError
 from ..events import MessageUpdate
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
+from ..metering import Budget
 from ..providers.base import Provider
 from ..providers.registry import get_provider, known_providers, resolve_model
 from ..race.entry import BanditOptions
+from ..race.pipeline import BanditRace
 from ..testing import ScriptedProvider
 from ..types import ResponseFormat, TextDelta
-from ._bandit import plan_bandit, run_bandit
+from ._bandit import BanditView, bandit_exit_code, bandit_payload, plan_bandit, run_bandit
 from ._race import RacePlan, race_payload, run_race
 from ._script import load_scripts
 from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, load_race_file, select_branches
@@ -290,6 +292,37 @@ def race(
     min_preview_tokens: Annotated[
         int, typer.Option(rich_help_panel=_BANDIT, min=1, help="Preview length before scaling.")
     ] = 120,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            min=1,
+            rich_help_panel=_BANDIT,
+            help="Arms previewed per query (default: one fewer than there are, at most 2).",
+        ),
+    ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            min=0.000001,
+            help="Dollar budget of the whole race: a call that may not fit is refused unsent.",
+        ),
+    ] = None,
+    max_total_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-total-tokens", min=1, help="Token budget of the whole race (every call)."
+        ),
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            "--deadline",
+            min=0.001,
+            help="Seconds the whole race may take; what still runs then is stopped.",
+        ),
+    ] = None,
     verify: Annotated[
         str | None,
         typer.Option(
@@ -309,22 +342,26 @@ def race(
         text = _read_prompt(prompt)
         race_file = load_race_file(config) if config is not None else RaceFile()
         scripts = _scripts(script)
+        budget = Budget(max_tokens=max_total_tokens, max_cost_usd=max_cost, max_wall_s=deadline)
         if chosen == "bandit" or (not chosen and race_file.strategy == "bandit"):
             flags = BanditOptions(
                 alpha=alpha, ridge=ridge, state=state, length_threshold=length_threshold,
                 quality_weight=quality_weight, speed_weight=speed_weight,
                 cost_weight=cost_weight, min_preview_tokens=min_preview_tokens, verify=verify,
+                top_k=top_k, preview_timeout_s=timeout, full_timeout_s=timeout,
+                max_concurrency=max_concurrency, max_cost_usd=max_cost,
+                max_total_tokens=max_total_tokens, total_timeout_s=deadline,
             )  # fmt: skip
-            arms, configs, options = plan_bandit(
-                model or [], race_file, scripts, judge, system, max_tokens, flags
-            )
+            bandit = plan_bandit(model or [], race_file, scripts, judge, system, max_tokens, flags)
             with _streams() as (out, err):
-                result, interrupted = run_interruptible(
-                    lambda token: run_bandit(
-                        text, arms, configs, options, out, err, json_output, token
-                    )
+                code = (
+                    _bandit_json(bandit, text, out)
+                    if json_output
+                    else _bandit_live(bandit, text, out)
                 )
-            raise typer.Exit(EXIT_INTERRUPTED if interrupted else result)
+            raise typer.Exit(code)
+        if top_k is not None:
+            raise UserError("--top-k applies to --strategy bandit (how many arms to preview).")
         if verify is not None:
             raise UserError(
                 "--verify applies to --strategy bandit (its fallback asks the next candidate). "
@@ -334,6 +371,7 @@ def race(
             model or [], race_file, scripts, judge, strategy, system, max_tokens, timeout,
             max_concurrency,
         )  # fmt: skip
+        plan.budget = None if budget.unlimited else budget
     except UserError as exc:
         raise _usage_error(exc) from None
 
@@ -343,6 +381,33 @@ def race(
         except UserError as exc:
             raise _usage_error(exc, err) from None
     raise typer.Exit(code)
+
+
+def _bandit_json(race: BanditRace, text: str, out: TextIO) -> int:
+    sink = JsonLines(out)
+    try:
+        result, interrupted = run_interruptible(lambda token: run_bandit(race, text, sink, token))
+    except (Interrupted, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    sink.result(bandit_payload(result))
+    return bandit_exit_code(result, interrupted)
+
+
+def _bandit_live(race: BanditRace, text: str, out: TextIO) -> int:
+    view = BanditView(_console(out), race)
+    try:
+        with view:
+            result, interrupted = run_interruptible(
+                lambda token: run_bandit(race, text, view, token)
+            )
+    except (Interrupted, KeyboardInterrupt):
+        view.print_interrupted()
+        return EXIT_INTERRUPTED
+    if interrupted or result.status == "cancelled":
+        view.print_interrupted()
+        return EXIT_INTERRUPTED
+    view.print_bandit_verdict(result)
+    return bandit_exit_code(result, interrupted)
 
 
 def _race_json(plan: RacePlan, text: str, out: TextIO) -> int:

@@ -1,22 +1,32 @@
-"""``phi race --strategy bandit``: the learned racing pipeline behind the ``race`` command.
+"""``phi race --strategy bandit``: the bandit race behind the ``race`` command.
 
 Each branch is an arm named by its label (so three configurations of one model are three arms);
-the router state persists between runs (``--state``, default ``router_state.sqlite`` in the user directory).
+the router state, preview cache and latency history persist between runs (``--state``, default
+``router_state.sqlite`` in the user directory). The terminal shows the same live side-by-side view
+as ``phi race`` — each arm's preview, then its answer, the router's decision, a judging line — and
+ends with the verdict and the cost table; ``--json`` streams every event, then the result.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TextIO
+import time
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from ..cancel import CancelToken
+from ..events import ParallelLoopStart, RouteDecision, RouteUpdate
 from ..loop import AgentLoopConfig
-from ..race.entry import BanditOptions, run_bandit_race, verifier_from_spec
+from ..race.entry import BanditOptions, build_bandit_race, verifier_from_spec
+from ..race.pipeline import BanditRace, BanditRaceResult
 from ..testing import ScriptedProvider
 from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, parse_branch, select_branches
-from ._view import JsonLines
+from ._view import _STATUS_STYLE, BranchState, RaceView, format_cost
 
-__all__ = ["plan_bandit", "run_bandit"]
+__all__ = ["BanditView", "bandit_exit_code", "bandit_payload", "plan_bandit", "run_bandit"]
 
 
 def plan_bandit(
@@ -27,17 +37,15 @@ def plan_bandit(
     system: str | None,
     max_tokens: int | None,
     flags: BanditOptions,
-) -> tuple[list[str], dict[str, AgentLoopConfig], BanditOptions]:
-    """Arms, their configs and ``flags`` with the judge filled in; raises UserError for bad input
-    before anything runs."""
+) -> BanditRace:
+    """The race the flags ask for, built (and so checked) before any model is called."""
     from ._app import JUDGE_MAX_TOKENS, loop_config
 
     branches = select_branches(models, race_file)
     configs: dict[str, AgentLoopConfig] = {}
     for branch in branches:
-        name = branch.label
-        configs[name] = loop_config(branch, scripts, max_tokens=max_tokens, system=system)
-    judge_spec: BranchSpec | None
+        configs[branch.label] = loop_config(branch, scripts, max_tokens=max_tokens, system=system)
+    judge_spec: BranchSpec
     if judge is not None:
         judge_spec = parse_branch(judge)
     elif race_file.judge is not None:
@@ -51,35 +59,246 @@ def plan_bandit(
     options = dataclasses.replace(flags, judge_model=judge_name)
     if flags.verify is not None:
         verifier_from_spec(flags.verify)  # a bad spec is a usage error, raised before any call
-    return [b.label for b in branches], configs, options
+    return build_bandit_race([b.label for b in branches], options, configs=configs)
+
+
+class _ArmState(BranchState):
+    """An arm's panel: its preview, then its answer."""
+
+    phase: str = ""
+    preview: str = ""
+
+
+class BanditView(RaceView):
+    """The live (or plain) view of a bandit race; see the module docstring."""
+
+    def __init__(self, console: Console, race: BanditRace, *, live: bool | None = None) -> None:
+        arms = [(name, arm.config.model_config().spec) for name, arm in race.arms.items()]
+        judge = race.judge.model_config().spec if race.judge is not None else None
+        super().__init__(console, arms, judge=judge, live=live)
+        self.branches = [_ArmState(label, model) for label, model in arms]
+        self.by_id = {race.config_ids[b.label]: b for b in self.branches}
+        self.decision: RouteDecision | None = None
+        self.update: RouteUpdate | None = None
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, RouteDecision):
+            self.decision = event
+            for state in self.branches:
+                if state.label not in event.contenders and state.status == "waiting":
+                    state.status = "idle"
+            if not self.live_mode:
+                self.console.print(_route_line(event), soft_wrap=True)
+        elif isinstance(event, RouteUpdate):
+            self.update = event
+        elif isinstance(event, ParallelLoopStart):
+            for loop_id, config_id in zip(event.loop_ids, event.config_ids, strict=False):
+                arm = self.by_id.get(config_id)
+                if not isinstance(arm, _ArmState):
+                    continue
+                if event.label == "answer" and arm.phase == "preview":
+                    arm.preview, arm.text = arm.text, ""
+                    arm.usage = type(arm.usage)()
+                    arm.deltas, arm.started, arm.ended = 0, None, None
+                arm.phase = event.label or ""
+                arm.status = "queued"
+                arm.loop_id = loop_id
+                self.by_loop[loop_id] = arm
+            self._draw(time.perf_counter())
+            return
+        super().__call__(event)
+
+    def render(self) -> RenderableType:
+        group = super().render()
+        if self.decision is not None and self.live_mode:
+            return Group(_route_line(self.decision), group)
+        return group
+
+    def _panel(self, state: BranchState, now: float, height: int, width: int) -> Any:
+        panel = super()._panel(state, now, height, width)
+        phase = getattr(state, "phase", "")
+        if phase:
+            panel.title = Text.assemble(panel.title or "", (f" · {phase}", "dim"))
+        return panel
+
+    def _print_branch(self, state: BranchState) -> None:
+        phase = getattr(state, "phase", "")
+        label = f"{state.label} {phase}" if phase else state.label
+        header = f"--- {label} ({state.model}): {state.status}"
+        if state.error and state.status != "done":
+            header += f": {state.error}"
+        self.console.print(header, markup=False, highlight=False, soft_wrap=True)
+        if state.text:
+            self.console.print(state.text.strip(), markup=False, highlight=False, soft_wrap=True)
+
+    def print_bandit_verdict(self, result: BanditRaceResult) -> None:
+        console = self.console
+        console.print()
+        if result.winner is not None:
+            checked = {True: " · verified", False: " · NOT verified", None: ""}[result.verified]
+            quality = f" · quality {result.quality:.2f}" if result.quality is not None else ""
+            console.print(
+                Text.assemble(
+                    ("Winner: ", "bold"),
+                    (result.winner, "bold green"),
+                    f" ({_ACTIONS[result.action]}){quality}{checked}",
+                )
+            )
+        else:
+            console.print(Text.assemble(("No answer", "bold red"), f" ({result.status})"))
+        if result.error:
+            console.print(Text("Why: " + result.error), soft_wrap=True)
+        elif result.scores:
+            shown = ", ".join(f"{a} {s:.2f}" for a, s in result.scores.items())
+            console.print(Text(f"Why: preview scores {shown}; order {', '.join(result.order)}"))
+        if result.verified is False:
+            console.print(Text("No answer passed --verify; showing the first one.", style="yellow"))
+        for message in self.warnings:
+            console.print(Text("warning: " + message, style="yellow"))
+        if result.rewards:
+            learned = ", ".join(f"{a} {r.reward:+.3f}" for a, r in result.rewards.items())
+            console.print(Text(f"Learned: {learned}", style="dim"))
+        if result.winner is not None and self.live_mode:
+            from rich.panel import Panel
+
+            console.print(Panel(Text(result.text.strip()), title=result.winner))
+        console.print(bandit_cost_table(result))
+
+
+_ACTIONS = {
+    "race": "previews judged, the best answered",
+    "sure": "the router was sure: no race",
+    "single": "the router's choice",
+    "baseline": "baseline order, previews judged",
+}
+
+
+def _route_line(event: RouteDecision) -> Text:
+    top = ", ".join(
+        f"{row['arm']} {row['mean']:.2f}±{row['width']:.2f}" for row in event.ranking[:4]
+    )
+    return Text.assemble(
+        ("route ", "bold"),
+        (f"{event.action}: ", "cyan"),
+        (event.reason, ""),
+        (f"  [{top}]", "dim"),
+    )
+
+
+def bandit_cost_table(result: BanditRaceResult) -> Table:
+    """Latency, tokens and cost per preview and answer, for the judge, and in total."""
+    table = Table(expand=False)
+    for name, justify in (
+        ("arm", "left"),
+        ("call", "left"),
+        ("status", "left"),
+        ("latency", "right"),
+        ("tokens in", "right"),
+        ("tokens out", "right"),
+        ("cost", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    rows = [("preview", o) for o in (result.previews.outcomes if result.previews else [])]
+    rows += [("answer", o) for o in result.answers]
+    accounted_in = accounted_out = 0
+    accounted_cost = 0.0
+    for phase, outcome in rows:
+        arm = str(outcome.config.extra.get("arm", outcome.config_id))
+        marker = "★ " if outcome is result.answer else "  "
+        table.add_row(
+            marker + arm,
+            phase,
+            Text(outcome.status, style=_STATUS_STYLE.get(outcome.status, "")),
+            f"{outcome.latency_s:.2f}s",
+            str(outcome.usage.input),
+            str(outcome.usage.output),
+            format_cost(outcome.cost_usd),
+        )
+        accounted_in += outcome.usage.input
+        accounted_out += outcome.usage.output
+        accounted_cost += outcome.cost_usd
+    judged = [d for d in (result.previews.decision if result.previews else None, result.grade) if d]
+    if judged:
+        table.add_row(
+            "  judging",
+            "rubric",
+            "",
+            "",
+            str(sum(d.usage.input for d in judged)),
+            str(sum(d.usage.output for d in judged)),
+            format_cost(sum(d.cost_usd for d in judged)),
+        )
+    table.add_section()
+    table.add_row(
+        "  total",
+        "",
+        result.status,
+        f"{result.wall_time_s:.2f}s",
+        str(result.usage.input),
+        str(result.usage.output),
+        format_cost(result.cost_usd),
+        style="bold",
+    )
+    return table
+
+
+def bandit_payload(result: BanditRaceResult) -> dict[str, Any]:
+    """The last line of ``--json``: a JSON-ready view of a :class:`BanditRaceResult`."""
+
+    def outcome_row(phase: str, o: Any) -> dict[str, Any]:
+        return {
+            "arm": str(o.config.extra.get("arm", o.config_id)),
+            "call": phase,
+            "loop_id": o.loop_id,
+            "status": o.status,
+            "error": o.error,
+            "error_kind": o.error_kind,
+            "text": o.text,
+            "latency_s": round(o.latency_s, 4),
+            "usage": o.usage.model_dump(mode="json"),
+            "cost_usd": o.cost_usd,
+        }
+
+    previews = result.previews.outcomes if result.previews is not None else []
+    return {
+        "type": "race_result",
+        "strategy": "bandit",
+        "session_id": result.session_id,
+        "status": result.status,
+        "winner": result.winner,
+        "text": result.text,
+        "verified": result.verified,
+        "quality": result.quality,
+        "error": result.error,
+        "action": result.action,
+        "previews_skipped": result.previews_skipped,
+        "contenders": result.contenders,
+        "order": result.order,
+        "ranking": result.ranking.explain() if result.ranking is not None else [],
+        "scores": result.scores,
+        "attempts": [list(a) for a in result.attempts],
+        "rewards": {k: v.reward for k, v in result.rewards.items()},
+        "branches": [outcome_row("preview", o) for o in previews]
+        + [outcome_row("answer", o) for o in result.answers],
+        "usage": result.usage.model_dump(mode="json"),
+        "cost_usd": result.cost_usd,
+        "wall_time_s": round(result.wall_time_s, 4),
+    }
+
+
+def bandit_exit_code(result: BanditRaceResult, interrupted: bool) -> int:
+    """0 for a (verified, when checked) answer; 1 for no answer or an unverified one; 130 when
+    interrupted."""
+    if interrupted or result.status == "cancelled":
+        return 130
+    if result.status != "ok" or result.verified is False:
+        return 1
+    return 0
 
 
 async def run_bandit(
-    text: str,
-    arms: list[str],
-    configs: dict[str, AgentLoopConfig],
-    options: BanditOptions,
-    out: TextIO,
-    err: TextIO,
-    as_json: bool,
-    token: CancelToken,
-) -> int:
-    """Race once with the learned router; print the answer (or JSON); return the exit code."""
-    from .route import result_payload
-
-    sink = JsonLines(out) if as_json else None
-    result = await run_bandit_race(text, arms, options, configs=configs, cancel=token, events=sink)
-    if sink is not None:
-        sink.result({"type": "race_result", **result_payload(result)})
-    else:
-        out.write(result.text.rstrip() + "\n")
-        skipped = " (previews skipped: the router was sure)" if result.previews_skipped else ""
-        if result.verified is False:
-            skipped += " · no answer passed --verify; showing the first one"
-        order = ", ".join(result.order)
-        err.write(
-            f"[{result.status}] winner: {result.winner} · order: {order}{skipped} · "
-            f"cost ${result.cost_usd:.4f}\n"
-        )
-    out.flush()
-    return 0 if result.status == "ok" else 1
+    race: BanditRace, text: str, sink: Any, token: CancelToken
+) -> BanditRaceResult:
+    """Load the shared state and race once, ``sink`` receiving every event."""
+    await race.load()
+    return await race.run(text, events=sink, cancel=token)

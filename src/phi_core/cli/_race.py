@@ -9,6 +9,7 @@ from typing import Any
 
 from ..cancel import CancelToken
 from ..loop import AgentContext, AgentLoopConfig
+from ..metering import Budget
 from ..parallel import ParallelLoopResult, agent_loop_parallel, strategy_from_name
 from ._spec import BranchSpec
 
@@ -26,6 +27,7 @@ class RacePlan:
     judge_config: AgentLoopConfig | None = None
     timeout: float | None = None
     max_concurrency: int | None = None
+    budget: Budget | None = None
 
     def build_strategy(self) -> Any:
         return strategy_from_name(self.strategy, judge_model=self.judge_config)
@@ -44,6 +46,7 @@ async def run_race(
         cancel=cancel,
         max_concurrency=plan.max_concurrency,
         branch_timeout=plan.timeout,
+        budget=plan.budget,
     )
 
 

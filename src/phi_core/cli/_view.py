@@ -40,6 +40,10 @@ _REFRESH_S = 1 / 12
 
 _STATUS_STYLE = {
     "waiting": "dim",
+    "queued": "dim",
+    "idle": "dim",
+    "unverified": "red",
+    "over_budget": "red",
     "running": "yellow",
     "done": "green",
     "ok": "green",

@@ -224,7 +224,7 @@ def parallel_agents(
 
 
 def result_payload(result: Any) -> dict[str, Any]:
-    """A JSON-ready view of a :class:`~phi_core.race.RaceResult`."""
+    """A JSON-ready view of a :class:`~phi_core.race.BanditRaceResult`."""
     return {
         "status": result.status,
         "winner": result.winner,

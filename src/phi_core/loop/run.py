@@ -106,6 +106,8 @@ class LoopResult:
     ``timeout``, ``budget``, ...), or ``hook``, ``limit``, ``cancelled``, ``internal``."""
     retry_after: float | None = None
     """Seconds the vendor asked to wait, when the run ended on a rate limit that said so."""
+    cached_calls: int = 0
+    """Model calls answered from the configured ``response_cache`` (free, instant)."""
 
     @property
     def final_message(self) -> AssistantMessage | None:
@@ -240,6 +242,7 @@ class _Run:
         self.error: str | None = None
         self.error_kind: str | None = None
         self.retry_after: float | None = None
+        self.cached_calls = 0
         self.rejection: str | None = None
         self.tracker = ExecutionTracker(config.limits) if config.limits is not None else None
         self.tool_defs = [definition_of(t) for t in context.tools]
@@ -276,6 +279,7 @@ class _Run:
             rejection=self.rejection,
             error_kind=self.error_kind,
             retry_after=self.retry_after,
+            cached_calls=self.cached_calls,
         )
 
     def _mark_cancelled(self) -> None:
@@ -677,6 +681,8 @@ class _Run:
                 )
             )
             raise
+        if call.cached:
+            self.cached_calls += 1
         if final is None:
             final = AssistantMessage(
                 stop_reason="error",

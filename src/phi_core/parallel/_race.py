@@ -24,6 +24,7 @@ from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import AgentEnd, Emitter, EndReason, ParallelLoopEnd, ParallelLoopStart
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop, agent_loop_continue
+from ..metering import Budget, Meter, metering
 from ..outcome import ErrorKind, status_of_error_kind
 from ..types import AgentMessage, AssistantMessage, Usage, UserMessage
 from ._types import (
@@ -39,6 +40,9 @@ from ._types import (
 __all__ = ["ToolFactory", "adopt_winner", "agent_loop_parallel"]
 
 logger = logging.getLogger("phi_core.parallel")
+
+_WALL = "wall-clock budget"
+"""The reason the race's own token is cancelled with when its ``max_wall_s`` passes."""
 
 ToolFactory = Callable[[int, AgentLoopConfig], Sequence[Any]]
 """``(branch index, config) -> tools`` for branches that must not share tool state."""
@@ -105,7 +109,7 @@ class _Race:
     def __init__(
         self,
         prompts: list[AgentMessage],
-        base: AgentContext,
+        bases: list[AgentContext],
         configs: list[AgentLoopConfig],
         strategy: EvaluationStrategy,
         emitter: Emitter,
@@ -116,7 +120,7 @@ class _Race:
         early_accept: bool,
     ) -> None:
         self.prompts = prompts
-        self.base = base
+        self.bases = bases
         self.configs = configs
         self.strategy = strategy
         self.emitter = emitter
@@ -131,8 +135,8 @@ class _Race:
             and strategy.early_accept is True
             else None
         )
-        assert base.session_id is not None
-        self.session_id: str = base.session_id
+        assert bases[0].session_id is not None
+        self.session_id: str = bases[0].session_id
         self.loop_ids = [
             f"{self.session_id}.{config.segment()}.{i + 1}" for i, config in enumerate(configs)
         ]
@@ -162,7 +166,7 @@ class _Race:
         loop_id = self.loop_ids[index]
         token = self.tokens[index]
         forward = _Forward(self.emitter)
-        context = self.base.clone()
+        context = self.bases[index].clone()
         context.loop_id = loop_id
         outcome = ParallelLoopOutcome(
             config_id=config.segment(),
@@ -281,6 +285,10 @@ class _Race:
                 error = f"the branch exceeded branch_timeout={self.branch_timeout}s"
             elif self.tokens[outcome.config_index].reason == "early_accept":
                 error = "cancelled: another branch was accepted early"
+            elif self.cancel.reason == _WALL:
+                status = "timeout"
+                outcome.error_kind = "timeout"
+                error = "the race's wall-clock budget ran out"
             else:
                 error = "cancelled: the race was cancelled"
         elif status == "error" and not error:
@@ -309,7 +317,7 @@ class _Race:
 
 async def agent_loop_parallel(
     prompts: str | Sequence[AgentMessage] | None,
-    base_context: AgentContext,
+    base_context: AgentContext | Sequence[AgentContext],
     configs: Sequence[AgentLoopConfig],
     strategy: EvaluationStrategy,
     *,
@@ -319,6 +327,8 @@ async def agent_loop_parallel(
     branch_timeout: float | None = None,
     tool_factory: ToolFactory | None = None,
     early_accept: bool = True,
+    budget: Budget | None = None,
+    label: str | None = None,
 ) -> ParallelLoopResult:
     """Run ``prompts`` through every config concurrently and let ``strategy`` pick the winner.
 
@@ -326,7 +336,9 @@ async def agent_loop_parallel(
         prompts: the new input (a string or messages); empty (``[]`` or ``None``) continues from
             ``base_context``, which must then end on a non-assistant message.
         base_context: cloned once per branch (messages deep-copied, tools shared unless
-            ``tool_factory`` builds them per branch); never modified.
+            ``tool_factory`` builds them per branch); never modified. A sequence gives each
+            branch its own base (one per config, e.g. to continue each branch of an earlier
+            race); the branches then share the first context's session.
         configs: one per branch; branch ``i`` runs under loop id ``{session}.{segment}.{i+1}``.
         strategy: picks the winner; see :class:`EvaluationStrategy`.
         events: a sink (callable, async callable or ``asyncio.Queue``) for every event.
@@ -336,6 +348,11 @@ async def agent_loop_parallel(
         tool_factory: ``(index, config) -> tools`` giving each branch its own tool instances.
         early_accept: with a strategy that can accept early (a verifier constructed with
             ``early_accept=True``), let the first accepted branch win and cancel the others.
+        budget: what the whole race (branches and judge) may spend
+            (:class:`~phi_core.metering.Budget`): each call reserves its worst case before it is
+            sent, so a branch whose call does not fit ends ``over_budget`` and the race never
+            overshoots; ``max_wall_s`` cancels what is still running when it passes.
+        label: what this race is for, carried by ``ParallelLoopStart`` (e.g. ``"preview"``).
 
     Raises:
         UserError: no configs, a bad limit, a strategy that refuses the race (Transparent with
@@ -360,25 +377,39 @@ async def agent_loop_parallel(
     check = getattr(strategy, "check_race", None)
     if callable(check):
         check(len(config_list))
+    given = [base_context] if isinstance(base_context, AgentContext) else list(base_context)
+    if len(given) not in (1, len(config_list)):
+        raise UserError(
+            f"Give one base context for every branch or one for all: got {len(given)} contexts "
+            f"for {len(config_list)} configs."
+        )
     if not messages:
-        if not base_context.messages:
-            raise UserError(
-                "Continue mode (no prompts) needs a base context with at least one message."
-            )
-        if isinstance(base_context.messages[-1], AssistantMessage):
-            raise UserError(
-                "Continue mode (no prompts) cannot start from a context that ends on an "
-                "assistant message; pass new prompts or append a user message first."
-            )
-    base = base_context.clone()
-    base.agent_id = base.agent_id or str(uuid.uuid4())
-    base.session_id = base.session_id or str(uuid.uuid4())
+        for context in given:
+            if not context.messages:
+                raise UserError(
+                    "Continue mode (no prompts) needs a base context with at least one message."
+                )
+            if isinstance(context.messages[-1], AssistantMessage):
+                raise UserError(
+                    "Continue mode (no prompts) cannot start from a context that ends on an "
+                    "assistant message; pass new prompts or append a user message first."
+                )
+    first = given[0]
+    agent_id = first.agent_id or str(uuid.uuid4())
+    session_id = first.session_id or str(uuid.uuid4())
+    bases = []
+    for context in given if len(given) == len(config_list) else given * len(config_list):
+        base = context.clone()
+        base.agent_id, base.session_id = agent_id, session_id
+        bases.append(base)
     owns_emitter = not isinstance(events, Emitter)
     emitter = Emitter.of(events)
-    cancel = cancel or CancelToken()
+    caller = cancel or CancelToken()
+    # The race's own token: the caller's cancellation reaches it, the wall-clock budget too.
+    cancel = caller.child() if budget is not None and budget.max_wall_s is not None else caller
     race = _Race(
         messages,
-        base,
+        bases,
         config_list,  # segment() resolves each model: a bad model string raises here
         strategy,
         emitter,
@@ -391,17 +422,33 @@ async def agent_loop_parallel(
     started = time.perf_counter()
     decision: EvaluationDecision | None = None
     cancelled = False
+    meter = Meter(budget)
+    wall = (
+        asyncio.get_running_loop().call_later(budget.max_wall_s, cancel.cancel, _WALL)
+        if budget is not None and budget.max_wall_s is not None
+        else None
+    )
     try:
-        emitter.emit(ParallelLoopStart(session_id=race.session_id, loop_ids=race.loop_ids))
+        emitter.emit(
+            ParallelLoopStart(
+                loop_id=race.session_id,
+                session_id=race.session_id,
+                loop_ids=race.loop_ids,
+                config_ids=[c.segment() for c in config_list],
+                label=label,
+            )
+        )
         try:
-            outcomes = await race.run_branches()
+            with metering(meter):
+                outcomes = await race.run_branches()
+                chosen = await _decide(race, messages, outcomes)
         except asyncio.CancelledError:
             cancelled = True
             raise
-        chosen = await _decide(race, messages, outcomes)
         ensure_valid_index(chosen, outcomes)
         decision = chosen
-        cancelled = cancel.cancelled
+        timed_out = cancel.reason == _WALL and not caller.cancelled
+        cancelled = cancel.cancelled and not timed_out
         total = Usage.sum(o.usage for o in outcomes) + decision.usage
         cost = sum(o.cost_usd for o in outcomes) + decision.cost_usd
         return ParallelLoopResult(
@@ -412,9 +459,14 @@ async def agent_loop_parallel(
             total_usage=total,
             cost_usd=cost,
             cancelled=cancelled,
+            timed_out=timed_out,
             wall_time_s=time.perf_counter() - started,
         )
     finally:
+        if wall is not None:
+            wall.cancel()
+        if cancel is not caller:
+            cancel.detach()
         index = decision.index if decision is not None else None
         emitter.emit(
             ParallelLoopEnd(
@@ -422,7 +474,7 @@ async def agent_loop_parallel(
                 selected_loop_id=race.loop_ids[index] if index is not None else None,
                 selected_config_index=index,
                 evaluation_usage=decision.usage if decision is not None else Usage(),
-                cancelled=cancelled or cancel.cancelled,
+                cancelled=cancelled or caller.cancelled,
                 decision=decision.summary() if decision is not None else None,
             )
         )

@@ -122,6 +122,7 @@ class RubricJudgeEvaluation(BaseEvaluation):
         system_prompt: str | None = None,
         shuffle: bool = True,
         seed: int | None = None,
+        judge_single: bool = False,
     ) -> None:
         criteria = tuple(criteria)
         if not criteria:
@@ -138,6 +139,8 @@ class RubricJudgeEvaluation(BaseEvaluation):
         self.judge_config = as_loop_config(judge_config)
         self.criteria = criteria
         self.shuffle = shuffle
+        self.judge_single = judge_single
+        """Score a lone successful answer too (a bandit race grades its full answer this way)."""
         self._rng = random.Random(seed)
         self.system_prompt = system_prompt or self._default_system_prompt()
 
@@ -165,10 +168,11 @@ class RubricJudgeEvaluation(BaseEvaluation):
         events: Emitter,
         cancel: CancelToken,
     ) -> EvaluationDecision:
-        decided = self.decided_without_judge(outcomes)
-        if decided is not None:
-            return decided
         ok = successful(outcomes)
+        if not (self.judge_single and len(ok) == 1):
+            decided = self.decided_without_judge(outcomes)
+            if decided is not None:
+                return decided
         query, prior_messages = extract_query(prompts, base_messages(outcomes))
         prior = transcript(prior_messages)
         shown = list(ok)

@@ -178,6 +178,8 @@ class ParallelLoopResult:
     cost_usd: float
     cancelled: bool = False
     wall_time_s: float = 0.0
+    timed_out: bool = False
+    """The race's wall-clock budget ran out before every branch ended."""
 
     @property
     def selected_index(self) -> int | None:
@@ -225,6 +227,8 @@ class ParallelLoopResult:
     def status(self) -> RaceStatus:
         if self.cancelled:
             return "cancelled"
+        if self.timed_out and self.selected is None:
+            return "timeout"
         if self.all_failed:
             kinds = {o.status for o in self.outcomes}
             if kinds == {"over_budget"}:

@@ -236,9 +236,14 @@ class ModelCall:
         finally:
             self.latency_s = time.perf_counter() - started
             self._settle(error)
-        if self.message is not None and self.cache is not None and self.key is not None:
-            if self.message.stop_reason not in ("error", "aborted"):
-                await self._cache_put(self.key, self.message, self.latency_s)
+        message = self.message
+        if (
+            message is not None
+            and self.cache is not None
+            and self.key is not None
+            and message.stop_reason not in ("error", "aborted")
+        ):
+            await self._cache_put(self.key, message, self.latency_s)
 
     def _settle(self, error: BaseException | None) -> None:
         reservation = self._reservation

@@ -1,29 +1,32 @@
-"""The racing pipeline: a router decides which configurations to preview, a judge scores the
-previews, the best answers in full (with fallback or speculatively, optionally verifying each
-answer before accepting it), and the router learns.
+"""The bandit race: a router decides which configurations to preview, the rubric judge scores
+the previews, the best continues its branch to a full answer (with fallback, or speculatively
+with early accept, optionally verifying each answer), and the router learns from the judged or
+verified full answer.
 
-Owns :class:`BanditRace` and its settings, budgets and results, plus the entry points the CLI
-calls (:func:`run_bandit_race`). Builds on ``loop/`` (``agent_loop``), ``routing/`` and
-``parallel/`` (the code verifier).
+Owns :class:`BanditRace` (a policy over ``parallel.agent_loop_parallel``, not a second engine),
+its settings and result, and :func:`build_bandit_race` / :func:`run_bandit_race`, which build one
+from plain options with its state (router statistics, preview cache, latency history) opened from
+one location. Builds on ``loop/``, ``parallel/`` and ``routing/``.
 """
 
 from .entry import (
     DEFAULT_STATE,
     BanditOptions,
+    PreviewCallCache,
+    RouteState,
     build_bandit_race,
+    open_route_state,
     route_state_summary,
     run_bandit_race,
+    state_location,
     verifier_from_spec,
 )
 from .pipeline import (
     Arm,
     BanditRace,
-    PreviewOutcome,
-    RaceBudget,
-    RaceResult,
+    BanditRaceResult,
     RaceSettings,
     Verifier,
-    parse_judge_scores,
     preview_token_limit,
 )
 
@@ -32,15 +35,16 @@ __all__ = [
     "Arm",
     "BanditOptions",
     "BanditRace",
-    "PreviewOutcome",
-    "RaceBudget",
-    "RaceResult",
+    "BanditRaceResult",
+    "PreviewCallCache",
     "RaceSettings",
+    "RouteState",
     "Verifier",
     "build_bandit_race",
-    "parse_judge_scores",
+    "open_route_state",
     "preview_token_limit",
     "route_state_summary",
     "run_bandit_race",
+    "state_location",
     "verifier_from_spec",
 ]

@@ -1,14 +1,17 @@
-"""One call for command lines and scripts: build a :class:`BanditRace` from plain options and run it.
+"""Building a bandit race from plain options, with its state next to the router's.
 
-:func:`run_bandit_race` takes the seed's knobs by name (judge model, agent models, alpha, ridge,
-state location, length threshold, quality/speed/cost weights, minimum preview tokens, …),
-validates them *before* any model is called, loads the shared router state, races, persists the
-updates and returns the :class:`RaceResult`. :func:`route_state_summary` describes a stored state
-for ``phi route show``.
+:func:`build_bandit_race` takes the seed's knobs by name (:class:`BanditOptions`: judge model,
+alpha, ridge, state location, length threshold, quality/speed/cost weights, preview tokens,
+top-k, budgets, …), validates them *before* any model is called and opens the router state with
+its companions — the preview cache and the latency history — from one location
+(:func:`open_route_state`): a SQLite file holds all three, a JSON state keeps its companions in a
+SQLite file beside it, and ``redis://…`` shares all three between processes. :func:`run_bandit_race`
+loads the shared state, races once and persists the updates.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Sequence
@@ -20,17 +23,30 @@ from .._paths import user_path
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..loop import AgentLoopConfig
+from ..metering import Budget
 from ..parallel import runnable_python
+from ..providers.call import CachedResponse
 from ..routing.bandits import LinUCBRouter
 from ..routing.features import EmbeddingFeatures, FeatureExtractor, HashedFeatures
-from ..routing.reward import RewardPolicy
-from ..routing.stores import RouterStateStore, open_state_store
-from .pipeline import Arm, BanditRace, RaceBudget, RaceResult, RaceSettings, Verifier
+from ..routing.history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
+from ..routing.reward import LatencyTracker, RewardPolicy
+from ..routing.stores import (
+    PreviewCache,
+    RedisPreviewCache,
+    RouterStateStore,
+    SQLitePreviewCache,
+    open_state_store,
+)
+from ..types import AssistantMessage
+from .pipeline import Arm, BanditRace, BanditRaceResult, RaceSettings, Verifier
 
 __all__ = [
     "DEFAULT_STATE",
     "BanditOptions",
+    "PreviewCallCache",
+    "RouteState",
     "build_bandit_race",
+    "open_route_state",
     "route_state_summary",
     "run_bandit_race",
     "state_location",
@@ -43,7 +59,11 @@ DEFAULT_STATE = "router_state.sqlite"
 
 @dataclass(frozen=True)
 class BanditOptions:
-    """The seed's knobs, with its defaults (``ridge`` 1.0 instead of 0.01: see the study §7)."""
+    """The seed's knobs, with its defaults (``ridge`` 1.0 instead of 0.01: see the study §7).
+
+    ``top_k`` ``None`` previews fewer arms than there are (see :class:`RaceSettings`);
+    ``policy="baseline"`` keeps the given order and previews every arm.
+    """
 
     judge_model: str | None = None
     alpha: float = 1.0
@@ -59,17 +79,31 @@ class BanditOptions:
     adaptive_min_scale: float = 0.75
     adaptive_max_scale: float = 1.5
     speculative_min_query_length: int = 2000
-    top_k: int = 3
+    top_k: int | None = None
     preview_timeout_s: float | None = None
     full_timeout_s: float | None = None
     total_timeout_s: float | None = None
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None
+    max_calls: int | None = None
+    max_concurrency: int | None = None
     features: Literal["hashed", "embedding"] = "hashed"
     dim: int = 64
     race_only_when_unsure: bool = True
+    policy: Literal["bandit", "baseline"] = "bandit"
+    preview_cache: bool = True
+    cache_ttl_s: float = 600.0
     verify: str | None = None
     """A check of each full answer (see :func:`verifier_from_spec`); None: no check."""
+
+    def budget(self) -> Budget | None:
+        budget = Budget(
+            max_tokens=self.max_total_tokens,
+            max_cost_usd=self.max_cost_usd,
+            max_wall_s=self.total_timeout_s,
+            max_calls=self.max_calls,
+        )
+        return None if budget.unlimited else budget
 
 
 def verifier_from_spec(spec: str) -> Verifier:
@@ -88,17 +122,78 @@ def verifier_from_spec(spec: str) -> Verifier:
         try:
             pattern = re.compile(spec[len("regex:") :])
         except re.error as exc:
-            raise UserError(f"--verify {spec!r}: the pattern does not compile ({exc}).") from exc
+            raise UserError(f"verify {spec!r}: the pattern does not compile ({exc}).") from exc
         return lambda text: pattern.search(text.strip()) is not None
     raise UserError(
-        f"Unknown --verify {spec!r}. Use 'python' (the answer must contain runnable Python) or "
-        "'regex:PATTERN' (the answer must match PATTERN, e.g. 'regex:^[A-D]$')."
+        f"Unknown verify check {spec!r}. Use 'python' (the answer must contain runnable Python) "
+        "or 'regex:PATTERN' (the answer must match PATTERN, e.g. 'regex:^[A-D]$')."
     )
 
 
 def state_location(state: str | None = None) -> str:
     """``state``, else ``$PHI_ROUTER_STATE``, else ``router_state.sqlite`` in the user directory."""
     return state or os.environ.get("PHI_ROUTER_STATE") or str(user_path(DEFAULT_STATE))
+
+
+class PreviewCallCache:
+    """A :class:`~phi_core.routing.PreviewCache` store (memory, SQLite, Redis; with expiry)
+    serving the call path's cache protocol: replies keyed by the request actually sent."""
+
+    def __init__(self, store: PreviewCache, ttl_s: float = 600.0) -> None:
+        self.store = store
+        self.ttl_s = ttl_s
+
+    async def get(self, key: str) -> CachedResponse | None:
+        value = await asyncio.to_thread(self.store.get, key)
+        if not isinstance(value, dict) or "message" not in value:
+            return None
+        message = AssistantMessage.model_validate(value["message"])
+        return CachedResponse(message, float(value.get("latency", 0.0)))
+
+    async def put(self, key: str, message: AssistantMessage, latency: float) -> None:
+        value = {"message": message.model_dump(mode="json"), "latency": latency}
+        await asyncio.to_thread(self.store.set, key, value, self.ttl_s)
+
+
+@dataclass
+class RouteState:
+    """The router state and its companions, opened from one location."""
+
+    location: str
+    store: RouterStateStore
+    cache: PreviewCallCache | None
+    history: LatencyHistory | None
+
+
+def open_route_state(
+    location: str | None = None, *, preview_cache: bool = True, cache_ttl_s: float = 600.0
+) -> RouteState:
+    """Open the router state at ``location`` (see :func:`state_location`) with its preview
+    cache and latency history beside it."""
+    where = state_location(location)
+    store = open_state_store(where)
+    cache_store: PreviewCache
+    history: LatencyHistory
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        client = getattr(store, "_client", None)
+        cache_store = RedisPreviewCache(where, ttl_s=cache_ttl_s, client=client)
+        history = RedisLatencyHistory(client) if client is not None else _sqlite_beside(where)
+    else:
+        path = Path(where)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        companions = path if path.suffix in (".sqlite", ".sqlite3", ".db") else _beside(path)
+        cache_store = SQLitePreviewCache(companions, ttl_s=cache_ttl_s)
+        history = SQLiteLatencyHistory(companions)
+    cache = PreviewCallCache(cache_store, cache_ttl_s) if preview_cache else None
+    return RouteState(where, store, cache, history)
+
+
+def _beside(path: Path) -> Path:
+    return path.with_name(path.name + ".cache.sqlite")
+
+
+def _sqlite_beside(where: str) -> SQLiteLatencyHistory:
+    return SQLiteLatencyHistory(user_path("latency.sqlite", create_dir=True))
 
 
 def _features(options: BanditOptions) -> FeatureExtractor:
@@ -119,14 +214,15 @@ def build_bandit_race(
     """Validate the options and build the race (no model is called).
 
     ``configs`` may supply a ready :class:`AgentLoopConfig` per model name (tests pass scripted
-    providers this way); other names are resolved as ``provider:model`` strings.
+    providers this way); other names are resolved as ``provider:model`` strings. ``store``
+    replaces the router state (then no preview cache or latency history is opened).
     """
     options = options or BanditOptions()
     models = [m.strip() for m in agent_models if m.strip()]
     if not models:
         raise UserError(
-            "No agent models given: pass --agent-models with comma-separated `provider:model` "
-            "names, e.g. --agent-models openai:gpt-4o-mini,local:smollm2."
+            "No agent models given: name at least one `provider:model`, "
+            "e.g. openai:gpt-4o-mini or local:smollm2."
         )
     configs = configs or {}
     arms = []
@@ -155,21 +251,24 @@ def build_bandit_race(
         length_threshold=options.length_threshold,
         speculative_min_chars=options.speculative_min_query_length,
         race_only_when_unsure=options.race_only_when_unsure,
-    )
-    budget = RaceBudget(
-        max_total_tokens=options.max_total_tokens,
-        max_cost_usd=options.max_cost_usd,
+        policy=options.policy,
         preview_timeout_s=options.preview_timeout_s,
-        full_timeout_s=options.full_timeout_s,
-        total_timeout_s=options.total_timeout_s,
+        answer_timeout_s=options.full_timeout_s,
+        max_concurrency=options.max_concurrency,
     )
+    budget = options.budget()
     verify = verifier_from_spec(options.verify) if options.verify is not None else None
     router = LinUCBRouter(features.dim, alpha=options.alpha, ridge=options.ridge)
+    namespace = features.schema
+    cache = None
+    tracker = LatencyTracker(namespace=namespace)
+    preview_tracker = LatencyTracker(namespace=f"{namespace}:preview")
     if store is None:
-        location = state_location(options.state)
-        if not location.startswith(("redis://", "rediss://", "unix://")):
-            Path(location).parent.mkdir(parents=True, exist_ok=True)
-        store = open_state_store(location)
+        state = open_route_state(
+            options.state, preview_cache=options.preview_cache, cache_ttl_s=options.cache_ttl_s
+        )
+        store, cache = state.store, state.cache
+        tracker.history = preview_tracker.history = state.history
     return BanditRace(
         arms,
         router,
@@ -177,6 +276,10 @@ def build_bandit_race(
         features=features,
         reward=reward,
         store=store,
+        namespace=namespace,
+        cache=cache,
+        tracker=tracker,
+        preview_tracker=preview_tracker,
         settings=settings,
         budget=budget,
         verify=verify,
@@ -192,7 +295,7 @@ async def run_bandit_race(
     store: RouterStateStore | None = None,
     events: Any = None,
     cancel: CancelToken | None = None,
-) -> RaceResult:
+) -> BanditRaceResult:
     """Build, load shared state, race once, persist; see :func:`build_bandit_race`."""
     race = build_bandit_race(agent_models, options, configs=configs, store=store)
     await race.load()

@@ -1,87 +1,85 @@
-"""The bandit racing pipeline: rank → preview top-k in parallel → judge → answer → learn.
+"""The bandit race: a policy over ``agent_loop_parallel`` that learns which arm to trust.
 
-One :meth:`BanditRace.run` call:
+One :meth:`BanditRace.run` call is three ordinary races and a router update:
 
-1. **Rank** the arms with the router on the query's features.
-2. **Race only when unsure**: when the top arm's lower bound is above every other arm's upper bound
-   (and it has been observed), skip the previews and answer with it directly.
-3. **Previews** from the top-k arms *concurrently* (a ``TaskGroup``), each with a short token
-   limit scaled by query complexity (75–150 % of ``preview_tokens``), each under the per-call
-   timeout, served from the preview cache when possible. A failed or timed-out preview becomes a
-   failed outcome; its siblings keep running.
-4. **Judge** the previews that arrived with one structured-output rubric call. Previews are shown
-   in a shuffled order and every score is mapped back to its arm **by the number it was shown
-   under**, never by list position.
-5. **Order** candidates by judge score (router order breaks ties; failed previews go last).
-6. **Full answer**: sequentially with fallback, or — for long queries — speculatively from the
-   top two at once: the first *successful* answer wins and the other call is cancelled; a failure
-   does not end the race while the other is still running, and failed arms are never retried.
-   With a ``verify`` check, an answer that fails it counts as a failed attempt (``unverified``)
-   and the next candidate is asked; when no answer passes, the first unverified one is returned
-   with ``verified=False`` rather than nothing.
-7. **Rewards** for every previewed arm (judge quality, observed latency, real dollars, fallback
-   penalty for arms that failed), keyed by arm name; **router update**; **persist** each additive
-   delta to the state store.
+1. **Rank** the arms with the router on the query's features (``RouteDecision`` event). When the
+   top arm is clearly ahead (its lower bound above every other arm's upper bound, and observed),
+   the race is skipped (``sure``); otherwise the ``top_k`` arms with the highest upper bounds are
+   the contenders — by default fewer than there are arms, so which arms get evidence depends on
+   the router and exploration is real.
+2. **Preview race** (``label="preview"``): the contenders answer a short preview prompt in
+   parallel, each with a complexity-scaled token limit, served from the preview cache when the
+   request actually sent was seen before; the rubric judge
+   (:class:`~phi_core.parallel.RubricJudgeEvaluation`, the same as ``phi race --strategy
+   rubric``) scores them, shown in a shuffled order.
+3. **Answer race** (``label="answer"``): the best-scored arm continues *its own preview branch*
+   with "now answer in full"; failed or unverified answers fall back to the next candidate. For
+   long queries the first ``top_k`` (at least two) candidates answer at once and the first
+   acceptable answer wins (early accept), the others are cancelled.
+4. **Learn** (``RouteUpdate`` event): the answering arm's reward comes from its **full** answer —
+   verified (``verify``) or graded by the judge —, previewed arms learn from their preview scores
+   with a lower weight, and failures are penalised. The reward is bounded (see
+   :class:`~phi_core.routing.RewardPolicy`). Every update's additive delta is persisted; the
+   answer latencies (and preview latencies, apart) persist too, next to the router state.
 
-Budgets (total tokens, dollars, per-call and total timeouts) are checked before every call and cap
-every call's token limit; exceeding one stops the race cleanly with the partial result and status
-``budget_exceeded`` or ``timeout``.
+Budgets are one :class:`~phi_core.metering.Budget` for the whole run (previews, judge, answers):
+each call reserves its worst case before it is sent, so the run never overshoots; the wall clock
+cancels whatever still runs when it passes (status ``timeout``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import inspect
-import json
 import logging
-import random
 import re
-import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..cancel import CancelToken
 from ..errors import UserError
-from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
+from ..events import Emitter, RouteDecision, RouteUpdate
+from ..loop import AgentContext, AgentLoopConfig
+from ..metering import Budget, Meter, metering
+from ..outcome import RaceStatus
+from ..parallel import (
+    EvaluationDecision,
+    ParallelLoopOutcome,
+    ParallelLoopResult,
+    RubricJudgeEvaluation,
+    agent_loop_parallel,
+)
+from ..providers.call import CallCache
 from ..routing.bandits import LinearRouter, Ranking
 from ..routing.features import FeatureExtractor, HashedFeatures
-from ..routing.reward import ArmOutcome, ArmReward, LatencyTracker, RewardPolicy
-from ..routing.stores import PreviewCache, RouterStateStore, preview_cache_key
-from ..types import ResponseFormat, Usage
+from ..routing.reward import ArmReward, LatencyTracker, RewardPolicy
+from ..routing.stores import RouterStateStore
+from ..types import AgentMessage, AssistantMessage, Usage, UserMessage
 
 __all__ = [
     "Arm",
     "BanditRace",
-    "PreviewOutcome",
-    "RaceBudget",
-    "RaceResult",
+    "BanditRaceResult",
     "RaceSettings",
-    "parse_judge_scores",
+    "Verifier",
     "preview_token_limit",
 ]
 
 logger = logging.getLogger("phi_core.race")
 
-RaceStatus = Literal["ok", "error", "budget_exceeded", "timeout", "cancelled"]
 Verifier = Callable[[str], "bool | Awaitable[bool]"]
+Action = Literal["race", "sure", "single", "baseline"]
 """A check of a full answer's text (sync or async): True accepts it."""
 
 PREVIEW_PROMPT = (
     "Give a short preview of how you would answer the query below: the approach, the key points "
     "of the answer, and your confidence. Stay under {tokens} tokens.\n\nQuery:\n{query}"
 )
-JUDGE_SYSTEM = (
-    "You are an impartial judge. Score every candidate preview of an answer to the user's query "
-    "from 0 to 1 on relevance (answers the query directly), coverage (covers what the query "
-    "asks) and faithfulness (accurate, no invented facts). Ignore the order and the length of "
-    "the previews. For each preview give a one-sentence reason first, then the scores. Reply "
-    'with JSON only: {"scores": [{"preview": 1, "reason": "...", "relevance": 0.8, '
-    '"coverage": 0.7, "faithfulness": 0.9}, ...]} with one entry per preview.'
-)
-CRITERIA = ("relevance", "coverage", "faithfulness")
+ANSWER_PROMPT = "Now give your complete answer to the query, following your preview."
+_WALL = "wall-clock budget"
 
 
 @dataclass
@@ -93,60 +91,61 @@ class Arm:
 
 
 @dataclass(frozen=True)
-class RaceBudget:
-    """Limits of one race. ``None`` means no limit.
+class RaceSettings:
+    """Knobs of the bandit race (names follow the seed's flags where it has them).
 
-    ``call_timeout_s`` bounds every model call; ``preview_timeout_s`` / ``full_timeout_s`` override
-    it for previews / full answers (the judge uses ``call_timeout_s``).
+    Attributes:
+        top_k: arms previewed per query; ``None`` = fewer than there are arms (``min(2, n-1)``),
+            so the router's upper bounds decide which arms get evidence.
+        policy: ``bandit`` (the router orders and may skip the race) or ``baseline`` (the given
+            order, every arm previewed, never skipped; the router only learns).
+        race_only_when_unsure: skip the previews when the top arm is clearly ahead.
+        preview_weight: weight of an update learned from a preview's score (the full answer's
+            update weighs 1).
+        preview_timeout_s / answer_timeout_s: per-branch timeouts of the two races.
+        speculative_min_chars: queries at least this long race the first candidates' full
+            answers at once (early accept) instead of one after the other.
     """
 
-    max_total_tokens: int | None = None
-    max_cost_usd: float | None = None
-    call_timeout_s: float | None = None
-    total_timeout_s: float | None = None
-    preview_timeout_s: float | None = None
-    full_timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        names = (
-            "max_total_tokens",
-            "max_cost_usd",
-            "call_timeout_s",
-            "total_timeout_s",
-            "preview_timeout_s",
-            "full_timeout_s",
-        )
-        for name in names:
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise UserError(
-                    f"RaceBudget.{name} must be > 0 (or None for no limit), got {value!r}."
-                )
-
-
-@dataclass(frozen=True)
-class RaceSettings:
-    """Knobs of the pipeline (names follow the seed's CLI flags)."""
-
-    top_k: int = 3
+    top_k: int | None = None
     preview_tokens: int = 120
     min_scale: float = 0.75
     max_scale: float = 1.5
     length_threshold: int = 2000
     speculative_min_chars: int = 2000
     race_only_when_unsure: bool = True
-    cache_ttl_s: float = 600.0
+    policy: Literal["bandit", "baseline"] = "bandit"
+    preview_weight: float = 0.5
+    preview_timeout_s: float | None = None
+    answer_timeout_s: float | None = None
+    max_concurrency: int | None = None
     shuffle_seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.top_k < 1:
-            raise UserError(f"top_k must be >= 1, got {self.top_k!r}.")
+        if self.top_k is not None and self.top_k < 1:
+            raise UserError(f"top_k must be >= 1 (or None for the default), got {self.top_k!r}.")
         if self.preview_tokens < 1:
             raise UserError(f"preview_tokens must be >= 1, got {self.preview_tokens!r}.")
         if not 0 < self.min_scale <= self.max_scale:
             raise UserError(
                 f"Need 0 < min_scale <= max_scale, got {self.min_scale!r} and {self.max_scale!r}."
             )
+        if not 0 <= self.preview_weight <= 1:
+            raise UserError(f"preview_weight must be in [0, 1], got {self.preview_weight!r}.")
+        if self.policy not in ("bandit", "baseline"):
+            raise UserError(f"policy must be 'bandit' or 'baseline', got {self.policy!r}.")
+        for name in ("preview_timeout_s", "answer_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise UserError(f"{name} must be > 0 seconds (or None), got {value!r}.")
+
+    def contenders(self, arms: int) -> int:
+        """How many arms are previewed out of ``arms``."""
+        if self.policy == "baseline":
+            return arms
+        if self.top_k is not None:
+            return min(self.top_k, arms)
+        return max(1, min(2, arms - 1))
 
 
 def preview_token_limit(query: str, settings: RaceSettings) -> int:
@@ -157,88 +156,121 @@ def preview_token_limit(query: str, settings: RaceSettings) -> int:
 
 
 @dataclass
-class PreviewOutcome:
-    arm: str
-    text: str = ""
-    ok: bool = False
-    error: str | None = None
-    latency_s: float | None = None
-    usage: Usage = field(default_factory=Usage)
-    cost_usd: float = 0.0
-    cached: bool = False
+class BanditRaceResult:
+    """What a bandit race produced, also when it stopped early (``status`` says why)."""
 
-
-@dataclass
-class RaceResult:
-    """What a race produced, also when it stopped early (then ``status`` says why)."""
-
-    status: RaceStatus
+    session_id: str
+    status: RaceStatus = "all_failed"
     text: str = ""
     winner: str | None = None
+    verified: bool | None = None
+    """Whether the answer passed ``verify`` (``None``: no check configured)."""
+    quality: float | None = None
+    """The answer's judged or verified quality in [0, 1] (``None``: nothing could grade it)."""
     ranking: Ranking | None = None
-    previews_skipped: bool = False
-    previews: dict[str, PreviewOutcome] = field(default_factory=dict)
+    action: Action = "race"
+    contenders: list[str] = field(default_factory=list)
+    previews: ParallelLoopResult | None = None
     scores: dict[str, float] = field(default_factory=dict)
+    """The preview judge's score per arm."""
     order: list[str] = field(default_factory=list)
-    attempts: list[tuple[str, str]] = field(default_factory=list)
+    answers: list[ParallelLoopOutcome] = field(default_factory=list)
+    """Every full-answer attempt, in the order they were made."""
+    grade: EvaluationDecision | None = None
     rewards: dict[str, ArmReward] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
+    wall_time_s: float = 0.0
     error: str | None = None
-    verified: bool | None = None
-    """Whether the answer passed the race's ``verify`` check (None: no check configured)."""
-    _unverified: tuple[str, str] | None = field(default=None, init=False, repr=False)
+
+    answer: ParallelLoopOutcome | None = None
+    """The attempt whose answer was kept (``None`` when there is none)."""
+
+    @property
+    def previews_skipped(self) -> bool:
+        return self.previews is None
+
+    @property
+    def attempts(self) -> list[tuple[str, str]]:
+        """``(arm, status)`` of every full-answer attempt."""
+        return [(_arm_of(o), o.status) for o in self.answers]
+
+    @property
+    def outcomes(self) -> list[ParallelLoopOutcome]:
+        """Every branch that ran: previews, then answers."""
+        previews = list(self.previews.outcomes) if self.previews is not None else []
+        return previews + list(self.answers)
 
 
-class _BudgetExceeded(Exception):
-    pass
+def _arm_of(outcome: ParallelLoopOutcome) -> str:
+    return str(outcome.config.extra.get("arm", outcome.config_id))
 
 
-class _Meter:
-    """Running totals checked against the budget before every call."""
+class _Acceptor:
+    """The answer race's strategy: accept the first complete (and verified) answer at once."""
 
-    def __init__(self, budget: RaceBudget) -> None:
-        self.budget = budget
-        self.usage = Usage()
-        self.cost = 0.0
+    name = "bandit-answer"
+    early_accept = True
 
-    def add(self, result: LoopResult) -> None:
-        self.usage = self.usage + result.usage
-        self.cost += result.cost_usd
+    def __init__(self, verify: Verifier | None) -> None:
+        self.verify = verify
 
-    def token_cap(self, wanted: int | None, share: int = 1) -> int | None:
-        """The token limit a new call may use; raises when nothing is left."""
-        if self.budget.max_cost_usd is not None and self.cost >= self.budget.max_cost_usd:
-            raise _BudgetExceeded(
-                f"dollar budget ${self.budget.max_cost_usd:g} spent (${self.cost:.4f})"
+    async def accept(self, outcome: ParallelLoopOutcome, *, cancel: CancelToken) -> bool:
+        if not outcome.text.strip():
+            outcome.status, outcome.error, outcome.error_kind = "error", "empty answer", "internal"
+            return False
+        if self.verify is None:
+            return True
+        try:
+            verdict = self.verify(outcome.text)
+            passed = bool(await verdict) if inspect.isawaitable(verdict) else bool(verdict)
+        except Exception as exc:  # a broken check rejects the answer, not the race
+            logger.warning("verify raised %s for %s: %s", type(exc).__name__, _arm_of(outcome), exc)
+            passed = False
+        if not passed:
+            outcome.status, outcome.error, outcome.error_kind = (
+                "unverified",
+                "the answer failed the check",
+                "check",
             )
-        if self.budget.max_total_tokens is None:
-            return wanted
-        left = self.budget.max_total_tokens - self.usage.total
-        if left <= 0:
-            raise _BudgetExceeded(
-                f"token budget {self.budget.max_total_tokens} spent ({self.usage.total} tokens)"
-            )
-        cap = max(1, left // max(1, share))
-        return cap if wanted is None else min(wanted, cap)
+        return passed
+
+    async def evaluate(
+        self,
+        prompts: list[AgentMessage],
+        outcomes: list[ParallelLoopOutcome],
+        *,
+        events: Emitter,
+        cancel: CancelToken,
+    ) -> EvaluationDecision:
+        return EvaluationDecision(
+            index=None, strategy=self.name, rationale="no answer was accepted"
+        )
+
+
+_SLUG = re.compile(r"[^\w-]+")
 
 
 class BanditRace:
-    """The racing pipeline around a router; see the module docstring.
+    """The bandit race around a router; see the module docstring.
 
     Args:
         arms: the candidate configurations (distinct names).
         router: a :class:`~phi_core.routing.LinearRouter` (LinUCB, Thompson, ε-greedy).
-        judge: the judge's loop config; without one, previews are skipped and the router's order
-            decides (nothing is learned from quality then, only from failures).
+        judge: the judge's loop config; without one (and without ``verify``) nothing grades an
+            answer, so the router learns only from failures and the race is never run.
         features: the feature extractor (default: hashed n-grams of the router's dimension).
-        reward: the reward policy.
+        reward: the reward policy (bounded; see :class:`~phi_core.routing.RewardPolicy`).
         store: where each update's additive delta is persisted (``namespace`` defaults to the
             feature schema).
-        cache: preview cache.
-        verify: a check of each full answer's text (sync or async callable returning a bool,
-            e.g. :func:`phi_core.parallel.runnable_python` or a regex test): a failing answer
-            is a failed attempt (penalised like an error) and the next candidate is asked.
+        cache: preview cache, keyed by the request actually sent.
+        tracker / preview_tracker: answer and preview latency history (persist them by giving a
+            :class:`~phi_core.routing.LatencyHistory`).
+        settings: :class:`RaceSettings`.
+        budget: one :class:`~phi_core.metering.Budget` for the whole run.
+        verify: a check of each full answer's text (sync or async, True accepts it): a failing
+            answer is ``unverified`` (penalised) and the next candidate is asked; when none
+            passes, the first unverified answer is returned with ``verified=False``.
     """
 
     def __init__(
@@ -251,10 +283,11 @@ class BanditRace:
         reward: RewardPolicy | None = None,
         store: RouterStateStore | None = None,
         namespace: str | None = None,
-        cache: PreviewCache | None = None,
+        cache: CallCache | None = None,
         tracker: LatencyTracker | None = None,
+        preview_tracker: LatencyTracker | None = None,
         settings: RaceSettings | None = None,
-        budget: RaceBudget | None = None,
+        budget: Budget | None = None,
         verify: Verifier | None = None,
     ) -> None:
         if not arms:
@@ -275,50 +308,75 @@ class BanditRace:
         self.store = store
         self.namespace = namespace or self.features.schema
         self.cache = cache
-        self.tracker = tracker or LatencyTracker()
+        self.tracker = tracker or LatencyTracker(namespace=self.namespace)
+        self.preview_tracker = preview_tracker or LatencyTracker(
+            namespace=f"{self.namespace}:preview"
+        )
         self.settings = settings or RaceSettings()
-        self.budget = budget or RaceBudget()
-        self._rng = random.Random(self.settings.shuffle_seed)
+        self.budget = budget
         self.verify = verify
+        self.config_ids = _config_ids(names)
+        """Each arm's config id (the segment of its branches' loop ids)."""
+        self._judge = (
+            RubricJudgeEvaluation(judge, seed=self.settings.shuffle_seed)
+            if judge is not None
+            else None
+        )
+        self._grader = (
+            RubricJudgeEvaluation(judge, seed=self.settings.shuffle_seed, judge_single=True)
+            if judge is not None
+            else None
+        )
 
     async def load(self) -> None:
-        """Replace the router's statistics with the store's (sum of every worker's updates)."""
+        """Load the router statistics (sum of every worker's updates) and latency history."""
         if self.store is not None:
             state = await asyncio.to_thread(self.store.load, self.namespace)
             if state:
                 self.router.load_state(state)
+        await asyncio.to_thread(self.tracker.load)
+        await asyncio.to_thread(self.preview_tracker.load)
 
     async def run(
         self, query: str, *, cancel: CancelToken | None = None, events: Any = None
-    ) -> RaceResult:
-        if not query.strip():
+    ) -> BanditRaceResult:
+        if not isinstance(query, str) or not query.strip():
             raise UserError("The query is empty; pass the text to race on.")
-        meter = _Meter(self.budget)
-        result = RaceResult(status="error")
+        caller = cancel or CancelToken()
+        token = caller.child()
+        owns_emitter = not isinstance(events, Emitter)
+        emitter = Emitter.of(events)
+        result = BanditRaceResult(session_id=str(uuid.uuid4()))
+        meter = Meter(self.budget)
+        wall = (
+            asyncio.get_running_loop().call_later(self.budget.max_wall_s, token.cancel, _WALL)
+            if self.budget is not None and self.budget.max_wall_s is not None
+            else None
+        )
         x = self.features(query)
-        cancel = cancel or CancelToken()
         try:
-            timeout = self.budget.total_timeout_s
-            async with asyncio.timeout(timeout):
-                await self._race(query, x, result, meter, cancel, events)
-        except TimeoutError:
-            result.status = "timeout"
-            result.error = f"total timeout of {self.budget.total_timeout_s:g}s reached"
-        except _BudgetExceeded as exc:
-            result.status = "budget_exceeded"
-            result.error = str(exc)
-        result.usage = meter.usage
-        result.cost_usd = meter.cost
-        if cancel.cancelled and result.status != "ok":
-            result.status = "cancelled"
-        await self._learn(query, x, result)
+            with metering(meter):
+                await self._race(query, x, result, token, emitter)
+                result.status = self._status(result, caller, token)
+                if result.status == "ok":
+                    result.quality = await self._grade(query, result, token, emitter)
+            result.usage, result.cost_usd = meter.usage, meter.spent
+            result.wall_time_s = meter.elapsed()
+            await self._learn(query, x, result, emitter)
+        finally:
+            if wall is not None:
+                wall.cancel()
+            token.detach()
+            if owns_emitter:
+                await emitter.aclose()
         logger.info(
-            "race %s: winner=%s order=%s previews_skipped=%s scores=%s rewards=%s cost=$%.5f",
+            "bandit race %s: %s winner=%s action=%s order=%s quality=%s rewards=%s cost=$%.5f",
+            result.session_id,
             result.status,
             result.winner,
+            result.action,
             result.order,
-            result.previews_skipped,
-            {a: round(v, 3) for a, v in result.scores.items()},
+            result.quality,
             {a: round(r.reward, 3) for a, r in result.rewards.items()},
             result.cost_usd,
         )
@@ -327,374 +385,291 @@ class BanditRace:
     # ------------------------------------------------------------------ stages
 
     async def _race(
-        self,
-        query: str,
-        x: Any,
-        result: RaceResult,
-        meter: _Meter,
-        cancel: CancelToken,
-        events: Any,
+        self, query: str, x: Any, result: BanditRaceResult, token: CancelToken, emitter: Emitter
     ) -> None:
-        ranking = self.router.rank(x, list(self.arms))
+        settings = self.settings
+        names = list(self.arms)
+        ranking = self.router.rank(x, names)
         result.ranking = ranking
-        order = ranking.order
+        order = ranking.order if settings.policy == "bandit" else names
+        k = settings.contenders(len(names))
+        action: Action
         if (
-            self.judge is None
-            or len(order) == 1
-            or (
-                self.settings.race_only_when_unsure
-                and ranking.top.n > 0
-                and ranking.clearly_ahead()
-            )
+            settings.policy == "bandit"
+            and settings.race_only_when_unsure
+            and len(names) > 1
+            and ranking.top.n > 0
+            and ranking.clearly_ahead()
         ):
-            result.previews_skipped = True
-            result.order = order
+            action, reason = "sure", f"{order[0]} is clearly ahead: the race is skipped"
+        elif k < 2 or self._judge is None:
+            action = "single"
+            reason = (
+                "no judge to compare previews: the router's order decides"
+                if self._judge is None
+                else f"previewing {k} of {len(names)} arms: the router's order decides"
+            )
         else:
-            contenders = order[: self.settings.top_k]
-            await self._previews(query, contenders, result, meter, cancel, events)
-            await self._judge(query, result, meter, cancel, events)
-            judged = [a for a in contenders if result.previews[a].ok]
+            action = "baseline" if settings.policy == "baseline" else "race"
+            reason = f"previewing the {k} arms with the highest upper bounds"
+        contenders = order[:k] if action in ("race", "baseline") else order[:1]
+        result.action, result.contenders = action, contenders
+        emitter.emit(
+            RouteDecision(
+                loop_id=result.session_id,
+                session_id=result.session_id,
+                policy=ranking.policy if settings.policy == "bandit" else "baseline",
+                namespace=self.namespace,
+                ranking=[
+                    {"arm": a.arm, "score": a.score, "mean": a.mean, "width": a.width, "n": a.n}
+                    for a in ranking.arms
+                ],
+                explanation=ranking.explain(),
+                action=action,
+                contenders=contenders,
+                reason=reason,
+            )
+        )
+        bases: dict[str, AgentContext] = {}
+        if action in ("race", "baseline"):
+            previews = await self._previews(query, contenders, result, token, emitter)
+            result.previews = previews
+            by_arm = {_arm_of(o): o for o in previews.outcomes}
+            for index, score in previews.decision.scores.items():
+                result.scores[contenders[index]] = score
+            judged = [a for a in contenders if by_arm[a].ok]
             judged.sort(key=lambda a: -result.scores.get(a, -1.0))  # stable: router order on ties
-            failed = [a for a in contenders if not result.previews[a].ok]
+            failed = [a for a in contenders if not by_arm[a].ok]
             rest = [a for a in order if a not in contenders]
             result.order = judged + rest + failed
-        if len(query) >= self.settings.speculative_min_chars and len(result.order) >= 2:
-            await self._speculative(query, result, meter, cancel, events)
+            for arm in judged:
+                context = by_arm[arm].context.clone()
+                context.messages.append(UserMessage.text(ANSWER_PROMPT))
+                bases[arm] = context
         else:
-            await self._sequential(query, result.order, result, meter, cancel, events)
-
-    async def _call(
-        self,
-        arm: str,
-        prompt: str,
-        max_tokens: int | None,
-        cancel: CancelToken,
-        events: Any,
-        *,
-        preview: bool = False,
-    ) -> LoopResult:
-        config = dataclasses.replace(self.arms[arm].config, max_tokens=max_tokens)
-        specific = self.budget.preview_timeout_s if preview else self.budget.full_timeout_s
-        async with asyncio.timeout(specific or self.budget.call_timeout_s):
-            return await agent_loop(prompt, AgentContext(), config, events=events, cancel=cancel)
+            result.order = list(order)
+        await self._answer(query, result, bases, token, emitter)
 
     async def _previews(
         self,
         query: str,
         contenders: list[str],
-        result: RaceResult,
-        meter: _Meter,
-        cancel: CancelToken,
-        events: Any,
-    ) -> None:
-        limit = preview_token_limit(query, self.settings)
-        cap = meter.token_cap(limit, share=len(contenders))
-        assert cap is not None
+        result: BanditRaceResult,
+        token: CancelToken,
+        emitter: Emitter,
+    ) -> ParallelLoopResult:
+        cap = preview_token_limit(query, self.settings)
+        share = _token_share(len(contenders))
+        if share is not None:
+            cap = max(1, min(cap, share))
         prompt = PREVIEW_PROMPT.format(tokens=cap, query=query)
-
-        async def one(arm: str) -> None:
-            config = self.arms[arm].config
-            key = preview_cache_key(
-                model=config.model_config().spec,
-                prompt=prompt,
-                max_tokens=cap,
-                params={
-                    "temperature": config.temperature,
-                    "top_p": config.top_p,
-                    "seed": config.seed,
-                    "thinking": config.thinking,
-                    "system": self.arms[arm].config.extra.get("system_prompt"),
-                },
-            )
-            if self.cache is not None:
-                hit = await asyncio.to_thread(self.cache.get, key)
-                if hit is not None:
-                    result.previews[arm] = PreviewOutcome(arm, hit["text"], ok=True, cached=True)
-                    return
-            started = time.monotonic()
-            outcome = PreviewOutcome(arm)
-            try:
-                loop = await self._call(arm, prompt, cap, cancel, events, preview=True)
-            except TimeoutError:
-                limit_s = self.budget.preview_timeout_s or self.budget.call_timeout_s
-                outcome.error = f"preview timed out after {limit_s:g}s"
-            else:
-                meter.add(loop)
-                outcome.usage, outcome.cost_usd = loop.usage, loop.cost_usd
-                outcome.latency_s = time.monotonic() - started
-                if loop.ok and loop.text.strip():
-                    outcome.ok, outcome.text = True, loop.text
-                    self.tracker.record(arm, outcome.latency_s)
-                    if self.cache is not None:
-                        await asyncio.to_thread(
-                            self.cache.set, key, {"text": loop.text}, self.settings.cache_ttl_s
-                        )
-                else:
-                    outcome.error = loop.error or "empty preview"
-            result.previews[arm] = outcome
-
-        async with asyncio.TaskGroup() as group:
-            for arm in contenders:
-                group.create_task(one(arm))
-
-    async def _judge(
-        self, query: str, result: RaceResult, meter: _Meter, cancel: CancelToken, events: Any
-    ) -> None:
-        arrived = [a for a, p in result.previews.items() if p.ok]
-        if len(arrived) < 2 or self.judge is None:
-            return
-        shown = list(arrived)
-        self._rng.shuffle(shown)  # position bias cannot follow the router's order
-        parts = [f"Query:\n{query}\n"]
-        parts += [f"Preview {n}:\n{result.previews[a].text}\n" for n, a in enumerate(shown, 1)]
-        parts.append(f"Score each of the {len(shown)} previews as instructed.")
-        config = dataclasses.replace(
-            self.judge,
-            response_format=_judge_format(),
-            max_tokens=meter.token_cap(self.judge.max_tokens),
-        )
-        try:
-            async with asyncio.timeout(self.budget.call_timeout_s):
-                loop = await agent_loop(
-                    "\n".join(parts),
-                    AgentContext(system_prompt=JUDGE_SYSTEM),
-                    config,
-                    events=events,
-                    cancel=cancel,
-                )
-        except TimeoutError:
-            logger.warning("judge timed out; ordering by the router")
-            return
-        meter.add(loop)
-        if not loop.ok:
-            logger.warning("judge failed (%s); ordering by the router", loop.error)
-            return
-        for number, score in parse_judge_scores(loop.text, len(shown)).items():
-            result.scores[shown[number - 1]] = score
-
-    async def _sequential(
-        self,
-        query: str,
-        order: list[str],
-        result: RaceResult,
-        meter: _Meter,
-        cancel: CancelToken,
-        events: Any,
-    ) -> None:
-        for arm in order:
-            if cancel.cancelled:
-                return
-            if any(a == arm for a, _ in result.attempts):
-                continue
-            if await self._full(arm, query, result, meter, cancel, events):
-                return
-        if self._keep_unverified(result):
-            return
-        result.status = "error"
-        result.error = "every candidate failed: " + "; ".join(
-            f"{a}: {s}" for a, s in result.attempts
+        configs = [
+            self._config(arm, max_tokens=cap, response_cache=self.cache) for arm in contenders
+        ]
+        assert self._judge is not None
+        return await agent_loop_parallel(
+            prompt,
+            AgentContext(session_id=result.session_id),
+            configs,
+            self._judge,
+            events=emitter,
+            cancel=token,
+            branch_timeout=self.settings.preview_timeout_s,
+            max_concurrency=self.settings.max_concurrency,
+            label="preview",
         )
 
-    async def _full(
+    async def _answer(
         self,
-        arm: str,
         query: str,
-        result: RaceResult,
-        meter: _Meter,
-        cancel: CancelToken,
-        events: Any,
+        result: BanditRaceResult,
+        bases: dict[str, AgentContext],
+        token: CancelToken,
+        emitter: Emitter,
+    ) -> None:
+        pending = list(result.order)
+        if len(query) >= self.settings.speculative_min_chars and len(pending) >= 2:
+            width = max(2, self.settings.contenders(len(self.arms)))
+            batch, pending = pending[:width], pending[width:]
+            if await self._attempt(query, batch, result, bases, token, emitter):
+                return
+        while pending and not token.cancelled:
+            arm = pending.pop(0)
+            if await self._attempt(query, [arm], result, bases, token, emitter):
+                return
+        unverified = next((o for o in result.answers if o.status == "unverified"), None)
+        if unverified is not None:  # nothing passed the check: the first unverified answer
+            self._win(result, unverified, verified=False)
+
+    async def _attempt(
+        self,
+        query: str,
+        arms: list[str],
+        result: BanditRaceResult,
+        bases: dict[str, AgentContext],
+        token: CancelToken,
+        emitter: Emitter,
     ) -> bool:
-        cap = meter.token_cap(self.arms[arm].config.max_tokens)
-        try:
-            loop = await self._call(arm, query, cap, cancel, events)
-        except TimeoutError:
-            result.attempts.append((arm, "timeout"))
+        contexts = []
+        for arm in arms:
+            context = bases.get(arm)
+            if context is None:
+                context = AgentContext(session_id=result.session_id)
+                context.messages.append(UserMessage.text(query))
+            contexts.append(context)
+        race = await agent_loop_parallel(
+            None,
+            contexts,
+            [self._config(arm) for arm in arms],
+            _Acceptor(self.verify),
+            events=emitter,
+            cancel=token,
+            branch_timeout=self.settings.answer_timeout_s,
+            label="answer",
+        )
+        result.answers.extend(race.outcomes)
+        winner = race.selected
+        if winner is None:
             return False
-        meter.add(loop)
-        status = await self._accept(arm, loop, result)
-        result.attempts.append((arm, status))
-        if status == "ok":
-            self._win(result, arm, loop.text)
-            return True
-        return False
-
-    def _win(self, result: RaceResult, arm: str, text: str) -> None:
-        result.status, result.text, result.winner = "ok", text, arm
-        result.verified = None if self.verify is None else True
-
-    async def _accept(self, arm: str, loop: LoopResult, result: RaceResult) -> str:
-        """``ok``, ``unverified`` (kept as a last resort) or why the full answer failed."""
-        if not (loop.ok and loop.text.strip()):
-            return loop.reason if loop.reason != "completed" else "empty"
-        if self.verify is None:
-            return "ok"
-        try:
-            verdict = self.verify(loop.text)
-            passed = bool(await verdict) if inspect.isawaitable(verdict) else bool(verdict)
-        except Exception as exc:  # a broken check rejects the answer, not the race
-            logger.warning("verify raised %s for %s's answer: %s", type(exc).__name__, arm, exc)
-            passed = False
-        if passed:
-            return "ok"
-        if result._unverified is None:
-            result._unverified = (arm, loop.text)
-        return "unverified"
-
-    def _keep_unverified(self, result: RaceResult) -> bool:
-        """No answer passed ``verify``: return the first unverified one (if any) as the answer."""
-        first = result._unverified
-        if first is None:
-            return False
-        self._win(result, *first)
-        result.verified = False
+        self._win(result, winner, verified=None if self.verify is None else True)
         return True
 
-    async def _speculative(
-        self, query: str, result: RaceResult, meter: _Meter, cancel: CancelToken, events: Any
+    def _win(
+        self, result: BanditRaceResult, outcome: ParallelLoopOutcome, *, verified: bool | None
     ) -> None:
-        first_two = result.order[:2]
-        tokens = {a: cancel.child() for a in first_two}
-        tasks = {
-            asyncio.create_task(self._full_isolated(a, query, meter, tokens[a], events, result)): a
-            for a in first_two
-        }
-        try:
-            pending = set(tasks)
-            while pending and result.winner is None:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    arm = tasks[task]
-                    status, loop = task.result()
-                    if loop is not None:
-                        meter.add(loop)
-                    if status == "ok" and loop is not None and result.winner is None:
-                        result.attempts.append((arm, "ok"))
-                        self._win(result, arm, loop.text)
-                    else:
-                        result.attempts.append((arm, status))
-            # The loser is cancelled through its token, so its partial spend is still counted.
-            for task in pending:
-                tokens[tasks[task]].cancel("another candidate answered first")
-            for task in pending:
-                _, loop = await task
-                if loop is not None:
-                    meter.add(loop)
-                result.attempts.append((tasks[task], "cancelled"))
-        finally:
-            for task in tasks:
-                if not task.done():
-                    task.cancel()
-            for task in tasks:
-                if not task.done():
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        if result.winner is None:
-            rest = [a for a in result.order if a not in first_two]
-            await self._sequential(query, rest, result, meter, cancel, events)
+        result.text, result.winner, result.verified = outcome.text, _arm_of(outcome), verified
+        result.answer = outcome
 
-    async def _full_isolated(
-        self,
-        arm: str,
-        query: str,
-        meter: _Meter,
-        cancel: CancelToken,
-        events: Any,
-        result: RaceResult,
-    ) -> tuple[str, LoopResult | None]:
-        cap = meter.token_cap(self.arms[arm].config.max_tokens, share=2)
-        try:
-            loop = await self._call(arm, query, cap, cancel, events)
-        except TimeoutError:
-            return "timeout", None
-        return await self._accept(arm, loop, result), loop
+    def _config(self, arm: str, **changes: Any) -> AgentLoopConfig:
+        config = self.arms[arm].config
+        extra = {**config.extra, "arm": arm}
+        return dataclasses.replace(config, config_id=self.config_ids[arm], extra=extra, **changes)
+
+    @staticmethod
+    def _status(result: BanditRaceResult, caller: CancelToken, token: CancelToken) -> RaceStatus:
+        if result.winner is not None:
+            return "ok"
+        if caller.cancelled:
+            return "cancelled"
+        if token.reason == _WALL:
+            result.error = "the wall-clock budget ran out before an answer was accepted"
+            return "timeout"
+        failures = [o for o in result.answers if not o.ok]
+        if failures and all(o.status == "over_budget" for o in failures):
+            result.error = failures[0].error
+            return "over_budget"
+        result.error = "every candidate failed: " + "; ".join(
+            f"{_arm_of(o)}: {o.status}" + (f" ({o.error})" if o.error else "") for o in failures
+        )
+        return "all_failed"
 
     # ------------------------------------------------------------------ learning
 
-    async def _learn(self, query: str, x: Any, result: RaceResult) -> None:
-        failed_full = {a for a, s in result.attempts if s not in ("ok", "cancelled")}
-        outcomes: list[ArmOutcome] = []
-        for arm, preview in result.previews.items():
-            if preview.cached or (preview.ok and arm not in result.scores):
-                # A cached preview was learned from when it was made; an unjudged one carries
-                # no quality signal. Neither updates the router (no correlated re-counting).
-                continue
-            quality = result.scores.get(arm, 0.0)
-            outcomes.append(
-                ArmOutcome(
-                    arm,
-                    quality,
-                    preview.latency_s,
-                    preview.cost_usd,
-                    failed=(not preview.ok) or arm in failed_full,
-                )
+    async def _learn(self, query: str, x: Any, result: BanditRaceResult, emitter: Emitter) -> None:
+        """Reward every arm that produced evidence; see the module docstring."""
+        answer = result.answer
+        if answer is not None:
+            self.tracker.record(_arm_of(answer), answer.latency_s)
+        updates: list[tuple[ParallelLoopOutcome, float, float, str]] = []
+        if answer is not None and result.quality is not None:
+            updates.append((answer, result.quality, 1.0, "answer"))
+        wall_expired = result.status == "timeout"
+        for outcome in result.answers:
+            if outcome is not answer and _is_failure(outcome, wall_expired):
+                updates.append((outcome, 0.0, 1.0, "failure"))
+        if result.previews is not None:
+            for outcome in result.previews.outcomes:
+                arm = _arm_of(outcome)
+                cached = outcome.result is not None and outcome.result.cached_calls > 0
+                if outcome.ok and not cached:
+                    self.preview_tracker.record(arm, outcome.latency_s)
+                if any(_arm_of(u[0]) == arm for u in updates):
+                    continue
+                if _is_failure(outcome, wall_expired):
+                    updates.append((outcome, 0.0, 1.0, "failure"))
+                elif outcome.ok and not cached and arm in result.scores:
+                    updates.append(
+                        (outcome, result.scores[arm], self.settings.preview_weight, "preview")
+                    )
+        rows = []
+        for outcome, quality, weight, source in updates:
+            arm = _arm_of(outcome)
+            tracker = self.tracker if source != "preview" else self.preview_tracker
+            reward = self.reward.reward(
+                dataclasses.replace(outcome, config_id=arm),
+                quality,
+                query_chars=len(query),
+                tracker=tracker,
             )
-        for arm in failed_full - set(result.previews):
-            outcomes.append(ArmOutcome(arm, 0.0, None, 0.0, failed=True))
-        if not outcomes:
-            return
-        result.rewards = self.reward.rewards(outcomes, query_chars=len(query), tracker=self.tracker)
-        for arm, reward in result.rewards.items():
-            delta = self.router.update(x, arm, reward.reward)
+            result.rewards[arm] = reward
+            delta = self.router.update(x, arm, reward.reward, weight)
             if self.store is not None:
                 await asyncio.to_thread(self.store.add, self.namespace, arm, delta)
+            rows.append({**dataclasses.asdict(reward), "weight": weight, "source": source})
+        if rows:
+            emitter.emit(
+                RouteUpdate(
+                    loop_id=result.session_id,
+                    session_id=result.session_id,
+                    namespace=self.namespace,
+                    rewards=rows,
+                )
+            )
+
+    async def _grade(
+        self, query: str, result: BanditRaceResult, token: CancelToken, emitter: Emitter
+    ) -> float | None:
+        """The answer's quality: 1/0 from ``verify`` when set, else the judge's rubric score."""
+        if self.verify is not None:
+            return 1.0 if result.verified else 0.0
+        answer = result.answer
+        if self._grader is None or answer is None:
+            return None
+        message = answer.final_message or AssistantMessage()
+        graded = ParallelLoopOutcome(
+            config_id=answer.config_id,
+            config_index=0,
+            loop_id=answer.loop_id,
+            context=AgentContext(session_id=result.session_id),
+            config=answer.config,
+            new_messages=[message],
+        )
+        decision = await self._grader.evaluate(
+            [UserMessage.text(query)], [graded], events=emitter, cancel=token
+        )
+        result.grade = decision
+        score = decision.scores.get(0)
+        return None if decision.fallback or score is None else min(1.0, max(0.0, score))
 
 
-def _judge_format() -> ResponseFormat:
-    item = {
-        "type": "object",
-        "properties": {
-            "preview": {"type": "integer"},
-            "reason": {"type": "string"},
-            **{c: {"type": "number", "minimum": 0, "maximum": 1} for c in CRITERIA},
-        },
-        "required": ["preview", "reason", *CRITERIA],
-        "additionalProperties": False,
-    }
-    return ResponseFormat(
-        name="preview_scores",
-        schema={
-            "type": "object",
-            "properties": {"scores": {"type": "array", "items": item}},
-            "required": ["scores"],
-            "additionalProperties": False,
-        },
-    )
+def _is_failure(outcome: ParallelLoopOutcome, wall_expired: bool) -> bool:
+    """An arm's own failure (penalised): not a cancellation, a budget refusal or the race's
+    wall clock running out."""
+    if outcome.status in ("error", "unverified", "rejected"):
+        return True
+    return outcome.status == "timeout" and not wall_expired
 
 
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+def _token_share(count: int) -> int | None:
+    """Output tokens each of ``count`` concurrent calls may take from the active token budgets."""
+    from ..metering import active_meters
+
+    shares = []
+    for meter in active_meters():
+        budget = meter.budget
+        if budget is not None and budget.max_tokens is not None:
+            shares.append((budget.max_tokens - meter.tokens) // max(1, count))
+    return min(shares) if shares else None
 
 
-def parse_judge_scores(reply: str, count: int) -> dict[int, float]:
-    """``{preview number: mean criterion score}``; the number, not the list position, counts.
-
-    Entries with numbers outside ``1..count``, repeated numbers, or missing/non-numeric criteria
-    are dropped; scores are clamped to [0, 1].
-    """
-    data: Any = None
-    for candidate in (reply.strip(), *(m.group(0) for m in [_OBJECT.search(reply)] if m)):
-        try:
-            data = json.loads(candidate)
-            break
-        except ValueError:
-            continue
-    entries = data.get("scores") if isinstance(data, dict) else None
-    if not isinstance(entries, list):
-        return {}
-    out: dict[int, float] = {}
-    for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        number = entry.get("preview")
-        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= count:
-            continue
-        if number in out:
-            continue
-        values: list[float] = []
-        for criterion in CRITERIA:
-            value = entry.get(criterion)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-                break
-            values.append(min(1.0, max(0.0, float(value))))
-        else:
-            out[number] = sum(values) / len(values)
-    return out
+def _config_ids(names: list[str]) -> dict[str, str]:
+    """A loop-id segment per arm name, unique even when two names slug alike."""
+    ids: dict[str, str] = {}
+    used: set[str] = set()
+    for i, name in enumerate(names):
+        slug = _SLUG.sub("-", name).strip("-") or f"arm{i}"
+        while slug in used:
+            slug = f"{slug}-{i}"
+        used.add(slug)
+        ids[name] = slug
+    return ids

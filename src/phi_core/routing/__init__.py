@@ -2,7 +2,8 @@
 
 Owns the routers (:class:`LinUCBRouter`, :class:`LinearThompsonRouter`,
 :class:`EpsilonGreedyRouter`) over additive sufficient statistics, the feature extractors, the
-reward policy, the router-state stores and preview caches (JSON file, SQLite, Redis) and a replay
+reward policy, the router-state stores, preview caches and latency history (JSON file, SQLite,
+Redis) and a replay
 provider of recorded answers. It knows nothing of the CLI, the racing pipeline or ``parallel/``.
 """
 
@@ -17,8 +18,14 @@ from .bandits import (
     Ranking,
 )
 from .features import EmbeddingFeatures, FeatureExtractor, HashedFeatures, intent_signals
+from .history import (
+    LatencyHistory,
+    MemoryLatencyHistory,
+    RedisLatencyHistory,
+    SQLiteLatencyHistory,
+)
 from .replay import Recorded, ReplayProvider, prompt_key
-from .reward import ArmOutcome, ArmReward, LatencyTracker, RewardPolicy
+from .reward import ArmReward, LatencyTracker, RewardPolicy
 from .stores import (
     JsonFileStateStore,
     MemoryPreviewCache,
@@ -30,11 +37,9 @@ from .stores import (
     SQLitePreviewCache,
     SQLiteStateStore,
     open_state_store,
-    preview_cache_key,
 )
 
 __all__ = [
-    "ArmOutcome",
     "ArmReward",
     "ArmStats",
     "EmbeddingFeatures",
@@ -42,26 +47,29 @@ __all__ = [
     "FeatureExtractor",
     "HashedFeatures",
     "JsonFileStateStore",
+    "LatencyHistory",
     "LatencyTracker",
     "LinUCBRouter",
     "LinearRouter",
     "LinearThompsonRouter",
     "LoggedOutcome",
+    "MemoryLatencyHistory",
     "MemoryPreviewCache",
     "MemoryStateStore",
     "PreviewCache",
     "RankedArm",
     "Ranking",
     "Recorded",
+    "RedisLatencyHistory",
     "RedisPreviewCache",
     "RedisStateStore",
     "ReplayProvider",
     "RewardPolicy",
     "RouterStateStore",
+    "SQLiteLatencyHistory",
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "intent_signals",
     "open_state_store",
-    "preview_cache_key",
     "prompt_key",
 ]

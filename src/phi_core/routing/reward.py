@@ -1,40 +1,42 @@
-"""What a routing decision earned: quality, latency and cost blended into one reward per arm.
+"""What a routing decision earned: quality, latency and cost blended into one bounded reward.
 
-``reward = w_q·Q + w_l·L + w_c·C − fallback_penalty·[the arm failed]`` where
+``reward = w_q·Q + w_l·L + w_c·C − fallback_penalty·[the arm failed]`` where every term lies in
+[0, 1], so the reward is **bounded**: it lies in ``[−fallback_penalty, w_q + w_l + w_c]``
+(``[−0.05, 1]`` with the defaults) whatever a call costs or however long it takes:
 
-- ``Q`` is the quality in [0, 1] (a judge's score, a verifier's pass, recorded correctness);
+- ``Q`` is the quality in [0, 1] (a judge's score of the full answer, a verifier's pass,
+  recorded correctness);
 - ``L = 1 − min(1, latency / allowance)`` with ``allowance = P95 · (1 + min(1, chars/τ))``: the
   observed latency of *this* call relative to the rolling P95 of every model's recent calls
   (pooled, so a model that is slow in general scores lower), scaled up for long queries. When a
-  call has no latency (a cache hit), the model's own rolling P95 stands in;
-- ``C = 1 − cost_usd / cost_scale_usd`` is linear in real dollars (never a ratio in which the
-  price cancels), so a call costing ``cost_scale_usd`` loses one unit of ``w_c``.
+  call has no latency (a cache hit, reported as 0), the model's own rolling P95 stands in;
+- ``C = s / (s + cost_usd)`` with ``s = cost_scale_usd``: 1 for a free call, ½ for a call
+  costing ``s``, falling towards 0 for dearer ones — monotone in real dollars (never a ratio in
+  which the price cancels) and nearly linear (``≈ 1 − cost/s``) for calls much cheaper than ``s``.
 
-Scores arrive keyed by **arm name** (see :class:`ArmOutcome`), never by list position.
+Rewards are keyed by **arm name** (an outcome's ``config_id``), never by list position.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import UserError
+from ..outcome import Outcome
 
-__all__ = ["ArmOutcome", "ArmReward", "LatencyTracker", "RewardPolicy"]
+if TYPE_CHECKING:
+    from .history import LatencyHistory
 
+__all__ = ["ArmReward", "LatencyTracker", "RewardPolicy"]
 
-@dataclass(frozen=True)
-class ArmOutcome:
-    """What one arm did on one query."""
-
-    arm: str
-    quality: float
-    latency_s: float | None = None
-    cost_usd: float = 0.0
-    failed: bool = False
+logger = logging.getLogger("phi_core.routing")
 
 
 @dataclass(frozen=True)
@@ -52,16 +54,42 @@ class ArmReward:
 class LatencyTracker:
     """Rolling latency samples per model (last ``window``), with per-model and pooled P95."""
 
-    def __init__(self, window: int = 200) -> None:
+    def __init__(
+        self, window: int = 200, *, history: LatencyHistory | None = None, namespace: str = ""
+    ) -> None:
         if window < 1:
             raise UserError(f"window must be >= 1, got {window!r}.")
         self.window = window
+        self.history = history
+        self.namespace = namespace
         self._samples: dict[str, deque[float]] = {}
+
+    def load(self) -> None:
+        """Start from the stored samples of :attr:`history` (a broken store is skipped)."""
+        if self.history is None:
+            return
+        try:
+            stored = self.history.load(self.namespace, self.window)
+        except Exception as exc:  # a refinement of the reward, never a reason to fail
+            logger.warning(
+                "latency history unreadable (%s: %s); starting empty", type(exc).__name__, exc
+            )
+            return
+        for model, samples in stored.items():
+            queue = self._samples.setdefault(model, deque(maxlen=self.window))
+            queue.extend(s for s in samples if math.isfinite(s) and s >= 0)
 
     def record(self, model: str, latency_s: float) -> None:
         if latency_s < 0 or not math.isfinite(latency_s):
             raise UserError(f"latency must be a finite number >= 0, got {latency_s!r}.")
         self._samples.setdefault(model, deque(maxlen=self.window)).append(latency_s)
+        if self.history is not None:
+            try:
+                self.history.add(self.namespace, model, latency_s, self.window)
+            except Exception as exc:
+                logger.warning(
+                    "latency history not written (%s: %s); kept in memory", type(exc).__name__, exc
+                )
 
     def p95(self, model: str | None = None) -> float | None:
         """P95 of one model, or of all models pooled when ``model`` is None."""
@@ -109,42 +137,57 @@ class RewardPolicy:
         allowance = reference * (1.0 + min(1.0, query_chars / self.length_threshold))
         return 1.0 - min(1.0, latency_s / allowance)
 
-    def cost_term(self, cost_usd: float) -> float:
-        return 1.0 - cost_usd / self.cost_scale_usd
+    def cost_term(self, cost_usd: float | np.ndarray) -> float | np.ndarray:
+        """``s / (s + cost)``: 1 for a free call, ½ at ``cost_scale_usd``, towards 0 beyond."""
+        cost = np.maximum(cost_usd, 0.0)
+        value = self.cost_scale_usd / (self.cost_scale_usd + cost)
+        return float(value) if np.ndim(value) == 0 else value
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The lowest and highest reward this policy can give."""
+        return (
+            -self.fallback_penalty,
+            self.quality_weight + self.latency_weight + self.cost_weight,
+        )
 
     def reward(
         self,
-        outcome: ArmOutcome,
+        outcome: Outcome,
+        quality: float,
         *,
         query_chars: int = 0,
         tracker: LatencyTracker | None = None,
     ) -> ArmReward:
-        if not 0.0 <= outcome.quality <= 1.0:
-            raise UserError(
-                f"quality of arm {outcome.arm!r} must be in [0, 1], got {outcome.quality!r}."
-            )
-        lat = self.latency_term(outcome.arm, outcome.latency_s, query_chars, tracker)
-        cost = self.cost_term(outcome.cost_usd)
-        penalty = self.fallback_penalty if outcome.failed else 0.0
+        """The reward of ``outcome`` (its ``config_id`` is the arm) given its ``quality``."""
+        arm = outcome.config_id
+        if not (isinstance(quality, int | float) and 0.0 <= quality <= 1.0):
+            raise UserError(f"quality of arm {arm!r} must be in [0, 1], got {quality!r}.")
+        latency = outcome.latency_s if outcome.latency_s > 0 else None
+        lat = self.latency_term(arm, latency, query_chars, tracker)
+        cost = float(self.cost_term(outcome.cost_usd))
+        penalty = self.fallback_penalty if not outcome.ok else 0.0
         value = (
-            self.quality_weight * outcome.quality
+            self.quality_weight * quality
             + self.latency_weight * lat
             + self.cost_weight * cost
             - penalty
         )
-        return ArmReward(outcome.arm, value, outcome.quality, lat, cost, penalty)
+        return ArmReward(arm, value, quality, lat, cost, penalty)
 
     def rewards(
         self,
-        outcomes: list[ArmOutcome],
+        graded: Sequence[tuple[Outcome, float]],
         *,
         query_chars: int = 0,
         tracker: LatencyTracker | None = None,
     ) -> dict[str, ArmReward]:
-        """Rewards keyed by arm name; duplicate arms are an error (scores would be ambiguous)."""
+        """Rewards keyed by arm name; two outcomes of one arm are an error (ambiguous)."""
         out: dict[str, ArmReward] = {}
-        for outcome in outcomes:
-            if outcome.arm in out:
-                raise UserError(f"Two outcomes for arm {outcome.arm!r}; give one per arm.")
-            out[outcome.arm] = self.reward(outcome, query_chars=query_chars, tracker=tracker)
+        for outcome, quality in graded:
+            if outcome.config_id in out:
+                raise UserError(f"Two outcomes for arm {outcome.config_id!r}; give one per arm.")
+            out[outcome.config_id] = self.reward(
+                outcome, quality, query_chars=query_chars, tracker=tracker
+            )
         return out

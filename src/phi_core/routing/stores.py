@@ -15,14 +15,14 @@ another's updates:
 
 All calls are synchronous (file, SQLite and Redis client calls); async callers run them with
 ``asyncio.to_thread``. Preview caches (:class:`MemoryPreviewCache`, :class:`SQLitePreviewCache`,
-:class:`RedisPreviewCache`) share the same shapes, with keys from :func:`preview_cache_key`.
+:class:`RedisPreviewCache`) share the same shapes; the bandit race keys them by the request actually sent
+(:func:`phi_core.providers.call.request_key`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -51,7 +51,6 @@ __all__ = [
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "open_state_store",
-    "preview_cache_key",
 ]
 
 logger = logging.getLogger("phi_core.routing.stores")
@@ -429,36 +428,6 @@ def open_state_store(location: str | os.PathLike[str]) -> RouterStateStore:
 
 
 # ---------------------------------------------------------------------------- preview cache
-
-
-def preview_cache_key(
-    *,
-    model: str,
-    prompt: str,
-    max_tokens: int,
-    sample_index: int = 0,
-    params: dict[str, Any] | None = None,
-    template_version: str = "v1",
-) -> str:
-    """A cache key covering model, every sampling parameter, token limit, sample and prompt.
-
-    ``params`` carries every sampling setting (temperature, top_p, seed, thinking, tools…); they
-    are serialised canonically so that two requests share a key only if they are identical.
-    """
-    body = json.dumps(
-        {
-            "model": model,
-            "params": params or {},
-            "max_tokens": max_tokens,
-            "sample": sample_index,
-            "template": template_version,
-            "prompt_sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
-    )
-    return "phi:preview:v1:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
 class PreviewCache(Protocol):
