@@ -20,7 +20,6 @@ from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.race import (
     Arm,
     BanditRace,
-    PreviewCallCache,
     RaceSettings,
     preview_token_limit,
     verifier_from_spec,
@@ -32,6 +31,7 @@ from phi_core.routing import (
     MemoryLatencyHistory,
     MemoryPreviewCache,
     MemoryStateStore,
+    PreviewCallCache,
 )
 from phi_core.testing import Fail, Hang, Reply, ScriptedProvider
 from phi_core.types import Pricing, Usage, message_text

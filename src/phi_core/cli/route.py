@@ -16,12 +16,8 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import PhiError, UserError
-from ..race.entry import (
-    BanditOptions,
-    route_state_summary,
-    run_bandit_race,
-    state_location,
-)
+from ..race.entry import BanditOptions, route_state_summary, run_bandit_race
+from ..routing.state import state_location
 from ..routing.stores import RouterStateStore, open_state_store
 
 __all__ = ["app", "parallel_agents_app", "parallel_agents_main"]

@@ -6,19 +6,14 @@ verified full answer.
 Owns :class:`BanditRace` (a policy over ``parallel.agent_loop_parallel``, not a second engine),
 its settings and result, and :func:`build_bandit_race` / :func:`run_bandit_race`, which build one
 from plain options with its state (router statistics, preview cache, latency history) opened from
-one location. Builds on ``loop/``, ``parallel/`` and ``routing/``.
+one location by ``routing.open_route_state``. Builds on ``loop/``, ``parallel/`` and ``routing/``.
 """
 
 from .entry import (
-    DEFAULT_STATE,
     BanditOptions,
-    PreviewCallCache,
-    RouteState,
     build_bandit_race,
-    open_route_state,
     route_state_summary,
     run_bandit_race,
-    state_location,
     verifier_from_spec,
 )
 from .pipeline import (
@@ -31,20 +26,15 @@ from .pipeline import (
 )
 
 __all__ = [
-    "DEFAULT_STATE",
     "Arm",
     "BanditOptions",
     "BanditRace",
     "BanditRaceResult",
-    "PreviewCallCache",
     "RaceSettings",
-    "RouteState",
     "Verifier",
     "build_bandit_race",
-    "open_route_state",
     "preview_token_limit",
     "route_state_summary",
     "run_bandit_race",
-    "state_location",
     "verifier_from_spec",
 ]

@@ -4,57 +4,36 @@
 alpha, ridge, state location, length threshold, quality/speed/cost weights, preview tokens,
 top-k, budgets, …), validates them *before* any model is called and opens the router state with
 its companions — the preview cache and the latency history — from one location
-(:func:`open_route_state`): a SQLite file holds all three, a JSON state keeps its companions in a
-SQLite file beside it, and ``redis://…`` shares all three between processes. :func:`run_bandit_race`
-loads the shared state, races once and persists the updates.
+(:func:`~phi_core.routing.open_route_state`). :func:`run_bandit_race` loads the shared state,
+races once and persists the updates.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from .._paths import user_path
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..loop import AgentLoopConfig
 from ..metering import Budget
 from ..parallel import runnable_python
-from ..providers.call import CachedResponse
 from ..routing.bandits import LinUCBRouter
 from ..routing.features import EmbeddingFeatures, FeatureExtractor, HashedFeatures
-from ..routing.history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
 from ..routing.reward import LatencyTracker, RewardPolicy
-from ..routing.stores import (
-    PreviewCache,
-    RedisPreviewCache,
-    RouterStateStore,
-    SQLitePreviewCache,
-    open_state_store,
-)
-from ..types import AssistantMessage
+from ..routing.state import open_route_state
+from ..routing.stores import RouterStateStore
 from .pipeline import Arm, BanditRace, BanditRaceResult, RaceSettings, Verifier
 
 __all__ = [
-    "DEFAULT_STATE",
     "BanditOptions",
-    "PreviewCallCache",
-    "RouteState",
     "build_bandit_race",
-    "open_route_state",
     "route_state_summary",
     "run_bandit_race",
-    "state_location",
     "verifier_from_spec",
 ]
-
-DEFAULT_STATE = "router_state.sqlite"
-"""File name of the default router state inside the user directory (``$PHI_HOME``)."""
 
 
 @dataclass(frozen=True)
@@ -128,72 +107,6 @@ def verifier_from_spec(spec: str) -> Verifier:
         f"Unknown verify check {spec!r}. Use 'python' (the answer must contain runnable Python) "
         "or 'regex:PATTERN' (the answer must match PATTERN, e.g. 'regex:^[A-D]$')."
     )
-
-
-def state_location(state: str | None = None) -> str:
-    """``state``, else ``$PHI_ROUTER_STATE``, else ``router_state.sqlite`` in the user directory."""
-    return state or os.environ.get("PHI_ROUTER_STATE") or str(user_path(DEFAULT_STATE))
-
-
-class PreviewCallCache:
-    """A :class:`~phi_core.routing.PreviewCache` store (memory, SQLite, Redis; with expiry)
-    serving the call path's cache protocol: replies keyed by the request actually sent."""
-
-    def __init__(self, store: PreviewCache, ttl_s: float = 600.0) -> None:
-        self.store = store
-        self.ttl_s = ttl_s
-
-    async def get(self, key: str) -> CachedResponse | None:
-        value = await asyncio.to_thread(self.store.get, key)
-        if not isinstance(value, dict) or "message" not in value:
-            return None
-        message = AssistantMessage.model_validate(value["message"])
-        return CachedResponse(message, float(value.get("latency", 0.0)))
-
-    async def put(self, key: str, message: AssistantMessage, latency: float) -> None:
-        value = {"message": message.model_dump(mode="json"), "latency": latency}
-        await asyncio.to_thread(self.store.set, key, value, self.ttl_s)
-
-
-@dataclass
-class RouteState:
-    """The router state and its companions, opened from one location."""
-
-    location: str
-    store: RouterStateStore
-    cache: PreviewCallCache | None
-    history: LatencyHistory | None
-
-
-def open_route_state(
-    location: str | None = None, *, preview_cache: bool = True, cache_ttl_s: float = 600.0
-) -> RouteState:
-    """Open the router state at ``location`` (see :func:`state_location`) with its preview
-    cache and latency history beside it."""
-    where = state_location(location)
-    store = open_state_store(where)
-    cache_store: PreviewCache
-    history: LatencyHistory
-    if where.startswith(("redis://", "rediss://", "unix://")):
-        client = getattr(store, "_client", None)
-        cache_store = RedisPreviewCache(where, ttl_s=cache_ttl_s, client=client)
-        history = RedisLatencyHistory(client) if client is not None else _sqlite_beside(where)
-    else:
-        path = Path(where)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        companions = path if path.suffix in (".sqlite", ".sqlite3", ".db") else _beside(path)
-        cache_store = SQLitePreviewCache(companions, ttl_s=cache_ttl_s)
-        history = SQLiteLatencyHistory(companions)
-    cache = PreviewCallCache(cache_store, cache_ttl_s) if preview_cache else None
-    return RouteState(where, store, cache, history)
-
-
-def _beside(path: Path) -> Path:
-    return path.with_name(path.name + ".cache.sqlite")
-
-
-def _sqlite_beside(where: str) -> SQLiteLatencyHistory:
-    return SQLiteLatencyHistory(user_path("latency.sqlite", create_dir=True))
 
 
 def _features(options: BanditOptions) -> FeatureExtractor:

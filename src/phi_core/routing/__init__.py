@@ -26,6 +26,7 @@ from .history import (
 )
 from .replay import Recorded, ReplayProvider, prompt_key
 from .reward import ArmReward, LatencyTracker, RewardPolicy
+from .state import DEFAULT_STATE, PreviewCallCache, RouteState, open_route_state, state_location
 from .stores import (
     JsonFileStateStore,
     MemoryPreviewCache,
@@ -40,6 +41,7 @@ from .stores import (
 )
 
 __all__ = [
+    "DEFAULT_STATE",
     "ArmReward",
     "ArmStats",
     "EmbeddingFeatures",
@@ -57,6 +59,7 @@ __all__ = [
     "MemoryPreviewCache",
     "MemoryStateStore",
     "PreviewCache",
+    "PreviewCallCache",
     "RankedArm",
     "Ranking",
     "Recorded",
@@ -65,11 +68,14 @@ __all__ = [
     "RedisStateStore",
     "ReplayProvider",
     "RewardPolicy",
+    "RouteState",
     "RouterStateStore",
     "SQLiteLatencyHistory",
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "intent_signals",
+    "open_route_state",
     "open_state_store",
     "prompt_key",
+    "state_location",
 ]

@@ -1,0 +1,97 @@
+"""The router state and its companions, opened from one location.
+
+A bandit race keeps three kinds of state that must survive a process: the router's additive
+statistics, the preview cache and the latency history. :func:`open_route_state` opens all three
+from one location: a SQLite file holds all three (tables side by side), a JSON state keeps its
+companions in a SQLite file beside it, and ``redis://…`` shares all three between processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._paths import user_path
+from ..providers.call import CachedResponse
+from ..types import AssistantMessage
+from .history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
+from .stores import (
+    PreviewCache,
+    RedisPreviewCache,
+    RouterStateStore,
+    SQLitePreviewCache,
+    open_state_store,
+)
+
+__all__ = ["DEFAULT_STATE", "PreviewCallCache", "RouteState", "open_route_state", "state_location"]
+
+DEFAULT_STATE = "router_state.sqlite"
+"""File name of the default router state inside the user directory (``$PHI_HOME``)."""
+
+
+def state_location(state: str | None = None) -> str:
+    """``state``, else ``$PHI_ROUTER_STATE``, else ``router_state.sqlite`` in the user directory."""
+    return state or os.environ.get("PHI_ROUTER_STATE") or str(user_path(DEFAULT_STATE))
+
+
+class PreviewCallCache:
+    """A :class:`~phi_core.routing.PreviewCache` store (memory, SQLite, Redis; with expiry)
+    serving the call path's cache protocol: replies keyed by the request actually sent."""
+
+    def __init__(self, store: PreviewCache, ttl_s: float = 600.0) -> None:
+        self.store = store
+        self.ttl_s = ttl_s
+
+    async def get(self, key: str) -> CachedResponse | None:
+        value = await asyncio.to_thread(self.store.get, key)
+        if not isinstance(value, dict) or "message" not in value:
+            return None
+        message = AssistantMessage.model_validate(value["message"])
+        return CachedResponse(message, float(value.get("latency", 0.0)))
+
+    async def put(self, key: str, message: AssistantMessage, latency: float) -> None:
+        value = {"message": message.model_dump(mode="json"), "latency": latency}
+        await asyncio.to_thread(self.store.set, key, value, self.ttl_s)
+
+
+@dataclass
+class RouteState:
+    """The router state and its companions, opened from one location."""
+
+    location: str
+    store: RouterStateStore
+    cache: PreviewCallCache | None
+    history: LatencyHistory | None
+
+
+def open_route_state(
+    location: str | None = None, *, preview_cache: bool = True, cache_ttl_s: float = 600.0
+) -> RouteState:
+    """Open the router state at ``location`` (see :func:`state_location`) with its preview
+    cache and latency history beside it."""
+    where = state_location(location)
+    store = open_state_store(where)
+    cache_store: PreviewCache
+    history: LatencyHistory
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        client = getattr(store, "_client", None)
+        cache_store = RedisPreviewCache(where, ttl_s=cache_ttl_s, client=client)
+        history = RedisLatencyHistory(client) if client is not None else _sqlite_beside(where)
+    else:
+        path = Path(where)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        companions = path if path.suffix in (".sqlite", ".sqlite3", ".db") else _beside(path)
+        cache_store = SQLitePreviewCache(companions, ttl_s=cache_ttl_s)
+        history = SQLiteLatencyHistory(companions)
+    cache = PreviewCallCache(cache_store, cache_ttl_s) if preview_cache else None
+    return RouteState(where, store, cache, history)
+
+
+def _beside(path: Path) -> Path:
+    return path.with_name(path.name + ".cache.sqlite")
+
+
+def _sqlite_beside(where: str) -> SQLiteLatencyHistory:
+    return SQLiteLatencyHistory(user_path("latency.sqlite", create_dir=True))
