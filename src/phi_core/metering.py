@@ -180,8 +180,15 @@ class Meter:
 
     @property
     def usage(self) -> Usage:
+        """Tokens of every call, cache hits included (what the work takes without a cache)."""
         with self._lock:
             return Usage.sum(c.usage for c in self.calls)
+
+    @property
+    def paid_usage(self) -> Usage:
+        """Tokens of the calls actually sent (cache hits and budget refusals excluded)."""
+        with self._lock:
+            return Usage.sum(c.usage for c in self.calls if c.sent)
 
     @property
     def cost(self) -> float:

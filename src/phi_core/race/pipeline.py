@@ -179,7 +179,9 @@ class BanditRaceResult:
     grade: EvaluationDecision | None = None
     rewards: dict[str, ArmReward] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
+    """Tokens of the calls actually sent (cached previews are free)."""
     cost_usd: float = 0.0
+    """Dollars actually paid, judge calls included."""
     wall_time_s: float = 0.0
     error: str | None = None
 
@@ -360,7 +362,7 @@ class BanditRace:
                 result.status = self._status(result, caller, token)
                 if result.status == "ok":
                     result.quality = await self._grade(query, result, token, emitter)
-            result.usage, result.cost_usd = meter.usage, meter.spent
+            result.usage, result.cost_usd = meter.paid_usage, meter.spent
             result.wall_time_s = meter.elapsed()
             await self._learn(query, x, result, emitter)
         finally:
