@@ -23,11 +23,12 @@ race branch, the command line. What the client does for its callers:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import shlex
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
     from .mcp_tools import McpToolAdapter
 
-__all__ = ["DEFAULT_MCP_TIMEOUT", "McpClient"]
+__all__ = ["DEFAULT_MCP_TIMEOUT", "McpClient", "mcp_tools"]
 
 logger = logging.getLogger("phi_core.tools.mcp")
 
@@ -386,3 +387,24 @@ class _Slot:
     def close_soon(self) -> None:
         if self.conn is not None:
             self.conn.close_soon()
+
+
+@contextlib.asynccontextmanager
+async def mcp_tools(specs: Sequence[str], **options: Any) -> AsyncIterator[list[McpToolAdapter]]:
+    """The tools of every server in ``specs`` (command lines or URLs, see
+    :meth:`McpClient.from_spec`), connected for the block and closed after it::
+
+        async with mcp_tools(["python my_server.py", "http://127.0.0.1:8000/mcp"]) as tools:
+            await agent_loop("...", AgentContext(tools=tools), config)
+
+    Raises:
+        McpConnectionError: a server could not be started or reached.
+        UserError: a bad spec, or two servers offering one tool name.
+    """
+    from .toolset import close_toolsets, merge_tools
+
+    clients = [McpClient.from_spec(spec, **options) for spec in specs]
+    try:
+        yield await merge_tools([], clients)
+    finally:
+        await close_toolsets(clients)
