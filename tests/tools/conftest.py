@@ -79,6 +79,17 @@ def mcp_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpTe
 
 
 @pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[McpTestServer]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    process, url = start_http_server(marks)
+    try:
+        yield McpTestServer("http", marks, McpHttpServer(url), process)
+    finally:
+        stop(process)
+
+
+@pytest.fixture
 def stdio_server(tmp_path: Path) -> McpTestServer:
     marks = tmp_path / "marks"
     marks.mkdir()

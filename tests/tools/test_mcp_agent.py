@@ -112,14 +112,12 @@ async def test_race_branches_each_get_their_own_server_session(
 
 
 async def test_http_server_on_the_agent_sends_the_headers_but_never_shows_them(
-    mcp_server: McpTestServer,
+    http_server: McpTestServer,
 ) -> None:
-    if mcp_server.transport != "http":
-        pytest.skip("the HTTP form of the builder")
     secret = "sk-header-secret-0123456789"
     provider = ScriptedProvider([Reply(tool_calls=[call("echo", {"text": "hi"})]), Reply("ok")])
     agent = BasicAgent(provider=provider).with_mcp_server_http(
-        mcp_server.spec.url,  # type: ignore[union-attr]
+        http_server.spec.url,  # type: ignore[union-attr]
         headers={"Authorization": f"Bearer {secret}"},
     )
     async with agent:

@@ -12,7 +12,6 @@ tool result, error and log line, and their ``repr`` never shows them.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -133,7 +132,8 @@ def _words(values: str | Iterable[str] | None) -> frozenset[str]:
 class OperationFilter:
     """Which operations become tools. Empty ``include`` sets mean "all"; every ``exclude`` wins.
 
-    Paths are glob patterns (``/pets/*``) or prefixes (``/pets`` matches ``/pets/{id}``); methods
+    Paths are glob patterns (``/pets/*`` stays in one segment, ``/pets/**`` does not) or prefixes
+    (``/pets`` matches ``/pets`` and ``/pets/{id}``); methods
     are HTTP methods (any case); tags and operation ids match exactly.
     """
 
@@ -194,7 +194,14 @@ class OperationFilter:
 
 
 def _path_matches(path: str, pattern: str) -> bool:
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(path, pattern)
+    if any(c in pattern for c in "*?"):
+        return re.fullmatch(_glob(pattern), path) is not None
     prefix = pattern.rstrip("/")
     return path == prefix or path.startswith(prefix + "/") or not prefix
+
+
+def _glob(pattern: str) -> str:
+    """``*`` and ``?`` stay within one path segment; ``**`` crosses segments."""
+    parts = re.split(r"(\*\*|\*|\?)", pattern)
+    table = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return "".join(table.get(part, re.escape(part)) for part in parts)

@@ -70,7 +70,7 @@ class Operation:
     unsupported_body: str | None = None  # the media type of a body we cannot send
 
     def tool_name(self, prefix: str | None) -> str:
-        raw = self.operation_id or f"{self.method}_{self.path}"
+        raw = self.operation_id or f"{self.method}{self.path}"
         base = re.sub(r"[^a-zA-Z0-9_-]+", "_", raw).strip("_") or self.method
         name = f"{prefix}__{base}" if prefix else base
         if len(name) > 64:
