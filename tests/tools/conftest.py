@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.stdout.close()
 
 
-@pytest.fixture(params=["stdio", "http"])
-def mcp_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpTestServer]:
-    """The test server over each transport."""
+@contextmanager
+def running_server(transport: str, tmp_path: Path) -> Iterator[McpTestServer]:
     marks = tmp_path / "marks"
     marks.mkdir()
-    if request.param == "stdio":
+    if transport == "stdio":
         yield McpTestServer("stdio", marks, stdio_spec(marks))
         return
     process, url = start_http_server(marks)
@@ -78,22 +78,23 @@ def mcp_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpTe
         stop(process)
 
 
+@pytest.fixture(params=["stdio", "http"])
+def mcp_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpTestServer]:
+    """The test server over each transport."""
+    with running_server(request.param, tmp_path) as server:
+        yield server
+
+
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[McpTestServer]:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    process, url = start_http_server(marks)
-    try:
-        yield McpTestServer("http", marks, McpHttpServer(url), process)
-    finally:
-        stop(process)
+    with running_server("http", tmp_path) as server:
+        yield server
 
 
 @pytest.fixture
-def stdio_server(tmp_path: Path) -> McpTestServer:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    return McpTestServer("stdio", marks, stdio_spec(marks))
+def stdio_server(tmp_path: Path) -> Iterator[McpTestServer]:
+    with running_server("stdio", tmp_path) as server:
+        yield server
 
 
 def process_gone(pid: int) -> bool:

@@ -3,8 +3,8 @@
 Run it as ``python mcp_server_for_tests.py`` (stdio) or ``python mcp_server_for_tests.py --http``
 (streamable HTTP on 127.0.0.1, port chosen by the OS and printed as the first line of stdout).
 
-When ``MCP_TEST_MARKS`` names a directory, the server leaves files there that tests read: a call
-to ``slow`` that was cancelled writes ``cancelled-<tag>``.
+When ``MCP_TEST_MARKS`` names a directory, the server leaves files there that tests read:
+``started-<pid>`` when it starts, and ``cancelled-<tag>`` for a call to ``slow`` that was cancelled.
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def _serve_http() -> None:
 
 
 if __name__ == "__main__":
+    _mark(f"started-{os.getpid()}")
     if sys.argv[1:] == ["--http"]:
         _serve_http()
     else:

@@ -104,11 +104,15 @@ async def test_race_branches_each_get_their_own_server_session(
     )
     async with agent:
         configs = [AgentLoopConfig(provider=pid_script(f"branch {i}")) for i in range(2)]
+        configs.append(AgentLoopConfig(provider=ScriptedProvider([Reply("no tools needed")])))
         race = await agent.prompt_parallel("Which process are you?", configs, "pick-first")
-        pids = [int(tool_texts(o.new_messages)[0]) for o in race.outcomes]
         assert all(o.ok for o in race.outcomes)
-        assert len(set(pids)) == 2  # one server process per branch
+        pids = [int(tool_texts(o.new_messages)[0]) for o in race.outcomes[:2]]
+        assert len(set(pids)) == 2  # one server process per branch that called it
         assert all([await wait_until_gone(pid) for pid in pids])  # closed when the race ended
+    # The agent's own listing session and the two calling branches; the third branch never
+    # called a tool, so no server was started for it.
+    assert len(list(stdio_server.marks.glob("started-*"))) == 3
 
 
 async def test_http_server_on_the_agent_sends_the_headers_but_never_shows_them(

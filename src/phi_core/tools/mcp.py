@@ -215,7 +215,8 @@ class McpClient:
         async with self._lock:
             if self._closed:
                 raise McpConnectionError(
-                    f"The MCP client for {self.name!r} is closed; create a new McpClient.",
+                    f"The MCP client for {self.name!r} was closed (aclose() or the end of its "
+                    "`async with` block) and cannot be reopened; create a new client or agent.",
                     server=self.name,
                 )
             conn = self._conn
@@ -345,7 +346,7 @@ class McpClient:
         """One tool per server tool, listed on first use and again after a change notice."""
         from .mcp_tools import adapters_for
 
-        if self._tools is None or self._slot.stale or not self.connected:
+        if self._tools is None or self._slot.stale:
             await self.list_tools()
         assert self._tools is not None
         if self._adapters is None:

@@ -78,10 +78,14 @@ class Connection:
         return self.client
 
     async def close(self) -> None:
+        """Shut the session down and wait for it (a cancelled caller stops waiting; the shutdown
+        still completes in the connection's own task)."""
         self.closing.set()
-        if self.task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self.task)
+        if self.task is None:
+            return
+        if self._ready is not None and not self._ready.done():
+            self.task.cancel()  # still connecting: stop the handshake (the SDK unwinds it)
+        await asyncio.wait([self.task])
 
     def close_soon(self) -> None:
         """From a finalizer: ask the owner task to shut down (any thread, loop may be gone)."""
