@@ -85,8 +85,10 @@ def _handler(store: Petstore) -> type[BaseHTTPRequestHandler]:
                 return self._answer(404, {"error": f"no pet with id {pet}"})
             if path.startswith("/pets/") and self.command == "DELETE":
                 return self._answer(204, b"")
-            if path == "/whoami":
-                return self._answer(200, {"authorization": self.headers.get("Authorization")})
+            if path == "/whoami":  # echoes every credential it got, as a careless API might
+                return self._answer(
+                    200, {"headers": dict(self.headers.items()), "query": parse_qs(parts.query)}
+                )
             if path == "/slow":
                 time.sleep(1)
                 return self._answer(200, {"slow": True})

@@ -159,17 +159,21 @@ async def test_an_unreachable_api_is_an_error_result() -> None:
 # --------------------------------------------------------------------------- auth
 
 
-SECRET = "sk-openapi-secret-0123456789"
+# Shaped like no known key format, so only the registered secret keeps it out of results.
+SECRET = "pw-openapi-7f3a9c2e1b"
 
 
 @pytest.mark.parametrize(
     ("auth", "check"),
     [
         (OpenApiAuth.bearer(SECRET), lambda r: r.headers["authorization"] == f"Bearer {SECRET}"),
-        (OpenApiAuth.api_key("X-API-Key", SECRET), lambda r: r.headers["x-api-key"] == SECRET),
         (
-            OpenApiAuth.api_key("api_key", SECRET, location="query"),
-            lambda r: r.query["api_key"] == [SECRET],
+            OpenApiAuth.api_key("X-Pets-Token", SECRET),
+            lambda r: r.headers["x-pets-token"] == SECRET,
+        ),
+        (
+            OpenApiAuth.api_key("pets_token", SECRET, location="query"),
+            lambda r: r.query["pets_token"] == [SECRET],
         ),
         (
             OpenApiAuth.basic("ann", SECRET),
@@ -185,6 +189,8 @@ async def test_each_auth_kind_reaches_the_server_and_never_the_model(
     result = await found["whoAmI"].execute({}, ctx())
     assert check(store.last)
     assert SECRET not in text(result) and SECRET not in json.dumps(result.details)
+    if auth.kind != "basic":  # the API echoed the credential; the model sees it scrubbed
+        assert "[REDACTED]" in text(result)
     assert SECRET not in repr(auth) and SECRET not in repr(OpenApiConfig(auth=auth))
     failed = await tools(auth=auth, base_url="http://127.0.0.1:9")["whoAmI"].execute({}, ctx())
     assert failed.is_error and SECRET not in text(failed)
