@@ -17,6 +17,7 @@ Only one run at a time: a second ``prompt`` while one runs raises :class:`AgentB
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -46,6 +47,11 @@ from .loop import (
 from .providers.base import ModelConfig, Provider
 from .providers.retry import RetryPolicy
 from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
+from .tools.mcp import DEFAULT_MCP_TIMEOUT, McpClient
+from .tools.mcp_servers import McpHttpServer, McpReconnect, McpStdioServer
+from .tools.openapi import OpenApiConfig, OperationFilter
+from .tools.openapi_tools import OpenApiToolAdapter, OpenApiToolset
+from .tools.toolset import Toolset, branch_tool_factory, close_toolsets, merge_tools
 from .types import AgentMessage, AssistantMessage, ThinkingLevel, UserMessage, now_ms
 
 __all__ = ["AgentBusyError", "BasicAgent"]
@@ -77,6 +83,7 @@ class BasicAgent:
         self.config = AgentLoopConfig(model=model, provider=provider)
         self.system_prompt = system_prompt
         self.tools: list[Any] = list(tools)
+        self.toolsets: list[Toolset] = []
         self.messages: list[AgentMessage] = list(messages)
         self.agent_id = agent_id or str(uuid.uuid4())
         self.session_id = session_id or str(uuid.uuid4())
@@ -122,6 +129,96 @@ class BasicAgent:
     def with_tools(self, tools: Sequence[Any]) -> BasicAgent:
         self.tools = list(tools)
         return self
+
+    # ------------------------------------------------------------------ toolsets
+
+    def with_toolset(self, toolset: Toolset) -> BasicAgent:
+        """Add tools that come from elsewhere (an MCP server, an OpenAPI spec); they are fetched
+        when a run starts, each race branch gets its own copy, and :meth:`aclose` closes them."""
+        if not isinstance(toolset, Toolset):
+            raise UserError(
+                f"with_toolset() needs a Toolset (get_tools, for_branch, aclose), got {toolset!r}."
+            )
+        self.toolsets.append(toolset)
+        return self
+
+    def with_mcp_server_stdio(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        *,
+        cwd: str | None = None,
+        name: str | None = None,
+        prefix: str | None = None,
+        timeout: float | None = DEFAULT_MCP_TIMEOUT,
+        reconnect: McpReconnect | None = None,
+    ) -> BasicAgent:
+        """Add the tools of an MCP server started as ``command args`` (started on the first run,
+        stopped by :meth:`aclose`). ``env`` adds to the server's minimal environment; ``prefix``
+        names its tools ``{prefix}__{name}``; ``timeout`` is per call (``None``: none)."""
+        server = McpStdioServer(command, args, env, cwd, name)
+        client = McpClient(server, prefix=prefix, timeout=timeout, reconnect=reconnect)
+        return self.with_toolset(client)
+
+    def with_mcp_server_http(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        name: str | None = None,
+        prefix: str | None = None,
+        timeout: float | None = DEFAULT_MCP_TIMEOUT,
+        reconnect: McpReconnect | None = None,
+    ) -> BasicAgent:
+        """Add the tools of a streamable-HTTP MCP server at ``url`` (connected on the first run;
+        ``headers``, e.g. ``Authorization``, go with every request and never into messages)."""
+        server = McpHttpServer(url, headers, name)
+        client = McpClient(server, prefix=prefix, timeout=timeout, reconnect=reconnect)
+        return self.with_toolset(client)
+
+    def with_openapi_file(
+        self,
+        path: str,
+        config: OpenApiConfig | None = None,
+        filter: OperationFilter | None = None,
+    ) -> BasicAgent:
+        """Add one tool per (matching) operation of the OpenAPI spec file at ``path``."""
+        tools = OpenApiToolAdapter.from_file(path, config, filter)
+        return self.with_toolset(OpenApiToolset(tools=tools, name=str(path)))
+
+    def with_openapi_spec(
+        self,
+        spec: str,
+        config: OpenApiConfig | None = None,
+        filter: OperationFilter | None = None,
+    ) -> BasicAgent:
+        """Add one tool per (matching) operation of an OpenAPI spec given as JSON or YAML text."""
+        tools = OpenApiToolAdapter.from_str(spec, config, filter)
+        return self.with_toolset(OpenApiToolset(tools=tools, name="OpenAPI spec"))
+
+    def with_openapi_url(
+        self,
+        url: str,
+        config: OpenApiConfig | None = None,
+        filter: OperationFilter | None = None,
+    ) -> BasicAgent:
+        """Add the tools of the OpenAPI spec at ``url`` (fetched when the first run starts)."""
+        return self.with_toolset(OpenApiToolset(url=url, config=config, filter=filter, name=url))
+
+    async def get_tools(self) -> list[Any]:
+        """Every tool the next run gets: :attr:`tools` and the toolsets' (connecting them)."""
+        return await merge_tools(self.tools, self.toolsets)
+
+    async def aclose(self) -> None:
+        """Close the toolsets (stops MCP server processes, ends their sessions)."""
+        await close_toolsets(self.toolsets)
+
+    async def __aenter__(self) -> BasicAgent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def with_messages(self, messages: Sequence[AgentMessage]) -> BasicAgent:
         self.messages = list(messages)
@@ -358,7 +455,7 @@ class BasicAgent:
             context = AgentContext(
                 system_prompt=self.system_prompt,
                 messages=list(self.messages),
-                tools=list(self.tools),
+                tools=await self.get_tools(),
                 agent_id=self.agent_id,
                 session_id=self.session_id,
                 loop_id=loop_id,
@@ -441,15 +538,22 @@ class BasicAgent:
                 session_id=self.session_id,
                 parent_loop_id=self.last_loop_id,
             )
-            result = await agent_loop_parallel(
-                prompts,
-                base,
-                configs,
-                strategy,
-                events=self._sink(queue),
-                cancel=cancel,
-                **options,
-            )
+            async with contextlib.AsyncExitStack() as stack:
+                if self.toolsets and "tool_factory" not in options:
+                    # Every branch gets its own session of each toolset (MCP servers are stateful).
+                    await merge_tools(self.tools, self.toolsets)  # one listing, shared by branches
+                    options["tool_factory"] = await stack.enter_async_context(
+                        branch_tool_factory(self.tools, self.toolsets, len(configs))
+                    )
+                result = await agent_loop_parallel(
+                    prompts,
+                    base,
+                    configs,
+                    strategy,
+                    events=self._sink(queue),
+                    cancel=cancel,
+                    **options,
+                )
             self._used_ids.update(result.loop_ids)
             winner = result.selected
             if winner is not None and winner.ok:

@@ -7,10 +7,14 @@
     │   ├── UnknownModelError          a ``provider:model`` string names no known provider
     │   ├── MissingApiKeyError         names the environment variable to set
     │   ├── MissingExtraError          names the extra to install
-    │   └── ConfigError                file, line and key of a bad config file
+    │   ├── ConfigError                file, line and key of a bad config file
+    │   └── OpenApiError               an OpenAPI spec that cannot be turned into tools
     ├── RunError                       a run failed
     │   ├── AllBranchesFailedError     every branch of a race failed
-    │   └── BudgetExhausted            a selection's budget is spent (it recommends from what it has)
+    │   ├── BudgetExhausted            a selection's budget is spent (it recommends from what it has)
+    │   └── McpError                   an MCP server failed a request (``code``: JSON-RPC code)
+    │       ├── McpConnectionError     the server could not be started or reached, or went away
+    │       └── McpTimeoutError        the server did not answer in time
     └── ProviderError                  one model call failed; ``kind`` classifies it
         ├── AuthError                  401/403: bad or missing credentials (not retried)
         ├── RateLimitedError           429; ``retry_after`` in seconds when the vendor said
@@ -38,9 +42,13 @@ __all__ = [
     "BudgetExhausted",
     "ConfigError",
     "ContextOverflowError",
+    "McpConnectionError",
+    "McpError",
+    "McpTimeoutError",
     "MissingApiKeyError",
     "MissingExtraError",
     "NetworkError",
+    "OpenApiError",
     "OverloadedError",
     "PhiError",
     "ProviderCancelledError",
@@ -161,6 +169,28 @@ class AllBranchesFailedError(RunError):
 class BudgetExhausted(RunError):
     """Raised inside a selection algorithm when the budget is spent; the runner recommends from
     what has been evaluated."""
+
+
+class OpenApiError(UserError):
+    """An OpenAPI spec could not be loaded or turned into tools; says what and how to fix it."""
+
+
+class McpError(RunError):
+    """An MCP server failed a request. ``server`` names it; ``code`` is the JSON-RPC error code
+    when the server sent one."""
+
+    def __init__(self, message: str, *, server: str | None = None, code: int | None = None) -> None:
+        self.server = server
+        self.code = code
+        super().__init__(redact(message))
+
+
+class McpConnectionError(McpError):
+    """The MCP server could not be started or reached, or the connection to it was lost."""
+
+
+class McpTimeoutError(McpError):
+    """The MCP server did not answer within the timeout (the request was cancelled on it)."""
 
 
 class ProviderError(PhiError):

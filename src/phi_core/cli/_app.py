@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..cancel import CancelToken
-from ..errors import PhiError, UserError
+from ..errors import McpError, PhiError, UserError
 from ..events import MessageUpdate
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
 from ..metering import Budget
@@ -36,6 +36,7 @@ from ..providers.registry import get_provider, known_providers, resolve_model
 from ..race.entry import BanditOptions
 from ..race.pipeline import BanditRace
 from ..testing import ScriptedProvider
+from ..tools.mcp import mcp_tools
 from ..types import ResponseFormat, TextDelta
 from ._bandit import BanditView, bandit_exit_code, bandit_payload, plan_bandit, run_bandit
 from ._race import RacePlan, race_payload, run_race
@@ -539,6 +540,14 @@ def run(
     script: Annotated[
         Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
     ] = None,
+    mcp: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mcp",
+            help="An MCP server whose tools the agent may use: a command line "
+            "('npx -y @modelcontextprotocol/server-everything') or an http(s):// URL. Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Run one agent on a task, streaming its answer."""
     from ._spec import parse_branch
@@ -552,13 +561,20 @@ def run(
 
     with _streams() as (out, err):
         try:
-            code = _run_one(text, config, out, err, json_output)
-        except UserError as exc:
+            code = _run_one(text, config, out, err, json_output, mcp or [])
+        except (UserError, McpError) as exc:
             raise _usage_error(exc, err) from None
     raise typer.Exit(code)
 
 
-def _run_one(text: str, config: AgentLoopConfig, out: TextIO, err: TextIO, as_json: bool) -> int:
+def _run_one(
+    text: str,
+    config: AgentLoopConfig,
+    out: TextIO,
+    err: TextIO,
+    as_json: bool,
+    mcp: list[str],
+) -> int:
     streamed = False
 
     def on_event(event: Any) -> None:
@@ -571,7 +587,9 @@ def _run_one(text: str, config: AgentLoopConfig, out: TextIO, err: TextIO, as_js
         out.flush()
 
     async def go(token: CancelToken) -> LoopResult:
-        return await agent_loop(text, AgentContext(), config, events=on_event, cancel=token)
+        async with mcp_tools(mcp) as tools:
+            context = AgentContext(tools=list(tools))
+            return await agent_loop(text, context, config, events=on_event, cancel=token)
 
     try:
         result, interrupted = run_interruptible(go)

@@ -2,7 +2,8 @@
 
 The file is JSON: a map from ``scripted:NAME`` model strings to the turns that model plays, in
 order. A turn is a string (the reply), ``{"text": ..., "chunks": 3, "delay": 0.1, "usage":
-{"input": 10, "output": 5}}``, ``{"fail": "auth", "message": ...}`` (a classified provider error)
+{"input": 10, "output": 5}}`` (add ``"tool_calls": [{"name": ..., "arguments": {...}}]`` for
+a turn that calls tools), ``{"fail": "auth", "message": ...}`` (a classified provider error)
 or ``{"hang": "partial text"}`` (stream that and wait until cancelled). A model's value may also be
 ``{"turns": [...], "default": ...}`` where ``default`` answers once the turns run out.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from .. import errors
 from ..errors import ConfigError
-from ..testing import Fail, Hang, Reply, ScriptedProvider, ScriptItem
+from ..testing import Fail, Hang, Reply, ScriptedProvider, ScriptItem, call
 from ..types import Usage
 
 __all__ = ["load_scripts"]
@@ -78,8 +79,16 @@ def _item(turn: Any, file: str, key: str) -> ScriptItem:
     if "hang" in turn:
         return Hang(partial_text=str(turn["hang"]))
     usage = turn.get("usage")
+    calls = turn.get("tool_calls") or []
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and "name" in c for c in calls):
+        raise ConfigError(
+            'tool_calls must be a list of {"name": ..., "arguments": {...}} objects.',
+            file=file,
+            key=key,
+        )
     return Reply(
         str(turn.get("text", "")),
+        tool_calls=[call(str(c["name"]), c.get("arguments") or {}) for c in calls],
         chunks=int(turn.get("chunks", 1)),
         delay=float(turn.get("delay", 0.0)),
         delta_delay=float(turn.get("delta_delay", 0.0)),

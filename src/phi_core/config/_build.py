@@ -45,6 +45,7 @@ from ._schema import (
     ProviderFields,
     SubAgentInstance,
 )
+from ._tool_instances import tool_instance
 
 __all__ = ["ScaledRetryPolicy", "SubAgentTool", "agent_from_config", "agents_from_config"]
 
@@ -519,6 +520,8 @@ class _Builder:
         for i, sub in enumerate(self.config.sub_agents.instances):
             tools.append(self._sub_agent(sub, ("sub_agents", "instances", i)))
         agent.with_tools(tools)
+        for i, instance in enumerate(t.instances):
+            agent.with_toolset(tool_instance(instance, workspace, self.source, i))
         strategy: Any = Batched(t.batch_size) if t.tool_strategy == "batched" else t.tool_strategy
         agent.with_tool_execution(strategy, timeout=t.timeout)
 

@@ -41,6 +41,7 @@ __all__ = [
     "StrategySection",
     "SubAgentInstance",
     "SubAgentsSection",
+    "ToolInstance",
     "ToolsSection",
 ]
 
@@ -127,11 +128,47 @@ class SessionSection(_Section):
     capture_turn_requests: bool = False
 
 
+class ToolInstance(_Section):
+    """A ``[[tools.instances]]`` entry: an MCP server (``command`` + ``args``, or ``url``) or,
+    with ``type = "openapi"``, the operations of an OpenAPI ``spec`` (a file or a URL)."""
+
+    name: str
+    type: Literal["mcp", "openapi"] = "mcp"
+    prefix: str | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    # MCP
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    # OpenAPI
+    spec: str | None = None
+    base_url: str | None = None
+    bearer_token: str | None = None
+    api_key: str | None = None
+    api_key_name: str | None = None
+    api_key_in: Literal["header", "query"] = "header"
+    username: str | None = None
+    password: str | None = None
+    max_response_bytes: int | None = Field(default=None, ge=1)
+    tags: list[str] = Field(default_factory=list)
+    operation_ids: list[str] = Field(default_factory=list)
+    methods: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list)
+    exclude_tags: list[str] = Field(default_factory=list)
+    exclude_operation_ids: list[str] = Field(default_factory=list)
+    exclude_methods: list[str] = Field(default_factory=list)
+    exclude_paths: list[str] = Field(default_factory=list)
+
+
 class ToolsSection(_Section):
     enabled: list[str] = Field(default_factory=list)
     tool_strategy: Literal["sequential", "parallel", "batched"] = "parallel"
     batch_size: int = Field(default=3, ge=1)
     timeout: float | None = Field(default=None, gt=0)
+    instances: list[ToolInstance] = Field(default_factory=list)
 
 
 class CompactionFields(_Section):
