@@ -11,9 +11,11 @@ What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
   observed, as in an offline log) and then run **online** over the held-out fold in shuffled
   order, learning only from the arms they actually ran (bandit feedback). Every prompt is thus
   evaluated once per shuffle, by a router that never saw its outcomes beforehand.
-* **Cost sweep.** Reward = correctness − λ·(cost / $0.001) (``RewardPolicy`` with
-  ``quality_weight=1``, ``latency_weight=0``, ``cost_weight=λ``, ``cost_scale_usd=0.001``);
-  sweeping λ traces each router's cost–accuracy curve.
+* **Cost sweep.** Reward = correctness + λ·1000·C with the product's bounded cost term
+  C = $1 / ($1 + cost) ≈ 1 − cost/$1 (``RewardPolicy`` with ``quality_weight=1``,
+  ``latency_weight=0``, ``cost_weight=λ·1000``, ``cost_scale_usd=1``): up to a constant and a
+  curvature below 5 % at the dearest call, correctness − λ·(cost / $0.001); sweeping λ traces
+  each router's cost–accuracy curve.
 * **Metrics.** accuracy and total dollars over the whole split (mean over shuffles); AIQ as in
   RouterBench (area under the non-decreasing convex hull of the router's points, extended flat
   to the highest single-model cost, divided by the single-model cost range; no quality is
@@ -97,6 +99,10 @@ _BEHAVIOUR_SOURCE = Path(_behaviour_module.__file__)
 _WORKER_SOURCE = _BEHAVIOUR_SOURCE.with_name("_exec_worker.py")
 GPT4 = "gpt-4-1106-preview"
 COST_UNIT = 0.001
+# The bounded reward's cost term is s / (s + cost): nearly linear (1 - cost/s) for costs well
+# below s. With s = $1 (every recorded call costs < $0.05) the sweep's reward is
+# quality + λ·(s/unit)·C ≈ const + quality − λ·cost/unit, the cost sweep of the study.
+REWARD_SCALE_USD = 1.0
 N_SHUFFLES = 20
 N_FOLDS = 5
 BUDGET_SHARE = 0.25
@@ -308,7 +314,10 @@ def best_within(points: Sequence[tuple[float, float]], budget: float) -> tuple[f
 
 def reward_policy(lam: float) -> RewardPolicy:
     return RewardPolicy(
-        quality_weight=1.0, latency_weight=0.0, cost_weight=lam, cost_scale_usd=COST_UNIT
+        quality_weight=1.0,
+        latency_weight=0.0,
+        cost_weight=lam * REWARD_SCALE_USD / COST_UNIT,
+        cost_scale_usd=REWARD_SCALE_USD,
     )
 
 
