@@ -20,7 +20,8 @@ from rich.table import Table
 
 from ..config import SelectSpec, load_select_spec
 from ..errors import PhiError, UserError
-from ..select import Arena, ModelSelector, SelectionResult, build_result
+from ..select import Arena, ModelSelector, SelectionResult
+from ..select._results import build_result
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 __all__ = ["command", "result_table"]
