@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -107,16 +106,11 @@ def _scripts(path: Path | None) -> dict[str, ScriptedProvider]:
     return load_scripts(path) if path is not None else {}
 
 
-def _explicit(name: str) -> bool:
-    """Whether the flag behind parameter ``name`` was given (on the command line or by env)."""
-    context = click.get_current_context(silent=True)
-    if context is None:
-        return False
-    source = context.get_parameter_source(name)
-    return source in (
-        click.core.ParameterSource.COMMANDLINE,
-        click.core.ParameterSource.ENVIRONMENT,
-    )
+def _explicit(ctx: typer.Context, name: str) -> bool:
+    """Whether the flag behind parameter ``name`` was typed on the command line (a variable in
+    the environment, such as ``PHI_ROUTER_STATE``, is a standing setting, not a request)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 # --------------------------------------------------------------------------- phi race
@@ -124,6 +118,7 @@ def _explicit(name: str) -> bool:
 
 @app.command()
 def race(
+    ctx: typer.Context,
     prompt: Annotated[str, typer.Argument(help="The task for every branch; `-` reads stdin.")],
     model: Annotated[
         list[str] | None,
@@ -285,7 +280,7 @@ def race(
         bandit_race = bandit_race_from_plan(plan) if plan.strategy == "bandit" else None
     except UserError as exc:
         raise usage_error(exc) from None
-    _warn_about(plan, config)
+    _warn_about(ctx, plan, config)
     with streams() as (out, err):
         try:
             if bandit_race is not None:
@@ -310,15 +305,15 @@ def _check_verify(spec: str) -> None:
         raise UserError(f"--verify: {exc}") from None
 
 
-def _warn_about(plan: RacePlan, config: Path | None) -> None:
+def _warn_about(ctx: typer.Context, plan: RacePlan, config: Path | None) -> None:
     """Say which given settings do nothing, naming the flag (or the race file) they came from."""
     if plan.strategy != "bandit":
-        given = [flag for name, flag in _BANDIT_FLAGS.items() if _explicit(name)]
+        given = [flag for name, flag in _BANDIT_FLAGS.items() if _explicit(ctx, name)]
         if given:
             warn(f"{', '.join(given)} only apply to --strategy bandit; ignored.")
     for warning in plan.warnings:
         param, flag = _FLAG_OF_SETTING.get(warning.setting, ("", ""))
-        if param and _explicit(param):
+        if param and _explicit(ctx, param):
             warn(f"{flag} {warning.message}")
         elif config is not None:
             warn(f"`{warning.setting}` in {config} {warning.message}")

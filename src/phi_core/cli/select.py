@@ -17,12 +17,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..config import SelectSpec, load_select_spec
 from ..errors import PhiError, UserError
 from ..select import Arena, ModelSelector, SelectionResult
-from ..select._results import build_result
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, usage_error
 
 __all__ = ["command", "result_table"]
 
@@ -119,10 +119,8 @@ def command(
         )
         selector = loaded.selector()
     except UserError as error:
-        console.print(f"[red]error:[/red] {error}", markup=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise usage_error(error) from None
     grid = len(selector.space) * len(selector.dataset)
-    seen: list[Arena] = []
     started = time.perf_counter()
     try:
         with Progress(
@@ -139,20 +137,25 @@ def command(
             task = progress.add_task("select", total=grid, cost=0.0)
 
             def on_batch(arena: Arena) -> None:
-                seen[:] = [arena]
                 progress.update(task, completed=arena.evaluations, cost=arena.cost_spent)
 
             result = asyncio.run(selector.select_best(on_progress=on_batch))
     except KeyboardInterrupt:
-        _interrupted(console, loaded, selector, seen, time.perf_counter() - started, json_path)
+        _interrupted(console, loaded, selector, time.perf_counter() - started)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except UserError as error:
-        console.print(f"[red]error:[/red] {error}", markup=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise usage_error(error) from None
     except PhiError as error:
-        console.print(f"[red]error:[/red] {error}", markup=True)
+        _error(console, str(error))
         raise typer.Exit(EXIT_FAILED) from None
     _export(console, result, csv_path, json_path, plot_path)
+    if selector.cache is not None and selector.cache.hits:
+        console.print(
+            f"{selector.cache.hits} model calls were answered from the cache at "
+            f"{loaded.cache_path} (resumed or repeated; they cost nothing).",
+            highlight=False,
+            soft_wrap=True,
+        )
     if as_json:
         typer.echo(result.to_json())
         return
@@ -165,6 +168,10 @@ def command(
             f"[yellow]{len(result.failures)} failed evaluations (scored 0), e.g. "
             f"{first.combination} on item {first.datapoint}: {first.error}"
         )
+
+
+def _error(console: Console, message: str) -> None:
+    console.print(Text("Error: ", style="bold red") + Text(message), soft_wrap=True)
 
 
 def _export(
@@ -182,55 +189,53 @@ def _export(
         if plot_path is not None:
             result.plot_pareto(plot_path)
     except OSError as error:
-        console.print(
-            f"[red]error:[/red] cannot write {str(error.filename)!r}: {error.strerror}; "
-            "pass a writable path (the selection itself finished).",
-            markup=True,
-        )
-        raise typer.Exit(EXIT_USAGE) from None
+        raise usage_error(
+            UserError(
+                f"Cannot write {str(error.filename)!r}: {error.strerror}; pass a writable path "
+                "(the selection itself finished)."
+            )
+        ) from None
     except UserError as error:  # e.g. the plot's optional dependency is missing
-        console.print(f"[red]error:[/red] {error}", markup=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise usage_error(error) from None
 
 
 def _interrupted(
-    console: Console,
-    spec: SelectSpec,
-    selector: ModelSelector,
-    seen: list[Arena],
-    wall_time: float,
-    json_path: Path | None,
+    console: Console, spec: SelectSpec, selector: ModelSelector, wall_time: float
 ) -> None:
-    """Ctrl-C: what was evaluated (a partial table), what it cost, and where it was saved."""
-    spent = selector.last_evaluator.spent if selector.last_evaluator is not None else 0.0
-    arena = seen[0] if seen else None
-    done = arena.evaluations if arena is not None else 0
+    """Ctrl-C: what was evaluated (per combination), what it cost, and where it was saved."""
+    evaluator = selector.last_evaluator
+    done = list(evaluator.completed) if evaluator is not None else []
+    spent = evaluator.spent if evaluator is not None else 0.0
     grid = len(selector.space) * len(selector.dataset)
     console.print(
-        f"Interrupted after {done} of {grid} evaluations (${spent:.4f} spent, {wall_time:.1f}s).",
+        f"Interrupted after {len(done)} of {grid} evaluations (${spent:.4f} spent, "
+        f"{wall_time:.1f}s).",
         highlight=False,
+        soft_wrap=True,
     )
-    if arena is not None and done:
-        partial = build_result(
-            arena,
-            selector.space,
-            arena.best(),
-            algorithm="interrupted",
-            params={},
-            pool=None,
-            spent=spent,
-            wall_time=wall_time,
-        )
-        console.print(result_table(partial))
-        if json_path is not None:
-            partial.to_json(json_path)
-            console.print(f"The partial result is in {json_path}.", highlight=False)
+    if done:
+        table = Table(title="evaluated so far")
+        for column in ("combination", "evaluated", "mean score", "failures", "cost"):
+            table.add_column(column, justify="left" if column == "combination" else "right")
+        for k in sorted({k for k, _, _ in done}):
+            mine = [e for kk, _, e in done if kk == k]
+            table.add_row(
+                selector.space.name(k),
+                str(len(mine)),
+                f"{sum(e.score for e in mine) / len(mine):.3f}",
+                str(sum(1 for e in mine if e.error is not None)),
+                f"${sum(e.cost_usd for e in mine):.4f}",
+            )
+        console.print(table)
     cache = spec.cache_path
     if cache is None:
-        console.print("Nothing was cached (cache = false / --no-cache): a re-run starts over.")
+        console.print(
+            "Nothing was cached (cache = false / --no-cache): a re-run starts over.", soft_wrap=True
+        )
     else:
         console.print(
-            f"Every model response so far is saved in {cache}; run the same command again to "
-            "resume: answered calls come from the cache, free and instant.",
+            f"Every model response so far is saved in {cache.resolve()}; run the same command "
+            "again to resume: answered calls come from the cache, free and instant.",
             highlight=False,
+            soft_wrap=True,
         )
