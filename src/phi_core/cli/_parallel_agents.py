@@ -28,6 +28,8 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
@@ -43,6 +45,7 @@ from ..config import (
     split_branch_list,
 )
 from ..errors import Interrupted, PhiError, UserError
+from ..providers.base import Provider
 from ..providers.registry import resolve_model
 from ..race import BanditOptions, BanditRace, BanditRaceResult
 from ..types import Pricing
@@ -56,6 +59,7 @@ from ._common import (
     usage_error,
     warn,
 )
+from ._script import load_scripts
 
 __all__ = ["main", "parallel_agents", "parallel_agents_app"]
 
@@ -218,6 +222,9 @@ def parallel_agents(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    script: Annotated[
+        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
+    ] = None,
 ) -> None:
     """Race the agent models on QUERY and learn which one to trust."""
     del no_web_search  # the documented meaning (no web search) is what phi-core always does
@@ -242,7 +249,8 @@ def parallel_agents(
             race_only_when_unsure=strategy == "bandit",
             cache_ttl_s=preview_cache_ttl or 600.0, state_key=router_state_key,
         )  # fmt: skip
-        plan = _plan(agent_models, judge_model, options, _prices(model_prices))
+        providers = load_scripts(script) if script is not None else {}
+        plan = _plan(agent_models, judge_model, options, _prices(model_prices), providers)
         race = bandit_race_from_plan(plan)
     except UserError as exc:
         raise usage_error(exc) from None
@@ -333,7 +341,11 @@ def _preview_width(top_k: int | None, speculative_top_k: int | None) -> int | No
 
 
 def _plan(
-    agent_models: str, judge_model: str | None, options: BanditOptions, prices: dict[str, float]
+    agent_models: str,
+    judge_model: str | None,
+    options: BanditOptions,
+    prices: dict[str, float],
+    providers: Mapping[str, Provider],
 ) -> RacePlan:
     names = split_branch_list(agent_models)
     if not names:
@@ -343,7 +355,9 @@ def _plan(
         )
     branches = [parse_branch(name, qualify=True) for name in names]
     judge = parse_branch(judge_model, qualify=True) if judge_model else None
-    plan = plan_race(models=branches, judge=judge, strategy="bandit", bandit=options)
+    plan = plan_race(
+        models=branches, judge=judge, strategy="bandit", bandit=options, providers=providers
+    )
     if prices:
         plan.configs = [
             _priced(config, branch, name, prices)
