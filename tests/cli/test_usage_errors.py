@@ -151,3 +151,11 @@ def test_select_prompt_with_an_unknown_placeholder_is_refused_before_any_call(
     code, out, err = invoke("select", str(spec))
     assert code == 2 and out == "" and "evaluations" not in err
     assert "{question}" in err and "input, expected" in err
+
+
+@pytest.mark.parametrize("command", ["race", "run"])
+def test_a_prompt_that_is_not_utf8_is_refused_naming_the_byte(command: str) -> None:
+    # A Latin-1 terminal's "café" reaches Python as a lone surrogate (surrogateescape).
+    code, out, err = invoke(command, "caf\udce9?", "-m", "scripted:a")
+    assert code == 2 and out == ""
+    assert "not valid UTF-8 text (byte 0xe9 at position 3)" in err

@@ -48,6 +48,7 @@ from ._common import (
     EXIT_PIPE,
     guard_process_streams,
     output_closed,
+    read_prompt,
     run_interruptible,
     streams,
     usage_error,
@@ -89,17 +90,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-
-def _read_prompt(prompt: str) -> str:
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    if not prompt.strip():
-        raise UserError(
-            'The prompt is empty; pass the question as an argument (phi race "...") '
-            "or pipe it in with `-`."
-        )
-    return prompt.strip()
 
 
 def _scripts(path: Path | None) -> dict[str, ScriptedProvider]:
@@ -250,7 +240,7 @@ def race(
     answers with the best and learns from the outcome (state persists between runs).
     """
     try:
-        text = _read_prompt(prompt)
+        text = read_prompt(prompt)
         spec = load_race_spec(config) if config is not None else RaceSpec()
         chosen = strategy or spec.strategy
         bandit = (chosen or "").strip().lower() == "bandit"
@@ -429,7 +419,7 @@ def run(
 ) -> None:
     """Run one agent on a task, streaming its answer."""
     try:
-        text = _read_prompt(prompt)
+        text = read_prompt(prompt)
         spec = parse_branch(model)
         config = spec.loop_config(
             provider=_scripts(script).get(spec.model), max_tokens=max_tokens, system_prompt=system

@@ -37,6 +37,7 @@ __all__ = [
     "on_output_closed",
     "output_closed",
     "own_stream",
+    "read_prompt",
     "run_interruptible",
     "streams",
     "usage_error",
@@ -109,9 +110,7 @@ class PipeSafeStream:
             raise exc
         self.broken = True
         with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self.raw.fileno())
-            os.close(devnull)
+            _silence(self.raw.fileno())
         _mark_closed()
 
     def isatty(self) -> bool:
@@ -126,6 +125,24 @@ class PipeSafeStream:
 
     def __getattr__(self, name: str) -> Any:  # encoding, errors, buffer, …
         return getattr(self.raw, name)
+
+
+def _silence(fd: int) -> None:
+    """Point ``fd`` — and fds 1 and 2 when they are the same pipe — at ``/dev/null``, so that no
+    later flush (the interpreter's own at exit included) can fail on the closed pipe."""
+    pipe = os.fstat(fd)
+    targets = {fd}
+    for standard in (1, 2):
+        with contextlib.suppress(OSError):
+            other = os.fstat(standard)
+            if (other.st_dev, other.st_ino) == (pipe.st_dev, pipe.st_ino):
+                targets.add(standard)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for target in targets:
+            os.dup2(devnull, target)
+    finally:
+        os.close(devnull)
 
 
 def _safe(stream: TextIO) -> TextIO:
@@ -171,6 +188,28 @@ def streams() -> Iterator[tuple[TextIO, TextIO]]:
                 mine.close()
             else:
                 mine.flush()
+
+
+def read_prompt(prompt: str) -> str:
+    """The prompt argument (``-`` reads stdin), stripped; empty or undecodable text is refused."""
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise UserError(
+            'The prompt is empty; pass the question as an argument (phi race "...") '
+            "or pipe it in with `-`."
+        )
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # Bytes that are not UTF-8 arrive as lone surrogates (Python's surrogateescape).
+        byte = ord(prompt[exc.start]) - 0xDC00
+        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else repr(prompt[exc.start])
+        raise UserError(
+            f"The prompt is not valid UTF-8 text ({shown} at position {exc.start}); save or "
+            "type it as UTF-8 (for example `iconv -f latin1 -t utf-8`)."
+        ) from None
+    return prompt.strip()
 
 
 def usage_error(exc: BaseException, err: TextIO | None = None) -> typer.Exit:

@@ -55,6 +55,7 @@ from ._common import (
     EXIT_PIPE,
     guard_process_streams,
     output_closed,
+    read_prompt,
     run_interruptible,
     usage_error,
     warn,
@@ -229,7 +230,7 @@ def parallel_agents(
     """Race the agent models on QUERY and learn which one to trust."""
     del no_web_search  # the documented meaning (no web search) is what phi-core always does
     try:
-        text = _query(query)
+        text = read_prompt(query)
         features = _features(bandit_features, embedding_model)
         _refuse_unsupported(strategy, latency_bias_scale)
         location = _state_location(bandit_state, redis_url, router_state_key)
@@ -279,13 +280,6 @@ def parallel_agents(
 async def _race(race: BanditRace, text: str, token: CancelToken) -> BanditRaceResult:
     await race.load()
     return await race.run(text, cancel=token)
-
-
-def _query(query: str) -> str:
-    text = sys.stdin.read() if query == "-" else query
-    if not text.strip():
-        raise UserError("The query is empty; pass the question as the first argument.")
-    return text.strip()
 
 
 def _features(name: str, embedding_model: str | None) -> Literal["hashed", "embedding"]:
