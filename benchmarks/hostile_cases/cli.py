@@ -192,7 +192,7 @@ def _bandit_state(work: Path) -> None:
     """A router state with one namespace, made by a real bandit race."""
     scores = {
         "scores": [
-            {"preview": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
+            {"answer": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
             for n, s in ((1, 0.9), (2, 0.2))
         ]
     }

@@ -29,7 +29,7 @@ SEED_VARS = (
 )  # fmt: skip
 SCORES = {
     "scores": [
-        {"preview": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
+        {"answer": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
         for n, s in ((1, 0.9), (2, 0.2))
     ]
 }
@@ -105,7 +105,7 @@ def test_settings_after_at_work_as_in_phi_race_even_inside_the_comma_list(
     result = run(
         "Q?", "--agent-models", "scripted:a@temperature=0.2,max_tokens=50,scripted:b",
         "--judge-model", "scripted:j", "--bandit-state", str(tmp_path / "s.sqlite"),
-        "--script", script, "--json",
+        "--top-k", "2", "--script", script, "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     (plan,) = plans
@@ -153,7 +153,8 @@ def test_model_prices_per_token_set_the_cost(script: str, tmp_path: Path) -> Non
         (["--latency-bias-scale", "0.05"], "--bandit-speed-weight"),
         (["--bandit-features", "embedding", "--embedding-model", "text-embedding-3-small"], "all-MiniLM-L6-v2"),
         (["--bandit-features", "tfidf"], "hashed"),
-        (["--speculative-top-k", "3"], "only 2"),
+        (["--speculative-top-k", "3", "--top-k", "2"], "disagree"),
+        (["--speculative-top-k", "1"], "--speculative-top-k"),
         (["--strategy", "greedy"], "bandit or baseline"),
     ],
 )  # fmt: skip
@@ -190,14 +191,14 @@ def test_redis_url_keeps_state_under_router_state_key_and_previews_for_the_ttl(
     env = {"REDIS_URL": redis_url, "ROUTER_STATE_KEY": "seed_state", "PREVIEW_CACHE_TTL": "30"}
     result = run(
         "Q?", "--agent-models", "scripted:a,scripted:b", "--judge-model", "scripted:j",
-        "--script", script, env=env,
+        "--top-k", "2", "--script", script, env=env,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     client = redis.Redis.from_url(redis_url)
     keys = [k.decode() for k in client.keys("*")]
     assert any(k.startswith("seed_state") for k in keys), keys
-    previews = [k for k in keys if k.startswith("phi:preview:")]
-    assert previews and all(0 < client.ttl(k) <= 30 for k in previews)
+    expiring = [k for k in keys if client.ttl(k) > 0]  # the cached previews
+    assert expiring and all(client.ttl(k) <= 30 for k in expiring)
     client.close()
 
 
@@ -211,3 +212,16 @@ def test_the_console_script_reads_a_dotenv_file_like_the_seed(tmp_path: Path) ->
     )  # fmt: skip
     assert done.returncode == 2
     assert "--bandit-features 'from-dotenv'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_seeds_speculative_width_sets_the_previewed_arms(
+    script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plans = captured_plans(monkeypatch)
+    result = run(
+        "Q?", "--agent-models", "scripted:a,scripted:b", "--judge-model", "scripted:j",
+        "--bandit-state", str(tmp_path / "s.sqlite"), "--script", script,
+        env={"SPECULATIVE_TOP_K": "2"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert plans[0].bandit.top_k == 2

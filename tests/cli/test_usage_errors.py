@@ -15,7 +15,7 @@ from phi_core.routing import SQLiteStateStore
 
 PREVIEW_SCORES = {
     "scores": [
-        {"preview": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
+        {"answer": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
         for n, s in ((1, 0.9), (2, 0.2))
     ]
 }

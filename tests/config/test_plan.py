@@ -16,8 +16,9 @@ from phi_core.config import (
     plan_race,
 )
 from phi_core.errors import MissingApiKeyError, UserError
+from phi_core.metering import Budget
 from phi_core.parallel import ParallelLoopResult
-from phi_core.race import BanditOptions, RaceResult
+from phi_core.race import BanditOptions, BanditRaceResult
 from phi_core.routing import MemoryStateStore
 from phi_core.testing import Reply, ScriptedProvider
 
@@ -123,7 +124,7 @@ async def test_a_planned_race_runs_and_its_payload_names_the_winner() -> None:
 
 def _judge_reply(request: object) -> Reply:
     scores = [
-        {"preview": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
+        {"answer": n, "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
         for n, s in ((1, 0.9), (2, 0.2))
     ]
     return Reply(json.dumps({"scores": scores}))
@@ -140,14 +141,19 @@ async def test_a_bandit_plan_goes_through_the_one_seam_and_learns() -> None:
         judge="scripted:j",
         strategy="bandit",
         timeout=7,
+        max_concurrency=1,
+        budget=Budget(max_cost_usd=5.0),
+        bandit=BanditOptions(top_k=2),
         providers=providers,
     )
     race = bandit_race_from_plan(plan, store=MemoryStateStore())
-    assert race.budget.preview_timeout_s == 7 and race.budget.full_timeout_s == 7
+    assert (race.settings.preview_timeout_s, race.settings.answer_timeout_s) == (7, 7)
+    assert race.settings.max_concurrency == 1
+    assert race.budget is not None and race.budget.max_cost_usd == 5.0
     assert sorted(race.arms) == ["scripted:a", "scripted:b"]
     store = MemoryStateStore()
     result = await plan.run("Q?", store=store)
-    assert isinstance(result, RaceResult) and result.status == "ok"
+    assert isinstance(result, BanditRaceResult) and result.status == "ok"
     assert plan.payload(result)["type"] == "race_result"
     assert set(result.rewards) == {"scripted:a", "scripted:b"}
     assert store.namespaces()  # the router's statistics were persisted
@@ -155,3 +161,21 @@ async def test_a_bandit_plan_goes_through_the_one_seam_and_learns() -> None:
 
 def test_race_spec_defaults_mean_the_default_race() -> None:
     assert plan_race(RaceSpec()).labels == plan_race().labels
+
+
+async def test_a_plans_budget_bounds_the_whole_parallel_race() -> None:
+    providers = {
+        "scripted:a": ScriptedProvider(default="Paris."),
+        "scripted:b": ScriptedProvider(default="Paris."),
+    }
+    plan = plan_race(
+        models=["scripted:a", "scripted:b"],
+        strategy="pick-first",
+        max_concurrency=1,
+        budget=Budget(max_calls=1),
+        providers=providers,
+    )
+    result = await plan.run("Capital of France?")
+    assert isinstance(result, ParallelLoopResult)
+    assert [o.status for o in result.outcomes] == ["ok", "over_budget"]
+    assert plan_race(models=["scripted:a"], budget=Budget()).budget is None  # no limit given

@@ -77,10 +77,10 @@ def test_every_command_whose_reader_is_already_gone_exits_141_without_a_tracebac
 
 
 def test_a_usage_mistake_raised_inside_a_task_group_is_exit_2_not_an_exception_group(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A key that is looked up only when the call is made (as some SDKs do) fails inside the
-    bandit pipeline's preview task group: it surfaces as the usage error it is."""
+    pairwise judge's task group: it surfaces as the usage error it is, not as a traceback."""
     from phi_core.errors import MissingApiKeyError
 
     class KeyOnFirstCall(ScriptedProvider):
@@ -88,12 +88,13 @@ def test_a_usage_mistake_raised_inside_a_task_group_is_exit_2_not_an_exception_g
             raise MissingApiKeyError("acme", "ACME_API_KEY")
             yield  # pragma: no cover
 
-    scripts = {"scripted:a": KeyOnFirstCall(), "scripted:b": KeyOnFirstCall()}
+    scripts = {
+        "scripted:a": ScriptedProvider(default="A."),
+        "scripted:b": ScriptedProvider(default="B."),
+        "scripted:judge": KeyOnFirstCall(),
+    }
     monkeypatch.setattr("phi_core.cli._app.load_scripts", lambda path: scripts)
-    result = CliRunner().invoke(
-        app,
-        [*RACE, "--strategy", "bandit", "--state", str(tmp_path / "s.db"), "--script", "x"],
-    )
+    result = CliRunner().invoke(app, [*RACE, "--strategy", "pairwise", "--script", "x"])
     assert result.exit_code == 2, result.output
     assert "ACME_API_KEY" in result.stderr
     assert not isinstance(result.exception, BaseExceptionGroup)
