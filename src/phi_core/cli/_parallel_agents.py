@@ -8,8 +8,11 @@ refused with a message saying what to use instead:
   ``phi race -m`` (``gpt-4o@temperature=0.2,max_tokens=300,gpt-4o-mini``).
 * ``--judge-model`` (``DEEP_RESEARCH_JUDGE_MODEL``): default as in ``phi race``.
 * ``--bandit-*`` flags and their ``BANDIT_*`` variables; ``--bandit-state`` (``BANDIT_STATE``).
-* ``REDIS_URL``: router state (under the ``ROUTER_STATE_KEY`` prefix) and the preview cache
-  (entries live ``PREVIEW_CACHE_TTL`` seconds) in Redis, unless ``--bandit-state`` names a file.
+* ``REDIS_URL``: router state (its keys under the ``ROUTER_STATE_KEY`` prefix), preview cache
+  and latency history in Redis, unless ``--bandit-state`` names a file; cached previews live
+  ``PREVIEW_CACHE_TTL`` seconds wherever the state is.
+* ``--speculative-top-k`` (``SPECULATIVE_TOP_K``): how many full answers race at once for a long
+  query, which here is the number of previewed arms, so it sets ``--top-k``.
 * ``--bandit-features length`` uses the hashed features, which carry the seed's length features
   (characters / threshold, words) plus word n-grams and intent signals.
 * ``--embedding-model``: only the local ``all-MiniLM-L6-v2`` (extra ``embed``, no network).
