@@ -89,9 +89,9 @@ from phi_core.routing import (
     Recorded,
     ReplayProvider,
     RewardPolicy,
-    intent_signals,
     prompt_key,
 )
+from phi_core.routing.features import intent_signals
 
 HERE = Path(__file__).resolve().parent
 CACHE_DIR = HERE / ".cache"

@@ -9,14 +9,26 @@ The public names are listed in ``__all__`` below, grouped by layer; everything e
 
 from .agent import AgentBusyError, BasicAgent
 from .cancel import CancelToken
-from .config import agent_from_config, load_config
+from .config import (
+    BranchSpec,
+    RacePlan,
+    RaceSpec,
+    agent_from_config,
+    load_config,
+    load_race_spec,
+    plan_race,
+)
 from .context import CompactionConfig, ExecutionLimits
 from .errors import (
     AllBranchesFailedError,
+    AmbiguousModelError,
     AuthError,
     BadRequestError,
+    BranchFailure,
+    BudgetExhausted,
     ConfigError,
     ContextOverflowError,
+    Interrupted,
     McpConnectionError,
     McpError,
     McpTimeoutError,
@@ -30,7 +42,11 @@ from .errors import (
     ProviderError,
     RateLimitedError,
     RunError,
+    ScriptCallbackError,
     ServerError,
+    SessionError,
+    SessionLockedError,
+    SessionNotFoundError,
     UnknownModelError,
     UserError,
 )
@@ -95,6 +111,7 @@ from .providers import (
     StreamRequest,
     get_provider,
     known_providers,
+    qualify_model_name,
     resolve_model,
 )
 from .race import BanditOptions, BanditRace, BanditRaceResult, run_bandit_race
@@ -192,6 +209,12 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "adopt_winner",
     "agent_loop_parallel",
     "strategy_from_name",
+    # planning a race from specs (the CLI, race files and the gateway use it)
+    "BranchSpec",
+    "RacePlan",
+    "RaceSpec",
+    "load_race_spec",
+    "plan_race",
     # learned routing and the racing pipeline
     "BanditOptions",
     "BanditRace",
@@ -234,6 +257,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "StreamRequest",
     "get_provider",
     "known_providers",
+    "qualify_model_name",
     "resolve_model",
     # messages and content
     "AgentMessage",
@@ -271,10 +295,14 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "TurnStart",
     # errors
     "AllBranchesFailedError",
+    "AmbiguousModelError",
     "AuthError",
     "BadRequestError",
+    "BranchFailure",
+    "BudgetExhausted",
     "ConfigError",
     "ContextOverflowError",
+    "Interrupted",
     "McpConnectionError",
     "McpError",
     "McpTimeoutError",
@@ -288,7 +316,11 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ProviderError",
     "RateLimitedError",
     "RunError",
+    "ScriptCallbackError",
     "ServerError",
+    "SessionError",
+    "SessionLockedError",
+    "SessionNotFoundError",
     "UnknownModelError",
     "UserError",
     "__version__",

@@ -30,7 +30,7 @@ from pydantic import BaseModel, TypeAdapter
 from .cancel import CancelToken
 from .context.compaction import CompactionConfig
 from .context.limits import ExecutionLimits
-from .errors import UserError
+from .errors import AgentBusyError, UserError
 from .events import ContinuationKind, EventStream
 from .loop import (
     AgentContext,
@@ -60,10 +60,6 @@ logger = logging.getLogger("phi_core.agent")
 
 _MESSAGES = TypeAdapter(list[AgentMessage])
 _HOOK_NAMES = frozenset(f.name for f in dataclasses.fields(LoopHooks))
-
-
-class AgentBusyError(UserError):
-    """A second run was started while the agent was still running one."""
 
 
 class BasicAgent:

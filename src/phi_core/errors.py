@@ -5,16 +5,24 @@
     PhiError
     ├── UserError                      you called it wrong (raised at construction time)
     │   ├── UnknownModelError          a ``provider:model`` string names no known provider
+    │   │   └── AmbiguousModelError    a bare model name that several providers offer
     │   ├── MissingApiKeyError         names the environment variable to set
     │   ├── MissingExtraError          names the extra to install
     │   ├── ConfigError                file, line and key of a bad config file
+    │   ├── AgentBusyError             a second run on an agent that is still running
     │   └── OpenApiError               an OpenAPI spec that cannot be turned into tools
     ├── RunError                       a run failed
-    │   ├── AllBranchesFailedError     every branch of a race failed
+    │   ├── AllBranchesFailedError     every branch of a race failed; ``failures`` per branch
     │   ├── BudgetExhausted            a selection's budget is spent (it recommends from what it has)
+    │   ├── ScriptCallbackError        a callback script exited non-zero
+    │   ├── Interrupted                Ctrl-C (or another interrupt) stopped the run
     │   └── McpError                   an MCP server failed a request (``code``: JSON-RPC code)
     │       ├── McpConnectionError     the server could not be started or reached, or went away
     │       └── McpTimeoutError        the server did not answer in time
+    ├── ToolError                      raised by a tool: its message becomes the error result
+    ├── SessionError                   the session store could not do what was asked
+    │   ├── SessionNotFoundError       no session with that id (also a ``KeyError``)
+    │   └── SessionLockedError         another writer held the session's lock too long
     └── ProviderError                  one model call failed; ``kind`` classifies it
         ├── AuthError                  401/403: bad or missing credentials (not retried)
         ├── RateLimitedError           429; ``retry_after`` in seconds when the vendor said
@@ -32,16 +40,22 @@ Provider errors never carry API keys: :func:`redact` scrubs anything that looks 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 __all__ = [
+    "AgentBusyError",
     "AllBranchesFailedError",
+    "AmbiguousModelError",
     "AuthError",
     "BadRequestError",
+    "BranchFailure",
     "BudgetExceededError",
     "BudgetExhausted",
     "ConfigError",
     "ContextOverflowError",
+    "Interrupted",
     "McpConnectionError",
     "McpError",
     "McpTimeoutError",
@@ -56,7 +70,12 @@ __all__ = [
     "ProviderErrorKind",
     "RateLimitedError",
     "RunError",
+    "ScriptCallbackError",
     "ServerError",
+    "SessionError",
+    "SessionLockedError",
+    "SessionNotFoundError",
+    "ToolError",
     "UnknownModelError",
     "UserError",
     "redact",
@@ -115,7 +134,20 @@ class UserError(PhiError, ValueError):
 
 
 class UnknownModelError(UserError):
-    pass
+    """A model string names no known provider or model."""
+
+
+class AmbiguousModelError(UnknownModelError):
+    """A bare model name (``gpt-4o``) that more than one provider offers; ``candidates`` lists
+    the ``provider:model`` spellings to choose from."""
+
+    def __init__(self, name: str, candidates: Sequence[str]) -> None:
+        self.name = name
+        self.candidates = tuple(candidates)
+        super().__init__(
+            f"Model {name!r} is offered by several providers; write one of: "
+            f"{', '.join(self.candidates)}."
+        )
 
 
 class MissingApiKeyError(UserError):
@@ -158,12 +190,92 @@ class ConfigError(UserError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
+class AgentBusyError(UserError):
+    """A second run was started while the agent was still running one."""
+
+
 class RunError(PhiError):
     """A run failed in a way the caller must handle."""
 
 
+@dataclass(frozen=True, slots=True)
+class BranchFailure:
+    """Why one branch of a race produced no answer (the data behind the message)."""
+
+    index: int
+    """The branch's position in the race (its ``config_index``)."""
+    loop_id: str
+    status: str
+    """How the branch ended: ``error``, ``timeout``, ``cancelled`` or ``rejected``."""
+    error: str | None = None
+    """The cause as text (already redacted)."""
+    error_kind: str | None = None
+    """The classified kind of ``error`` (a provider error's ``kind``, ``tool``, ``timeout``…; see
+    ``phi_core.outcome.ErrorKind``)."""
+
+
 class AllBranchesFailedError(RunError):
-    pass
+    """Every branch of a race failed (or the race was cancelled before any answer).
+
+    ``failures`` holds one :class:`BranchFailure` per branch, so callers can act on the causes
+    (retry the rate-limited ones, report the auth errors) without parsing the message.
+    """
+
+    def __init__(self, message: str, failures: Sequence[BranchFailure] = ()) -> None:
+        self.failures: tuple[BranchFailure, ...] = tuple(failures)
+        super().__init__(message)
+
+    @property
+    def kinds(self) -> dict[int, str]:
+        """``{branch index: error kind}``: the provider classification, else the status."""
+        return {f.index: f.error_kind or f.status for f in self.failures}
+
+
+class ScriptCallbackError(RunError):
+    """A callback script from a config file exited with a non-zero code."""
+
+    def __init__(self, command: str, code: int, stderr: str) -> None:
+        self.code = code
+        detail = f": {stderr.strip()[:500]}" if stderr.strip() else ""
+        super().__init__(f"callback script {command!r} exited with code {code}{detail}")
+
+
+class Interrupted(RunError):
+    """The user interrupted the run (Ctrl-C); ``partial`` is whatever it had returned, or None."""
+
+    def __init__(self, partial: Any = None) -> None:
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+class ToolError(PhiError):
+    """Raise from a tool to return an error result with this message to the model."""
+
+
+class SessionError(PhiError):
+    """The session store could not do what was asked."""
+
+
+class SessionNotFoundError(SessionError, KeyError):
+    """No session with this id in the store."""
+
+    def __init__(self, session_id: str, where: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"No session {session_id!r} in {where}.")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class SessionLockedError(SessionError):
+    """Another writer held the session's lock for longer than ``lock_timeout``."""
+
+    def __init__(self, session_id: str, timeout: float) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"Session {session_id!r} stayed locked by another writer for {timeout:.1f}s; "
+            "retry later or raise lock_timeout."
+        )
 
 
 class BudgetExhausted(RunError):

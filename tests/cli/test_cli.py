@@ -10,8 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
-from phi_core.cli._app import loop_config
-from phi_core.cli._spec import BranchSpec
+from phi_core.config import BranchSpec, RaceSpec, plan_race
 from phi_core.events import AGENT_EVENT_ADAPTER
 from phi_core.loop import AgentContext, agent_loop
 from phi_core.testing import ScriptedProvider
@@ -229,7 +228,7 @@ def test_timeout_turns_a_hanging_branch_into_a_timeout_and_the_other_wins(
 def test_branch_settings_reach_the_model_request(tmp_path: Path) -> None:
     spec = BranchSpec(model="scripted:x", system="Be terse.", temperature=0.3, max_tokens=7)
     provider = ScriptedProvider(["ok"])
-    config = loop_config(spec, {"scripted:x": provider}, max_tokens=100, system="ignored")
+    config = spec.loop_config(provider=provider, max_tokens=100, system_prompt="ignored")
 
     import asyncio
 
@@ -353,7 +352,7 @@ def test_judge_with_a_strategy_that_uses_none_is_a_usage_error(runner: CliRunner
         app, ["race", "Q?", "-m", "scripted:a", "--strategy", "vote", "--judge", "scripted:j"]
     )
     assert result.exit_code == 2
-    assert "--judge has no effect" in result.stderr
+    assert "judge has no effect" in result.stderr
 
 
 def test_bad_flag_value_is_a_usage_error(runner: CliRunner) -> None:
@@ -461,7 +460,7 @@ def test_unknown_config_key_lists_the_allowed_keys(runner: CliRunner, tmp_path: 
     message = " ".join(result.stderr.split())
     assert "race.toml:2" in message
     assert "key `branchs`" in message
-    assert "expected one of" in message and "branches" in message
+    assert "expected one of" in message.lower() and "branches" in message
 
 
 def test_config_syntax_error_names_file_and_line(runner: CliRunner, tmp_path: Path) -> None:
@@ -488,7 +487,7 @@ def test_unreadable_config_file_is_a_usage_error_naming_it(
     result = runner.invoke(app, ["race", "Q?", "--config", str(binary)])
     assert result.exit_code == 2
     assert "race.json" in result.stderr
-    assert "cannot read" in result.stderr
+    assert "not UTF-8" in result.stderr
 
 
 def test_config_with_unknown_extension_is_rejected(runner: CliRunner, tmp_path: Path) -> None:
@@ -496,7 +495,7 @@ def test_config_with_unknown_extension_is_rejected(runner: CliRunner, tmp_path: 
     config.write_text("x=1", encoding="utf-8")
     result = runner.invoke(app, ["race", "Q?", "--config", str(config)])
     assert result.exit_code == 2
-    assert ".toml, .yaml/.yml or .json" in result.stderr
+    assert "use .toml, .json, .yaml or .yml" in result.stderr
 
 
 # --------------------------------------------------------------------------- run and models
@@ -577,15 +576,10 @@ def test_no_arguments_shows_help(runner: CliRunner) -> None:
 
 
 def test_a_local_judge_is_constrained_to_answer_with_a_branch_number() -> None:
-    from phi_core.cli._app import _plan
-    from phi_core.cli._spec import RaceFile
-
-    plan = _plan([], RaceFile(), {}, None, None, None, None, None, None)
+    plan = plan_race(RaceSpec())
     assert plan.judge_config is not None
     fmt = plan.judge_config.response_format
     assert fmt is not None and fmt.schema_ == {"enum": [1, 2, 3]}
-    vendor_judged = _plan(
-        ["scripted:a", "scripted:b"], RaceFile(), {}, "scripted:judge", None, None, None, None, None
-    )
+    vendor_judged = plan_race(models=["scripted:a", "scripted:b"], judge="scripted:judge")
     assert vendor_judged.judge_config is not None
     assert vendor_judged.judge_config.response_format is None

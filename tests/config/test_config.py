@@ -119,11 +119,8 @@ def test_every_thinking_level_maps(level: str) -> None:
 
 
 def test_invalid_thinking_level_names_the_key_line_and_choices() -> None:
-    config = toml(
-        '[provider]\nmodel = "scripted:x"\n\n[agent.profile]\nthinking_level = "extreme"\n'
-    )
     with pytest.raises(ConfigError, match=r"'extreme'.*off, minimal, low, medium, high") as info:
-        agent_from_config(config)
+        toml('[provider]\nmodel = "scripted:x"\n\n[agent.profile]\nthinking_level = "extreme"\n')
     assert info.value.key == "agent.profile.thinking_level" and info.value.line == 5
 
 

@@ -19,9 +19,9 @@ from phi_core.parallel import (
     agent_loop_parallel,
     code_agreement,
     code_agreement_sync,
-    extract_code,
     strategy_from_name,
 )
+from phi_core.parallel._behaviour import extract_code
 
 from .helpers import answer, branch
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from phi_core.parallel import build_judge_prompt, compact_for_judge, parse_judge_choice
+from phi_core.parallel import build_judge_prompt
 from phi_core.parallel._text import (
+    compact_for_judge,
     content_budget,
     estimate_tokens,
     extract_query,
+    parse_judge_choice,
     tier1,
     tier2,
     tier3,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from phi_core.cli.route import app, parallel_agents_app
+from phi_core.cli._parallel_agents import parallel_agents_app
+from phi_core.cli.route import app
 from phi_core.errors import UnknownModelError, UserError
 from phi_core.loop import AgentLoopConfig
 from phi_core.providers.base import ModelConfig, StreamRequest

@@ -21,9 +21,9 @@ from phi_core.race import (
     Arm,
     BanditRace,
     RaceSettings,
-    preview_token_limit,
     verifier_from_spec,
 )
+from phi_core.race.pipeline import preview_token_limit
 from phi_core.routing import (
     HashedFeatures,
     LatencyTracker,

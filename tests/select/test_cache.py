@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from phi_core.providers.base import ModelConfig, StreamRequest
-from phi_core.select import ResponseCache, cache_key
+from phi_core.providers.call import request_key as cache_key
+from phi_core.select import ResponseCache
 from phi_core.types import AssistantMessage, TextContent, UserMessage
 
 

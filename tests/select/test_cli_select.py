@@ -97,7 +97,7 @@ def test_a_bad_dataset_line_names_the_line(tmp_path: Path) -> None:
 
 
 async def test_the_prompt_chain_agent_feeds_each_step_the_input_and_earlier_replies() -> None:
-    from phi_core.cli.select import _prompt_chain
+    from phi_core.config import prompt_chain
     from phi_core.providers.base import ModelConfig
     from phi_core.select import MeteredModel
     from phi_core.testing import Reply, ScriptedProvider
@@ -112,7 +112,7 @@ async def test_the_prompt_chain_agent_feeds_each_step_the_input_and_earlier_repl
             ModelConfig(provider="scripted", id="s", api="scripted"), provider=solver_provider
         ),
     }
-    chain = _prompt_chain({"planner": "plan for {input}", "solver": "{input} using {planner}"})
+    chain = prompt_chain({"planner": "plan for {input}", "solver": "{input} using {planner}"})
     assert await chain(models, "Q") == "ANSWER"
     assert planner_provider.requests[0].messages[0].content[0].text == "plan for Q"  # type: ignore[union-attr]
     assert solver_provider.requests[0].messages[0].content[0].text == "Q using PLAN"  # type: ignore[union-attr]

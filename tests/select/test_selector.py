@@ -16,8 +16,8 @@ from phi_core.select import (
     MeteredModel,
     ModelSelector,
     ResponseCache,
-    concurrency_split,
 )
+from phi_core.select._selector import concurrency_split
 from phi_core.testing import Reply, ScriptedProvider
 from phi_core.types import Pricing, Usage
 

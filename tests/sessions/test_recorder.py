@@ -20,9 +20,8 @@ from phi_core.sessions import (
     SessionRecorder,
     SessionRecorderConfig,
     Turn,
-    config_segment_from_loop_id,
-    session_id_from_loop_id,
 )
+from phi_core.sessions._model import config_segment_from_loop_id, session_id_from_loop_id
 from phi_core.testing import Reply, ScriptedProvider, call
 from phi_core.tools import tool
 from phi_core.types import AssistantMessage, ToolResultMessage, TurnId, UserMessage

@@ -1,25 +1,17 @@
-"""The ``phi`` command: ``race``, ``run`` and ``models``.
+"""The ``phi`` command: ``race``, ``run`` and ``models`` (``route`` and ``select`` are mounted).
 
-Exit codes: 0 success, 1 the run failed (every branch of a race failed), 2 a usage error (bad
-flag, unknown provider, missing key, bad config file, empty prompt), 130 interrupted (Ctrl-C).
+The commands only parse flags: what a race runs is planned by :func:`phi_core.config.plan_race`.
+Exit codes are listed in ``_common``: 0 success, 1 the run failed, 2 a usage error, 130
+interrupted (Ctrl-C), 141 the output was closed (``| head``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import importlib
-import importlib.util
-import io
 import json
 import os
-import re
-import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TextIO, TypeVar
+from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -27,43 +19,64 @@ from rich.table import Table
 from rich.text import Text
 
 from ..cancel import CancelToken
-from ..errors import McpError, PhiError, UserError
+from ..config import (
+    RACE_STRATEGIES,
+    RacePlan,
+    RaceSpec,
+    bandit_payload,
+    bandit_race_from_plan,
+    load_race_spec,
+    parse_branch,
+    plan_race,
+)
+from ..errors import Interrupted, McpError, PhiError, UserError
 from ..events import MessageUpdate
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
 from ..metering import Budget
-from ..providers.base import Provider
-from ..providers.registry import get_provider, known_providers, resolve_model
-from ..race.entry import BanditOptions
+from ..parallel import ParallelLoopResult
+from ..providers.registry import known_providers, resolve_model
+from ..race.entry import BanditOptions, verifier_from_spec
 from ..race.pipeline import BanditRace
 from ..testing import ScriptedProvider
 from ..tools.mcp import mcp_tools
-from ..types import ResponseFormat, TextDelta
-from ._bandit import BanditView, bandit_exit_code, bandit_payload, plan_bandit, run_bandit
-from ._race import RacePlan, race_payload, run_race
+from ..types import TextDelta
+from ._bandit import BanditView, bandit_exit_code, run_bandit
+from ._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPE,
+    guard_process_streams,
+    output_closed,
+    read_prompt,
+    run_interruptible,
+    streams,
+    usage_error,
+    warn,
+)
 from ._script import load_scripts
-from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, load_race_file, select_branches
 from ._view import JsonLines, RaceView, format_cost
 
 __all__ = ["app", "main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-DEFAULT_LOCAL_MAX_TOKENS = 256
-STRATEGIES = (
-    "judge",
-    "pairwise",
-    "rubric",
-    "vote",
-    "exec-vote",
-    "pick-first",
-    "token-efficient",
-    "elaborate",
-    "bandit",
-)
 _BANDIT = "Bandit strategy (--strategy bandit)"
-# A judge's reply (scores with reasons for every answer) must not be cut by --max-tokens, which
-# limits the branches; a judge spec's own max_tokens still wins.
-JUDGE_MAX_TOKENS = 1024
-_JUDGED = ("judge", "pairwise", "rubric")
+_BANDIT_FLAGS = {
+    "alpha": "--alpha",
+    "ridge": "--ridge",
+    "state": "--state",
+    "length_threshold": "--length-threshold",
+    "quality_weight": "--quality-weight",
+    "speed_weight": "--speed-weight",
+    "cost_weight": "--cost-weight",
+    "min_preview_tokens": "--min-preview-tokens",
+}
+# A plan's setting → (the race command's parameter, its flag).
+_FLAG_OF_SETTING = {
+    "system_prompt": ("system", "--system"),
+    "max_tokens": ("max_tokens", "--max-tokens"),
+    "judge": ("judge", "--judge"),
+    "max_concurrency": ("max_concurrency", "--max-concurrency"),
+}
 
 app = typer.Typer(
     name="phi",
@@ -78,132 +91,16 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-T = TypeVar("T")
-
-
-class Interrupted(Exception):
-    """Ctrl-C arrived; carries whatever the interrupted run returned (or None)."""
-
-    def __init__(self, partial: Any = None) -> None:
-        super().__init__("interrupted")
-        self.partial = partial
-
-
-def own_stream(stream: TextIO) -> TextIO:
-    """A private duplicate of ``stream``'s file descriptor (or ``stream`` itself if it has none).
-
-    llama-cpp-python silences model loading by pointing fds 1 and 2 at /dev/null and swapping
-    ``sys.stdout`` for a while, from a worker thread; two overlapping loads can leave them
-    swapped. Writing through our own duplicate keeps the race's output on the real terminal.
-    """
-    try:
-        fd = stream.fileno()
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return stream
-    stream.flush()
-    return os.fdopen(
-        os.dup(fd), "w", encoding=stream.encoding or "utf-8", errors="replace", buffering=1
-    )
-
-
-@contextlib.contextmanager
-def _streams() -> Iterator[tuple[TextIO, TextIO]]:
-    out, err = own_stream(sys.stdout), own_stream(sys.stderr)
-    try:
-        yield out, err
-    finally:
-        for mine, theirs in ((out, sys.stdout), (err, sys.stderr)):
-            if mine is not theirs:
-                mine.close()
-            else:
-                mine.flush()
-
-
-def _usage_error(exc: BaseException, err: TextIO | None = None) -> typer.Exit:
-    console = Console(file=err or sys.stderr, highlight=False)
-    console.print(Text("Error: ", style="bold red") + Text(str(exc)), soft_wrap=True)
-    return typer.Exit(EXIT_USAGE)
-
-
-def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, bool]:
-    """Run ``make(token)`` on a fresh event loop; Ctrl-C cancels ``token`` (a second one stops
-    the task outright). Returns the result and whether Ctrl-C was pressed."""
-    interrupted = False
-
-    async def main() -> T:
-        nonlocal interrupted
-        token = CancelToken()
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-
-        def on_sigint() -> None:
-            nonlocal interrupted
-            if interrupted and task is not None:
-                task.cancel()
-            interrupted = True
-            token.cancel("interrupted")
-
-        installed = False
-        try:
-            loop.add_signal_handler(signal.SIGINT, on_sigint)
-            installed = True
-        except (NotImplementedError, RuntimeError, ValueError):
-            installed = False  # not the main thread (or no signals here): Ctrl-C stays default
-        try:
-            return await make(token)
-        finally:
-            if installed:
-                loop.remove_signal_handler(signal.SIGINT)
-
-    try:
-        result = asyncio.run(main())
-    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
-        raise Interrupted() from exc
-    return result, interrupted
-
-
-def _read_prompt(prompt: str) -> str:
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    if not prompt.strip():
-        raise UserError(
-            'The prompt is empty; pass the question as an argument (phi race "...") '
-            "or pipe it in with `-`."
-        )
-    return prompt.strip()
-
 
 def _scripts(path: Path | None) -> dict[str, ScriptedProvider]:
     return load_scripts(path) if path is not None else {}
 
 
-_SLUG = re.compile(r"[^\w-]+")
-
-
-def loop_config(
-    spec: BranchSpec,
-    scripts: dict[str, ScriptedProvider],
-    *,
-    max_tokens: int | None = None,
-    system: str | None = None,
-) -> AgentLoopConfig:
-    """An :class:`AgentLoopConfig` for ``spec``, checked now: unknown provider, missing key or
-    missing extra raise a :class:`UserError` before anything runs."""
-    provider: Provider | None = scripts.get(spec.model)
-    config = AgentLoopConfig(
-        model=spec.model,
-        provider=provider,
-        config_id=_SLUG.sub("-", spec.name).strip("-") or None if spec.name else None,
-        thinking=spec.thinking or "off",
-        max_tokens=spec.max_tokens if spec.max_tokens is not None else max_tokens,
-        temperature=spec.temperature,
-        top_p=spec.top_p,
-        seed=spec.seed,
-        system_prompt=spec.system if spec.system is not None else system,
-    )
-    if provider is None:
-        get_provider(config.model_config())  # builds the client: missing key/extra fail here
-    return config
+def _explicit(ctx: typer.Context, name: str) -> bool:
+    """Whether the flag behind parameter ``name`` was typed on the command line (a variable in
+    the environment, such as ``PHI_ROUTER_STATE``, is a standing setting, not a request)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 # --------------------------------------------------------------------------- phi race
@@ -211,6 +108,7 @@ def loop_config(
 
 @app.command()
 def race(
+    ctx: typer.Context,
     prompt: Annotated[str, typer.Argument(help="The task for every branch; `-` reads stdin.")],
     model: Annotated[
         list[str] | None,
@@ -234,18 +132,21 @@ def race(
         typer.Option(
             "-s",
             "--strategy",
-            help=f"How the winner is chosen: {', '.join(STRATEGIES)}. Default: judge.",
+            help=f"How the winner is chosen: {', '.join(RACE_STRATEGIES)}. Default: judge.",
         ),
     ] = None,
     system: Annotated[
-        str | None, typer.Option(help="System prompt for branches that set none.")
+        str | None,
+        typer.Option(
+            help="System prompt for branches that set none; on the default race it is put "
+            "before each configuration's own prompt."
+        ),
     ] = None,
     max_tokens: Annotated[
         int | None,
         typer.Option(
             min=1,
-            help=f"Output token limit per call (default {DEFAULT_LOCAL_MAX_TOKENS} for the "
-            "default local race).",
+            help="Output token limit per call (default 256 for the default local race).",
         ),
     ] = None,
     timeout: Annotated[
@@ -338,57 +239,81 @@ def race(
     `--strategy bandit` ranks the branches with a learned router instead, previews the top ones,
     answers with the best and learns from the outcome (state persists between runs).
     """
-    chosen = (strategy or "").strip().lower()
     try:
-        text = _read_prompt(prompt)
-        race_file = load_race_file(config) if config is not None else RaceFile()
-        scripts = _scripts(script)
-        budget = Budget(max_tokens=max_total_tokens, max_cost_usd=max_cost, max_wall_s=deadline)
-        if chosen == "bandit" or (not chosen and race_file.strategy == "bandit"):
-            flags = BanditOptions(
+        text = read_prompt(prompt)
+        spec = load_race_spec(config) if config is not None else RaceSpec()
+        chosen = strategy or spec.strategy
+        bandit = (chosen or "").strip().lower() == "bandit"
+        options: BanditOptions | None = None
+        if bandit:
+            options = BanditOptions(
                 alpha=alpha, ridge=ridge, state=state, length_threshold=length_threshold,
                 quality_weight=quality_weight, speed_weight=speed_weight,
-                cost_weight=cost_weight, min_preview_tokens=min_preview_tokens, verify=verify,
-                top_k=top_k, preview_timeout_s=timeout, full_timeout_s=timeout,
-                max_concurrency=max_concurrency, max_cost_usd=max_cost,
-                max_total_tokens=max_total_tokens, total_timeout_s=deadline,
+                cost_weight=cost_weight, min_preview_tokens=min_preview_tokens, top_k=top_k,
+                verify=verify,
             )  # fmt: skip
-            bandit = plan_bandit(model or [], race_file, scripts, judge, system, max_tokens, flags)
-            with _streams() as (out, err):
-                code = (
-                    _bandit_json(bandit, text, out)
-                    if json_output
-                    else _bandit_live(bandit, text, out)
-                )
-            raise typer.Exit(code)
-        if top_k is not None:
+            if verify is not None:
+                _check_verify(verify)
+        elif top_k is not None:
             raise UserError("--top-k applies to --strategy bandit (how many arms to preview).")
-        if verify is not None:
+        elif verify is not None:
             raise UserError(
                 "--verify applies to --strategy bandit (its fallback asks the next candidate). "
                 "For a parallel race on code, use --strategy exec-vote."
             )
-        plan = _plan(
-            model or [], race_file, scripts, judge, strategy, system, max_tokens, timeout,
-            max_concurrency,
+        budget = Budget(max_tokens=max_total_tokens, max_cost_usd=max_cost, max_wall_s=deadline)
+        plan = plan_race(
+            spec, models=model or [], judge=judge, strategy=strategy, system_prompt=system,
+            max_tokens=max_tokens, timeout=timeout, max_concurrency=max_concurrency,
+            budget=budget, bandit=options, providers=_scripts(script),
         )  # fmt: skip
-        plan.budget = None if budget.unlimited else budget
+        bandit_race = bandit_race_from_plan(plan) if plan.strategy == "bandit" else None
     except UserError as exc:
-        raise _usage_error(exc) from None
-
-    with _streams() as (out, err):
+        raise usage_error(exc) from None
+    _warn_about(ctx, plan, config)
+    with streams() as (out, err):
         try:
-            code = _race_json(plan, text, out) if json_output else _race_live(plan, text, out)
+            if bandit_race is not None:
+                code = (
+                    _bandit_json(bandit_race, text, out)
+                    if json_output
+                    else _bandit_live(bandit_race, text, out)
+                )
+            elif json_output:
+                code = _race_json(plan, text, out)
+            else:
+                code = _race_live(plan, text, out)
         except UserError as exc:
-            raise _usage_error(exc, err) from None
+            raise usage_error(exc, err) from None
     raise typer.Exit(code)
+
+
+def _check_verify(spec: str) -> None:
+    try:
+        verifier_from_spec(spec)
+    except UserError as exc:
+        raise UserError(f"--verify: {exc}") from None
+
+
+def _warn_about(ctx: typer.Context, plan: RacePlan, config: Path | None) -> None:
+    """Say which given settings do nothing, naming the flag (or the race file) they came from."""
+    if plan.strategy != "bandit":
+        given = [flag for name, flag in _BANDIT_FLAGS.items() if _explicit(ctx, name)]
+        if given:
+            warn(f"{', '.join(given)} only apply to --strategy bandit; ignored.")
+    for warning in plan.warnings:
+        param, flag = _FLAG_OF_SETTING.get(warning.setting, ("", ""))
+        if param and _explicit(ctx, param):
+            warn(f"{flag} {warning.message}")
+        elif config is not None:
+            warn(f"`{warning.setting}` in {config} {warning.message}")
 
 
 def _bandit_json(race: BanditRace, text: str, out: TextIO) -> int:
     sink = JsonLines(out)
     try:
         result, interrupted = run_interruptible(lambda token: run_bandit(race, text, sink, token))
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
         return EXIT_INTERRUPTED
     sink.result(bandit_payload(result))
     return bandit_exit_code(result, interrupted)
@@ -401,7 +326,7 @@ def _bandit_live(race: BanditRace, text: str, out: TextIO) -> int:
             result, interrupted = run_interruptible(
                 lambda token: run_bandit(race, text, view, token)
             )
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
         view.print_interrupted()
         return EXIT_INTERRUPTED
     if interrupted or result.status == "cancelled":
@@ -414,10 +339,10 @@ def _bandit_live(race: BanditRace, text: str, out: TextIO) -> int:
 def _race_json(plan: RacePlan, text: str, out: TextIO) -> int:
     sink = JsonLines(out)
     try:
-        result, interrupted = run_interruptible(lambda token: run_race(plan, text, sink, token))
-    except (Interrupted, KeyboardInterrupt):
+        result, interrupted = run_interruptible(lambda token: _run(plan, text, sink, token))
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
         return EXIT_INTERRUPTED
-    sink.result(race_payload(result, plan))
+    sink.result(plan.payload(result))
     return _race_exit(result, interrupted)
 
 
@@ -429,15 +354,21 @@ def _race_live(plan: RacePlan, text: str, out: TextIO) -> int:
     )
     try:
         with view:
-            result, interrupted = run_interruptible(lambda token: run_race(plan, text, view, token))
-    except (Interrupted, KeyboardInterrupt):
+            result, interrupted = run_interruptible(lambda token: _run(plan, text, view, token))
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
         view.print_interrupted()
         return EXIT_INTERRUPTED
     if interrupted or result.cancelled:
         view.print_interrupted()
         return EXIT_INTERRUPTED
-    view.print_verdict(result, [b.label for b in plan.branches])
+    view.print_verdict(result, plan.labels)
     return _race_exit(result, interrupted)
+
+
+async def _run(plan: RacePlan, text: str, events: Any, token: CancelToken) -> ParallelLoopResult:
+    result = await plan.run(text, events=events, cancel=token)
+    assert isinstance(result, ParallelLoopResult)
+    return result
 
 
 def _console(out: TextIO) -> Console:
@@ -448,73 +379,10 @@ def _console(out: TextIO) -> Console:
     return console
 
 
-def _race_exit(result: Any, interrupted: bool) -> int:
+def _race_exit(result: ParallelLoopResult, interrupted: bool) -> int:
     if interrupted or result.cancelled:
         return EXIT_INTERRUPTED
     return EXIT_FAILED if result.all_failed else EXIT_OK
-
-
-def _plan(
-    models: list[str],
-    race_file: RaceFile,
-    scripts: dict[str, ScriptedProvider],
-    judge: str | None,
-    strategy: str | None,
-    system: str | None,
-    max_tokens: int | None,
-    timeout: float | None,
-    max_concurrency: int | None,
-) -> RacePlan:
-    from ._spec import parse_branch
-
-    branches = select_branches(models, race_file)
-    default_race = not models and not race_file.branches
-    max_tokens = max_tokens if max_tokens is not None else race_file.max_tokens
-    if max_tokens is None and default_race:
-        max_tokens = DEFAULT_LOCAL_MAX_TOKENS
-    system = system if system is not None else race_file.system
-    strategy_name = (strategy or race_file.strategy or "judge").strip().lower()
-    configs = [loop_config(b, scripts, max_tokens=max_tokens, system=system) for b in branches]
-    judge_spec: BranchSpec | None = None
-    judge_config: AgentLoopConfig | None = None
-    if strategy_name in _JUDGED:
-        if judge is not None:
-            judge_spec = parse_branch(judge)
-        elif race_file.judge is not None:
-            judge_spec = race_file.judge
-        elif all(b.model.startswith("local:") for b in branches):
-            judge_spec = DEFAULT_JUDGE
-        else:
-            # Racing vendors: the first branch's model judges, deterministically.
-            judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
-        judge_config = loop_config(judge_spec, scripts, max_tokens=JUDGE_MAX_TOKENS)
-        if strategy_name == "judge" and judge_spec.model.startswith("local:"):
-            # A small local judge often forgets to name an answer; llama.cpp's grammar makes
-            # its reply one of the answer numbers (vendor APIs take no bare-enum schema).
-            judge_config = dataclasses.replace(
-                judge_config,
-                response_format=ResponseFormat(
-                    name="choice", schema={"enum": list(range(1, len(branches) + 1))}
-                ),
-            )
-    elif judge is not None:
-        raise UserError(
-            f"--judge has no effect with --strategy {strategy_name}; "
-            "use --strategy judge, pairwise or rubric."
-        )
-    plan = RacePlan(
-        branches=branches,
-        configs=configs,
-        strategy=strategy_name,
-        judge=judge_spec,
-        judge_config=judge_config,
-        timeout=timeout if timeout is not None else race_file.timeout,
-        max_concurrency=(
-            max_concurrency if max_concurrency is not None else race_file.max_concurrency
-        ),
-    )
-    plan.build_strategy()  # an unknown strategy name is a usage error, raised before the race
-    return plan
 
 
 # --------------------------------------------------------------------------- phi run
@@ -550,20 +418,20 @@ def run(
     ] = None,
 ) -> None:
     """Run one agent on a task, streaming its answer."""
-    from ._spec import parse_branch
-
     try:
-        text = _read_prompt(prompt)
+        text = read_prompt(prompt)
         spec = parse_branch(model)
-        config = loop_config(spec, _scripts(script), max_tokens=max_tokens, system=system)
+        config = spec.loop_config(
+            provider=_scripts(script).get(spec.model), max_tokens=max_tokens, system_prompt=system
+        )
     except UserError as exc:
-        raise _usage_error(exc) from None
+        raise usage_error(exc) from None
 
-    with _streams() as (out, err):
+    with streams() as (out, err):
         try:
             code = _run_one(text, config, out, err, json_output, mcp or [])
         except (UserError, McpError) as exc:
-            raise _usage_error(exc, err) from None
+            raise usage_error(exc, err) from None
     raise typer.Exit(code)
 
 
@@ -593,7 +461,7 @@ def _run_one(
 
     try:
         result, interrupted = run_interruptible(go)
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
         out.write("\n")
         return EXIT_INTERRUPTED
     spec = config.model_config().spec
@@ -692,19 +560,12 @@ def _price(value: float | None) -> str:
 
 
 def _mount_subcommands() -> None:
-    """Mount the routing and selection commands when their modules exist (they are optional
-    pieces of the CLI, written next to this one): a module exposing ``app`` becomes a command
-    group, one exposing ``command`` a single command."""
-    for module, name in (("route", "route"), ("select", "select")):
-        if importlib.util.find_spec(f"{__package__}.{module}") is None:
-            continue
-        mod = importlib.import_module(f"{__package__}.{module}")
-        if callable(getattr(mod, "command", None)):
-            app.command(name)(mod.command)
-        elif isinstance(getattr(mod, "app", None), typer.Typer):
-            app.add_typer(mod.app, name=name)
-        if callable(getattr(mod, "parallel_agents", None)):
-            app.command("parallel-agents")(mod.parallel_agents)
+    """``phi route …``, ``phi select`` and ``phi parallel-agents`` live in their own modules."""
+    from . import _parallel_agents, route, select
+
+    app.add_typer(route.app, name="route")
+    app.command("select")(select.command)
+    app.command("parallel-agents")(_parallel_agents.parallel_agents)
 
 
 _mount_subcommands()
@@ -712,4 +573,10 @@ _mount_subcommands()
 
 def main() -> None:
     """Console-script entry point (``phi``)."""
-    app()
+    guard_process_streams()
+    try:
+        app()
+    except SystemExit:
+        if output_closed():
+            raise SystemExit(EXIT_PIPE) from None
+        raise

@@ -1,7 +1,8 @@
 """``phi race --strategy bandit``: the bandit race behind the ``race`` command.
 
-Each branch is an arm named by its label (so three configurations of one model are three arms);
-the router state, preview cache and latency history persist between runs (``--state``, default
+The plan (:func:`phi_core.config.plan_race`) becomes a bandit race through the one seam,
+:func:`phi_core.config.bandit_race_from_plan`. Each branch is an arm named by its label (so three
+configurations of one model are three arms); the router state, preview cache and latency history persist between runs (``--state``, default
 ``router_state.sqlite`` in the user directory). The terminal shows the same live side-by-side view
 as ``phi race`` — each arm's preview, then its answer, the router's decision, a judging line — and
 ends with the verdict and the cost table; ``--json`` streams every event, then the result.
@@ -9,7 +10,6 @@ ends with the verdict and the cost table; ``--json`` streams every event, then t
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -19,47 +19,10 @@ from rich.text import Text
 
 from ..cancel import CancelToken
 from ..events import ParallelLoopStart, RouteDecision, RouteUpdate
-from ..loop import AgentLoopConfig
-from ..race.entry import BanditOptions, build_bandit_race, verifier_from_spec
 from ..race.pipeline import BanditRace, BanditRaceResult
-from ..testing import ScriptedProvider
-from ._spec import DEFAULT_JUDGE, BranchSpec, RaceFile, parse_branch, select_branches
 from ._view import _STATUS_STYLE, BranchState, RaceView, format_cost
 
-__all__ = ["BanditView", "bandit_exit_code", "bandit_payload", "plan_bandit", "run_bandit"]
-
-
-def plan_bandit(
-    models: list[str],
-    race_file: RaceFile,
-    scripts: dict[str, ScriptedProvider],
-    judge: str | None,
-    system: str | None,
-    max_tokens: int | None,
-    flags: BanditOptions,
-) -> BanditRace:
-    """The race the flags ask for, built (and so checked) before any model is called."""
-    from ._app import JUDGE_MAX_TOKENS, loop_config
-
-    branches = select_branches(models, race_file)
-    configs: dict[str, AgentLoopConfig] = {}
-    for branch in branches:
-        configs[branch.label] = loop_config(branch, scripts, max_tokens=max_tokens, system=system)
-    judge_spec: BranchSpec
-    if judge is not None:
-        judge_spec = parse_branch(judge)
-    elif race_file.judge is not None:
-        judge_spec = race_file.judge
-    elif all(b.model.startswith("local:") for b in branches):
-        judge_spec = DEFAULT_JUDGE
-    else:
-        judge_spec = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
-    judge_name = f"judge:{judge_spec.model}"
-    configs[judge_name] = loop_config(judge_spec, scripts, max_tokens=JUDGE_MAX_TOKENS)
-    options = dataclasses.replace(flags, judge_model=judge_name)
-    if flags.verify is not None:
-        verifier_from_spec(flags.verify)  # a bad spec is a usage error, raised before any call
-    return build_bandit_race([b.label for b in branches], options, configs=configs)
+__all__ = ["BanditView", "bandit_exit_code", "run_bandit"]
 
 
 class _ArmState(BranchState):
@@ -240,50 +203,6 @@ def bandit_cost_table(result: BanditRaceResult) -> Table:
         style="bold",
     )
     return table
-
-
-def bandit_payload(result: BanditRaceResult) -> dict[str, Any]:
-    """The last line of ``--json``: a JSON-ready view of a :class:`BanditRaceResult`."""
-
-    def outcome_row(phase: str, o: Any) -> dict[str, Any]:
-        return {
-            "arm": str(o.config.extra.get("arm", o.config_id)),
-            "call": phase,
-            "loop_id": o.loop_id,
-            "status": o.status,
-            "error": o.error,
-            "error_kind": o.error_kind,
-            "text": o.text,
-            "latency_s": round(o.latency_s, 4),
-            "usage": o.usage.model_dump(mode="json"),
-            "cost_usd": o.cost_usd,
-        }
-
-    previews = result.previews.outcomes if result.previews is not None else []
-    return {
-        "type": "race_result",
-        "strategy": "bandit",
-        "session_id": result.session_id,
-        "status": result.status,
-        "winner": result.winner,
-        "text": result.text,
-        "verified": result.verified,
-        "quality": result.quality,
-        "error": result.error,
-        "action": result.action,
-        "previews_skipped": result.previews_skipped,
-        "contenders": result.contenders,
-        "order": result.order,
-        "ranking": result.ranking.explain() if result.ranking is not None else [],
-        "scores": result.scores,
-        "attempts": [list(a) for a in result.attempts],
-        "rewards": {k: v.reward for k, v in result.rewards.items()},
-        "branches": [outcome_row("preview", o) for o in previews]
-        + [outcome_row("answer", o) for o in result.answers],
-        "usage": result.usage.model_dump(mode="json"),
-        "cost_usd": result.cost_usd,
-        "wall_time_s": round(result.wall_time_s, 4),
-    }
 
 
 def bandit_exit_code(result: BanditRaceResult, interrupted: bool) -> int:

@@ -310,9 +310,10 @@ class _Builder:
             agent.system_prompt = (
                 f"{agent.system_prompt}\n\n{skills}" if agent.system_prompt else skills
             )
-        if profile.thinking_level is not None:
-            agent.with_thinking(self._thinking(profile.thinking_level, path))
+        if profile.thinking is not None:
+            agent.with_thinking(profile.thinking)
         agent.with_temperature(profile.temperature).with_max_tokens(profile.max_tokens)
+        agent.with_config(top_p=profile.top_p, seed=profile.seed)
         agent.with_config_id(profile.config_id)
         self._execution(agent)
         self._tools(agent, workspace)

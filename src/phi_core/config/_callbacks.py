@@ -17,23 +17,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import PhiError
+from ..errors import ScriptCallbackError
 
 __all__ = [
-    "ScriptCallbackError",
     "detect_interpreter",
     "is_script_path",
     "run_script",
     "run_script_sync",
     "script_hook",
 ]
-
-
-class ScriptCallbackError(PhiError):
-    def __init__(self, command: str, code: int, stderr: str) -> None:
-        self.code = code
-        detail = f": {stderr.strip()[:500]}" if stderr.strip() else ""
-        super().__init__(f"callback script {command!r} exited with code {code}{detail}")
 
 
 def is_script_path(value: str) -> bool:

@@ -1,12 +1,14 @@
-"""From text or a file to an :class:`AgentConfig`, with located errors."""
+"""From text or a file to a validated config (agent configs, race files, select specs), with
+located errors: every reader goes through :func:`read_source` and :func:`validate`."""
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -14,7 +16,9 @@ from ..errors import ConfigError
 from ._schema import AgentConfig
 from ._source import ConfigFormat, ConfigSource, format_of, substitute_env
 
-__all__ = ["load_config", "parse_config", "parse_config_auto"]
+__all__ = ["load_config", "parse_config", "parse_config_auto", "read_source", "validate"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def load_config(
@@ -25,13 +29,42 @@ def load_config(
     Relative paths inside it (workspaces, ``file:`` prompts, skills, stores) resolve against the
     file's directory.
     """
+    source = read_source(path, env=env)
+    return _agent_config(source)
+
+
+def read_source(
+    path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+) -> ConfigSource:
+    """The text of a ``.toml``/``.json``/``.yaml``/``.yml`` file with ``${VAR}`` substituted;
+    relative paths in it resolve against the file's directory."""
     file = Path(path)
     fmt = format_of(file)
     try:
         text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("the file does not exist.", file=str(file)) from None
+    except IsADirectoryError:
+        raise ConfigError("this is a directory, not a config file.", file=str(file)) from None
     except OSError as exc:
         raise ConfigError(f"cannot read the config file: {exc.strerror}.", file=str(file)) from None
-    return parse_config(text, fmt, file=str(file), base_dir=file.parent, env=env)
+    except UnicodeDecodeError:
+        raise ConfigError("the file is not UTF-8 text.", file=str(file)) from None
+    return ConfigSource(
+        text=substitute_env(text, env, file=str(file)),
+        fmt=fmt,
+        file=str(file),
+        base_dir=file.parent,
+    )
+
+
+def validate(model: type[M], data: object, source: ConfigSource) -> M:
+    """``model`` validated from ``data``; the first problem becomes a :class:`ConfigError` with
+    the file, line and key path (and the allowed keys for an unknown one)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _located(exc, source, model) from None
 
 
 def parse_config(
@@ -52,11 +85,11 @@ def parse_config(
         file=file,
         base_dir=Path(base_dir) if base_dir is not None else Path.cwd(),
     )
-    data = source.parse()
-    try:
-        config = AgentConfig.model_validate(data)
-    except ValidationError as exc:
-        raise _located(exc, source) from None
+    return _agent_config(source)
+
+
+def _agent_config(source: ConfigSource) -> AgentConfig:
+    config = validate(AgentConfig, source.parse(), source)
     config._source = source
     return config
 
@@ -75,34 +108,63 @@ def parse_config_auto(text: str, **kwargs: Any) -> AgentConfig:
     )
 
 
-def _located(exc: ValidationError, source: ConfigSource) -> ConfigError:
-    error = exc.errors()[0]
+def _located(exc: ValidationError, source: ConfigSource, root: type[BaseModel]) -> ConfigError:
+    errors = exc.errors()
+    # A misspelt key also leaves its real key missing: report the misspelling, which explains both.
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     path = tuple(p for p in error["loc"] if isinstance(p, str | int))
     kind = error["type"]
     if kind == "extra_forbidden":
         parent_path, key = path[:-1], str(path[-1])
-        allowed = _allowed_keys(parent_path)
+        owner = _model_at(root, parent_path)
+        allowed = sorted(owner.model_fields) if owner is not None else []
+        field = _field_named(owner, key) if owner is not None else None
+        if field is not None:  # an alias given next to its field's own name
+            return source.error(
+                f"{key!r} is another name for {field!r}; give only one of them.", path
+            )
         close = difflib.get_close_matches(key, allowed, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         listing = ", ".join(allowed)
         return source.error(f"unknown key {key!r}.{hint} Expected one of: {listing}.", path)
     if kind == "missing":
         return source.error("this key is required.", path)
+    message = str(error["msg"]).removeprefix("Value error, ").rstrip(".")
+    if kind == "value_error":  # a validator's own message says what was wrong and what to do
+        return source.error(f"{message}.", path)
     value = error.get("input")
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
+        return source.error(
+            f"invalid value {value!r}; expected one of: {', '.join(choices)}.", path
+        )
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
-    return source.error(f"{error['msg']}{shown}.", path)
+    return source.error(f"{message}{shown}.", path)
 
 
-def _allowed_keys(path: tuple[str | int, ...]) -> list[str]:
-    model: type[BaseModel] | None = AgentConfig
+def _model_at(root: type[BaseModel], path: tuple[str | int, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = root
     for part in path:
         if isinstance(part, int):
             continue
-        field = model.model_fields.get(part) if model is not None else None
+        field = _field(model, part) if model is not None else None
         if field is None:
-            return []
-        model = _model_of(field.annotation)
-    return sorted(model.model_fields) if model is not None else []
+            return None
+        model = _model_of(model.model_fields[field].annotation) if model is not None else None
+    return model
+
+
+def _field(model: type[BaseModel], key: str) -> str | None:
+    """The field ``key`` names in ``model``: its own name or one of its aliases."""
+    return key if key in model.model_fields else _field_named(model, key)
+
+
+def _field_named(model: type[BaseModel], alias: str) -> str | None:
+    for name, info in model.model_fields.items():
+        choices = getattr(info.validation_alias, "choices", None) or ()
+        if alias != name and alias in choices:
+            return name
+    return None
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

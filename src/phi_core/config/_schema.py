@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from ..types import ThinkingLevel
 from ._source import ConfigSource
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "AgentInstance",
     "AgentSection",
     "BlockSpec",
+    "BranchFields",
     "CacheSection",
     "CallbacksSection",
     "CompactionFields",
@@ -81,13 +83,34 @@ class ProviderSection(ProviderFields):
     instances: list[ProviderInstance] = Field(default_factory=list)
 
 
-class ProfileFields(_Section):
+class BranchFields(_Section):
+    """What makes one configuration of a model differ from another.
+
+    The one set of field names for a race file's branches, ``-m model@key=value`` settings and
+    agent profiles — the names :class:`~phi_core.loop.AgentLoopConfig` uses. ``system`` (older
+    race files) and ``thinking_level`` (phi-core's config files) are accepted spellings.
+    """
+
+    system_prompt: str | None = Field(
+        default=None, validation_alias=AliasChoices("system_prompt", "system")
+    )
+    thinking: ThinkingLevel | None = Field(
+        default=None, validation_alias=AliasChoices("thinking", "thinking_level")
+    )
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _lowercase(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class ProfileFields(BranchFields):
     name: str | None = None
     description: str | None = None
-    system_prompt: str | None = None
-    thinking_level: str | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(default=None, gt=0)
     config_id: str | None = None
     skills: list[str] | None = None
     workspace: str | None = None

@@ -140,7 +140,7 @@ class ConfigSource:
         """The line where ``path`` is set (exact for YAML, a forward scan for TOML and JSON)."""
         if not self.text or not path:
             return None
-        if self.fmt == "yaml":
+        if self.fmt in ("yaml", "json"):  # JSON is YAML, so the node walk is exact for both
             found = self._yaml_line(path)
             if found is not None:
                 return found

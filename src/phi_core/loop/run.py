@@ -74,6 +74,7 @@ __all__ = [
     "agent_loop_continue",
     "agent_loop_continue_stream",
     "agent_loop_stream",
+    "default_convert_to_llm",
 ]
 
 logger = logging.getLogger("phi_core.loop")

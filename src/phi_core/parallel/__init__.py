@@ -14,7 +14,6 @@ from ._behaviour import (
     ExecVoteEvaluation,
     code_agreement,
     code_agreement_sync,
-    extract_code,
     runnable_python,
 )
 from ._judge import DEFAULT_JUDGE_SYSTEM_PROMPT, LlmJudgeEvaluation, build_judge_prompt
@@ -29,9 +28,7 @@ from ._strategies import (
     PickFirstEvaluation,
     TokenEfficientEvaluation,
     TransparentEvaluation,
-    normalize_answer,
 )
-from ._text import compact_for_judge, parse_judge_choice
 from ._types import (
     EarlyAcceptStrategy,
     EvaluationDecision,
@@ -89,10 +86,6 @@ __all__ = [
     "build_judge_prompt",
     "code_agreement",
     "code_agreement_sync",
-    "compact_for_judge",
-    "extract_code",
-    "normalize_answer",
-    "parse_judge_choice",
     "runnable_python",
     "strategy_from_name",
 ]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import AllBranchesFailedError, UserError
+from ..errors import AllBranchesFailedError, BranchFailure, UserError
 from ..outcome import Outcome, OutcomeStatus, RaceStatus
 from ..types import AgentMessage, AssistantMessage, Usage
 
@@ -242,12 +242,23 @@ class ParallelLoopResult:
         """Return ``self`` when a winner exists; raise :class:`AllBranchesFailedError` otherwise."""
         if self.selected is not None and not self.all_failed:
             return self
-        causes = "; ".join(
-            f"branch {o.config_index} ({o.loop_id}): {o.status}: {o.error or 'no error text'}"
+        failures = [
+            BranchFailure(
+                index=o.config_index,
+                loop_id=o.loop_id,
+                status=o.status,
+                error=o.error,
+                error_kind=o.error_kind,
+            )
             for o in self.outcomes
+        ]
+        causes = "; ".join(
+            f"branch {f.index} ({f.loop_id}): {f.error_kind or f.status}: "
+            f"{f.error or 'no error text'}"
+            for f in failures
         )
         what = "was cancelled" if self.cancelled else "has no successful branch"
-        raise AllBranchesFailedError(f"The race {what}. {causes}")
+        raise AllBranchesFailedError(f"The race {what}. {causes}", failures)
 
 
 def ensure_valid_index(

@@ -16,9 +16,11 @@ from .registry import (
     ProviderSpec,
     get_provider,
     known_providers,
+    qualify_model_name,
     register_protocol,
     register_provider,
     resolve_model,
+    split_model_settings,
 )
 from .retry import RetryPolicy, stream_with_retry
 
@@ -41,9 +43,11 @@ __all__ = [
     "get_provider",
     "known_providers",
     "price_for",
+    "qualify_model_name",
     "register_protocol",
     "register_provider",
     "resolve_model",
     "set_default_limiter",
+    "split_model_settings",
     "stream_with_retry",
 ]

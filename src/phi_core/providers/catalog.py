@@ -77,6 +77,7 @@ class _Vendor:
     models: tuple[str, ...] = ()
     default_context: int = 128_000
     default_max_tokens: int = 4_096
+    variant_of: str | None = None
 
     def build(self, model: str) -> ModelConfig:
         info = _info(model)
@@ -115,6 +116,7 @@ VENDORS: tuple[_Vendor, ...] = (
         "OPENAI_BASE_URL",
         "OPENAI_API_KEY",
         ("gpt-5-mini", "gpt-5", "o4-mini"),
+        variant_of="openai",
     ),
     _Vendor(
         "azure",
@@ -123,6 +125,7 @@ VENDORS: tuple[_Vendor, ...] = (
         None,
         "AZURE_OPENAI_ENDPOINT",
         "AZURE_OPENAI_API_KEY",
+        variant_of="openai",
     ),
     _Vendor(
         "anthropic",
@@ -156,6 +159,7 @@ VENDORS: tuple[_Vendor, ...] = (
         ("gemini-2.5-flash", "gemini-2.5-pro"),
         1_048_576,
         8_192,
+        variant_of="google",
     ),
     _Vendor(
         "bedrock",
@@ -301,6 +305,7 @@ for _vendor in VENDORS:
             description=_vendor.description,
             key_env=_vendor.key_env,
             models=_vendor.models,
+            variant_of=_vendor.variant_of,
         )
     )
 register_provider(

@@ -14,13 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UnknownModelError
+from ..errors import AmbiguousModelError, UnknownModelError
 from .base import ApiProtocol, ModelConfig, Provider
+from .pricing import PRICES
 
 __all__ = [
     "ProviderSpec",
     "get_provider",
     "known_providers",
+    "qualify_model_name",
     "register_protocol",
     "register_provider",
     "resolve_model",
@@ -39,6 +41,9 @@ class ProviderSpec:
     description: str = ""
     key_env: str | None = None
     models: tuple[str, ...] = ()
+    variant_of: str | None = None
+    """Another API of the same vendor's models (``openai-responses`` → ``openai``): a bare model
+    name both offer resolves to the vendor's own provider."""
 
 
 _PROTOCOLS: dict[str, ProtocolFactory] = {}
@@ -84,6 +89,60 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
         )
     config = provider.build(model)
     return _override(config, overrides) if overrides else config
+
+
+def qualify_model_name(name: str) -> str:
+    """``provider:model`` for a bare model name, looked up in the catalog (``gpt-4o`` →
+    ``openai:gpt-4o``); a name that already starts with a known provider is returned unchanged.
+
+    A provider offers a name when it lists it, prices it, or prices a family it starts with (a
+    dated snapshot such as ``gpt-4o-2024-08-06`` belongs to ``gpt-4o``). Another API of the same
+    vendor (``openai-responses``) gives way to the vendor's own provider.
+
+    Raises:
+        AmbiguousModelError: several providers offer the name; ``candidates`` lists them.
+        UnknownModelError: no provider offers it (with the closest known names).
+    """
+    _ensure_builtins()
+    text = name.strip()
+    head, sep, _ = text.partition(":")
+    if sep and head in _PROVIDERS:
+        return text
+    if not text:
+        raise UnknownModelError("An empty model name was given; write `provider:model`.")
+    offered = {spec.name: _offered(spec) for spec in _PROVIDERS.values() if spec.name != "scripted"}
+    owners = [p for p, names in offered.items() if text in names]
+    if not owners:
+        owners = [p for p, names in offered.items() if any(_in_family(text, n) for n in names)]
+    owners = [
+        p for p in owners if (variant := _PROVIDERS[p].variant_of) is None or variant not in owners
+    ]
+    if len(owners) == 1:
+        return f"{owners[0]}:{text}"
+    if owners:
+        raise AmbiguousModelError(text, [f"{p}:{text}" for p in sorted(owners)])
+    known = sorted({n for names in offered.values() for n in names})
+    close = _closest_many(text, known)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise UnknownModelError(
+        f"No known provider offers the model {text!r}.{hint} Write it as `provider:model` "
+        f"(providers: {', '.join(sorted(offered))}); `phi models` lists the known models."
+    )
+
+
+def _in_family(name: str, family: str) -> bool:
+    """``gpt-4o-2024-08-06`` is in the ``gpt-4o`` family; ``gpt-4oo`` is not."""
+    return name.startswith(family) and name[len(family) : len(family) + 1] in ("-", ".", "_", "@")
+
+
+def _offered(spec: ProviderSpec) -> set[str]:
+    return {*spec.models, *PRICES.get(spec.name, {})}
+
+
+def _closest_many(name: str, candidates: list[str]) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
 
 
 def _override(config: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:

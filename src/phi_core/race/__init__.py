@@ -22,7 +22,6 @@ from .pipeline import (
     BanditRaceResult,
     RaceSettings,
     Verifier,
-    preview_token_limit,
 )
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "RaceSettings",
     "Verifier",
     "build_bandit_race",
-    "preview_token_limit",
     "route_state_summary",
     "run_bandit_race",
     "verifier_from_spec",

@@ -72,6 +72,9 @@ class BanditOptions:
     policy: Literal["bandit", "baseline"] = "bandit"
     preview_cache: bool = True
     cache_ttl_s: float = 600.0
+    state_key: str | None = None
+    """Key prefix of a router state in Redis (the seed's ``ROUTER_STATE_KEY``); None: the
+    default prefix."""
     verify: str | None = None
     """A check of each full answer (see :func:`verifier_from_spec`); None: no check."""
 
@@ -178,7 +181,10 @@ def build_bandit_race(
     preview_tracker = LatencyTracker(namespace=f"{namespace}:preview")
     if store is None:
         state = open_route_state(
-            options.state, preview_cache=options.preview_cache, cache_ttl_s=options.cache_ttl_s
+            options.state,
+            preview_cache=options.preview_cache,
+            cache_ttl_s=options.cache_ttl_s,
+            key_prefix=options.state_key,
         )
         store, cache = state.store, state.cache
         tracker.history = preview_tracker.history = state.history

@@ -17,7 +17,7 @@ from .bandits import (
     RankedArm,
     Ranking,
 )
-from .features import EmbeddingFeatures, FeatureExtractor, HashedFeatures, intent_signals
+from .features import EmbeddingFeatures, FeatureExtractor, HashedFeatures
 from .history import (
     LatencyHistory,
     MemoryLatencyHistory,
@@ -73,7 +73,6 @@ __all__ = [
     "SQLiteLatencyHistory",
     "SQLitePreviewCache",
     "SQLiteStateStore",
-    "intent_signals",
     "open_route_state",
     "open_state_store",
     "prompt_key",

@@ -20,6 +20,7 @@ from .history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
 from .stores import (
     PreviewCache,
     RedisPreviewCache,
+    RedisStateStore,
     RouterStateStore,
     SQLitePreviewCache,
     open_state_store,
@@ -67,15 +68,24 @@ class RouteState:
 
 
 def open_route_state(
-    location: str | None = None, *, preview_cache: bool = True, cache_ttl_s: float = 600.0
+    location: str | None = None,
+    *,
+    preview_cache: bool = True,
+    cache_ttl_s: float = 600.0,
+    key_prefix: str | None = None,
 ) -> RouteState:
     """Open the router state at ``location`` (see :func:`state_location`) with its preview
-    cache and latency history beside it."""
+    cache and latency history beside it; ``key_prefix`` names the router state's keys in Redis."""
     where = state_location(location)
-    store = open_state_store(where)
+    redis = where.startswith(("redis://", "rediss://", "unix://"))
+    store = (
+        RedisStateStore(where, prefix=key_prefix)
+        if redis and key_prefix
+        else open_state_store(where)
+    )
     cache_store: PreviewCache
     history: LatencyHistory
-    if where.startswith(("redis://", "rediss://", "unix://")):
+    if redis:
         client = getattr(store, "_client", None)
         cache_store = RedisPreviewCache(where, ttl_s=cache_ttl_s, client=client)
         history = RedisLatencyHistory(client) if client is not None else _sqlite_beside(where)

@@ -10,7 +10,6 @@ from ..errors import BudgetExhausted
 from ..metering import Budget, CallRecord, Meter
 from ..metering import metering as metered
 from ..providers.call import CachedResponse
-from ..providers.call import request_key as cache_key
 from ._algorithms import (
     ALGORITHMS,
     ArmElimination,
@@ -29,8 +28,8 @@ from ._arena import Arena, Evaluation, Evaluator
 from ._cache import ResponseCache
 from ._meter import MeteredModel, current_meter
 from ._race import PairedRace, RegretRace
-from ._results import CombinationResult, FailureRecord, SelectionResult, build_result
-from ._selector import AgentEvaluator, ModelSelector, concurrency_split, default_cache_path
+from ._results import CombinationResult, FailureRecord, SelectionResult
+from ._selector import AgentEvaluator, ModelSelector, default_cache_path
 from ._space import SearchSpace
 
 __all__ = [
@@ -62,9 +61,6 @@ __all__ = [
     "SelectionAlgorithm",
     "SelectionResult",
     "ThresholdSuccessiveElimination",
-    "build_result",
-    "cache_key",
-    "concurrency_split",
     "current_meter",
     "default_cache_path",
     "make_algorithm",

@@ -69,6 +69,9 @@ class AgentEvaluator:
         self.in_flight = 0
         self.peak_in_flight = 0
         self.splits: list[tuple[int, int]] = []
+        self.completed: list[tuple[int, int, Evaluation]] = []
+        """Every finished cell as ``(combination, datapoint, evaluation)``, in finishing order —
+        also those of a batch that was interrupted before the arena recorded it."""
 
     async def evaluate(self, batch: Mapping[int, Sequence[int]]) -> dict[int, list[Evaluation]]:
         batch_size = max(len(v) for v in batch.values())
@@ -136,7 +139,7 @@ class AgentEvaluator:
         self.spent += meter.spent
         refused = next((c for c in meter.calls if c.error_kind == "budget"), None)
         failed = next((c for c in meter.calls if c.error_kind is not None), None)
-        return Evaluation(
+        evaluation = Evaluation(
             config_id=self.space.name(k),
             status="over_budget" if refused is not None else ("error" if error else "ok"),
             score=0.0 if error else score,
@@ -150,6 +153,8 @@ class AgentEvaluator:
             ),
             calls=len(meter.calls),
         )
+        self.completed.append((k, i, evaluation))
+        return evaluation
 
     async def _run_agent(self, models: dict[str, MeteredModel], inputs: Any) -> Any:
         agent: Any = self.selector.agent

@@ -15,8 +15,6 @@ from ._model import (
     SessionScope,
     SpawnRef,
     Turn,
-    config_segment_from_loop_id,
-    session_id_from_loop_id,
 )
 from ._recorder import SessionRecorder, SessionRecorderConfig
 from ._store import (
@@ -52,12 +50,10 @@ __all__ = [
     "SpawnRef",
     "SqliteSessionStore",
     "Turn",
-    "config_segment_from_loop_id",
     "delete_session",
     "list_session_ids",
     "load_session",
     "load_sessions_for_agent",
     "open_session_store",
     "save_session",
-    "session_id_from_loop_id",
 ]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .._sqlite import init_wal
-from ..errors import PhiError, UserError
+from ..errors import SessionLockedError, SessionNotFoundError, UserError
 from ._model import Session
 
 __all__ = [
@@ -46,24 +46,6 @@ __all__ = [
     "open_session_store",
     "save_session",
 ]
-
-
-class SessionNotFoundError(PhiError, KeyError):
-    def __init__(self, session_id: str, where: str) -> None:
-        self.session_id = session_id
-        super().__init__(f"No session {session_id!r} in {where}.")
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class SessionLockedError(PhiError):
-    def __init__(self, session_id: str, timeout: float) -> None:
-        self.session_id = session_id
-        super().__init__(
-            f"Session {session_id!r} stayed locked by another writer for {timeout:.1f}s; "
-            "retry later or raise lock_timeout."
-        )
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from typing import Any, Protocol, get_type_hints, overload, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..cancel import CancelToken
+from ..errors import ToolError
 from ..types import Content, ImageContent, TextContent, ToolDefinition
 
 __all__ = [
@@ -30,10 +31,6 @@ __all__ = [
     "to_tool_result",
     "tool",
 ]
-
-
-class ToolError(Exception):
-    """Raise from a tool to return an error result with this message to the model."""
 
 
 @dataclass

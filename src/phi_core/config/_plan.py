@@ -1,0 +1,386 @@
+"""Planning a race: from specs (a race file, ``-m`` strings, explicit settings) to a checked plan.
+
+:func:`plan_race` is the one place that decides what a race runs — the branches (the default
+three configurations of the embedded model when none are given), the judge (the default rule
+below), the strategy and the limits — and checks it all before any model is called (unknown
+provider, missing key or extra, unknown strategy). The command line, config files and the
+gateway call it; :meth:`RacePlan.run` races a prompt and :meth:`RacePlan.payload` is the JSON
+result of ``phi race --json``.
+
+The judge rule: an explicit judge wins; else the race file's; else the embedded model when every
+branch is local; else the first branch's model at temperature 0. A local judge of the ``judge``
+strategy is held to a grammar that makes its reply one of the answer numbers.
+
+``strategy = "bandit"`` hands the plan to the learned racing pipeline through one seam,
+:func:`bandit_race_from_plan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from ..cancel import CancelToken
+from ..errors import UserError
+from ..loop import AgentContext, AgentLoopConfig
+from ..metering import Budget
+from ..parallel import EvaluationStrategy, ParallelLoopResult, agent_loop_parallel
+from ..parallel import strategy_from_name as _parallel_strategy
+from ..providers.base import Provider
+from ..race import BanditOptions, BanditRace, BanditRaceResult, build_bandit_race
+from ..routing.stores import RouterStateStore
+from ..types import ResponseFormat
+from ._race import (
+    DEFAULT_BRANCHES,
+    DEFAULT_JUDGE,
+    BranchSpec,
+    RaceSpec,
+    parse_branch,
+    strategy_name,
+)
+
+__all__ = [
+    "DEFAULT_LOCAL_MAX_TOKENS",
+    "JUDGED_STRATEGIES",
+    "JUDGE_MAX_TOKENS",
+    "PlanWarning",
+    "RacePlan",
+    "bandit_payload",
+    "bandit_race_from_plan",
+    "plan_race",
+]
+
+DEFAULT_LOCAL_MAX_TOKENS = 256
+"""Output token limit of the default local race when nothing else sets one."""
+JUDGE_MAX_TOKENS = 1024
+"""A judge's reply (scores with reasons for every answer) must not be cut by the branches' limit;
+a judge spec's own ``max_tokens`` still wins."""
+JUDGED_STRATEGIES = ("judge", "pairwise", "rubric")
+
+
+@dataclass(frozen=True)
+class PlanWarning:
+    """A setting that was given but does nothing in this plan; ``setting`` is its spec name."""
+
+    setting: str
+    message: str
+
+
+@dataclass
+class RacePlan:
+    """A checked race: one loop config per branch, the strategy and its judge, the limits."""
+
+    branches: list[BranchSpec]
+    configs: list[AgentLoopConfig]
+    strategy: str
+    judge: BranchSpec | None = None
+    judge_config: AgentLoopConfig | None = None
+    timeout: float | None = None
+    max_concurrency: int | None = None
+    budget: Budget | None = None
+    """What the whole race (branches and judge) may spend; a call that may not fit is refused."""
+    bandit: BanditOptions | None = None
+    """The learned router's options (``strategy == "bandit"`` only)."""
+    warnings: list[PlanWarning] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        return [b.label for b in self.branches]
+
+    def build_strategy(self) -> EvaluationStrategy:
+        """The parallel evaluation strategy (not for ``bandit``, which is a pipeline)."""
+        if self.strategy == "bandit":
+            raise UserError("A bandit plan has no parallel strategy; use bandit_race_from_plan().")
+        strategy = _parallel_strategy(self.strategy, judge_model=self.judge_config)
+        return cast(EvaluationStrategy, strategy)  # every built-in implements evaluate()
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        context: AgentContext | None = None,
+        events: Any = None,
+        cancel: CancelToken | None = None,
+        store: RouterStateStore | None = None,
+    ) -> ParallelLoopResult | BanditRaceResult:
+        """Race ``prompt``; ``events`` receives every event. A bandit plan loads the router
+        state (``store``, default: the user directory's), races once and learns."""
+        if self.strategy == "bandit":
+            race = bandit_race_from_plan(self, store=store)
+            await race.load()
+            return await race.run(prompt, events=events, cancel=cancel)
+        return await agent_loop_parallel(
+            prompt,
+            context or AgentContext(),
+            self.configs,
+            self.build_strategy(),
+            events=events,
+            cancel=cancel,
+            max_concurrency=self.max_concurrency,
+            branch_timeout=self.timeout,
+            budget=self.budget,
+        )
+
+    def payload(self, result: ParallelLoopResult | BanditRaceResult) -> dict[str, Any]:
+        """The result object of ``phi race --json`` (its last line)."""
+        if isinstance(result, BanditRaceResult):
+            return bandit_payload(result)
+        labels = self.labels
+        winner = result.selected
+        return {
+            "type": "race_result",
+            "session_id": result.session_id,
+            "status": result.status,
+            "winner": (
+                {
+                    "index": winner.config_index,
+                    "name": labels[winner.config_index],
+                    "loop_id": winner.loop_id,
+                    "model": winner.config.model_config().spec,
+                    "text": winner.text,
+                }
+                if winner is not None
+                else None
+            ),
+            "decision": result.decision.summary(),
+            "branches": [
+                {
+                    "index": o.config_index,
+                    "name": labels[o.config_index],
+                    "loop_id": o.loop_id,
+                    "model": o.config.model_config().spec,
+                    "status": o.status,
+                    "error": o.error,
+                    "text": o.text,
+                    "latency_s": round(o.latency_s, 4),
+                    "usage": o.usage.model_dump(mode="json"),
+                    "cost_usd": o.cost_usd,
+                }
+                for o in result.outcomes
+            ],
+            "judge": self.judge.model if self.judge is not None else None,
+            "evaluation_usage": result.decision.usage.model_dump(mode="json"),
+            "total_usage": result.total_usage.model_dump(mode="json"),
+            "cost_usd": result.cost_usd,
+            "wall_time_s": round(result.wall_time_s, 4),
+        }
+
+
+def plan_race(
+    spec: RaceSpec | None = None,
+    *,
+    models: Sequence[str | BranchSpec] = (),
+    judge: str | BranchSpec | None = None,
+    strategy: str | None = None,
+    system_prompt: str | None = None,
+    max_tokens: int | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    budget: Budget | None = None,
+    bandit: BanditOptions | None = None,
+    providers: Mapping[str, Provider] | None = None,
+) -> RacePlan:
+    """Decide and check what a race runs; keyword settings override the spec's.
+
+    Args:
+        spec: a race file's contents (branches, judge, strategy, limits).
+        models: the branches to race (``provider:model[@settings]`` strings or names of the
+            spec's branches); default: the spec's branches, else :data:`DEFAULT_BRANCHES`.
+        judge: the judge of judge strategies (and of the bandit's previews).
+        strategy: a name from :data:`RACE_STRATEGIES` (default ``judge``).
+        system_prompt: for branches that set none; on the default race it is put before each
+            configuration's own prompt, so it applies to every branch.
+        max_tokens: output token limit for branches that set none.
+        timeout: seconds after which a branch times out.
+        max_concurrency: at most this many branches at once.
+        budget: what the whole race may spend (tokens, dollars, wall clock, calls).
+        bandit: the learned router's options (``strategy="bandit"`` only).
+        providers: a provider per model string, used instead of the registry's (test doubles).
+
+    Raises:
+        UserError: anything that would make the race fail before it starts.
+    """
+    spec = spec or RaceSpec()
+    providers = providers or {}
+    warnings: list[PlanWarning] = []
+    named = spec.branches or []
+    if models:
+        branches = [m if isinstance(m, BranchSpec) else parse_branch(m, named) for m in models]
+    else:
+        branches = list(named) or [b.model_copy() for b in DEFAULT_BRANCHES]
+    default_race = not models and not named
+    name = strategy_name(strategy or spec.strategy or "judge")
+    system_prompt = system_prompt if system_prompt is not None else spec.system_prompt
+    if system_prompt is not None:
+        if default_race:
+            branches = [_with_instruction(b, system_prompt) for b in branches]
+        elif all(b.system_prompt is not None for b in branches):
+            warnings.append(
+                PlanWarning("system_prompt", "has no effect: every branch sets its own.")
+            )
+    max_tokens = max_tokens if max_tokens is not None else spec.max_tokens
+    if max_tokens is None and default_race:
+        max_tokens = DEFAULT_LOCAL_MAX_TOKENS
+    elif max_tokens is not None and all(b.max_tokens is not None for b in branches):
+        warnings.append(PlanWarning("max_tokens", "has no effect: every branch sets its own."))
+    configs = [
+        b.loop_config(
+            provider=providers.get(b.model), max_tokens=max_tokens, system_prompt=system_prompt
+        )
+        for b in branches
+    ]
+    judge_spec, judge_config = _judge(name, judge, spec, branches, providers, warnings)
+    timeout = timeout if timeout is not None else spec.timeout
+    max_concurrency = max_concurrency if max_concurrency is not None else spec.max_concurrency
+    _check_limits(timeout, max_concurrency)
+    if name == "bandit":
+        labels = [b.label for b in branches]
+        if len(set(labels)) != len(labels):
+            raise UserError(
+                f"The bandit router learns per branch label, and these repeat: {labels}; give "
+                "each branch a distinct `name` (or distinct settings)."
+            )
+        bandit = bandit or BanditOptions()
+    elif bandit is not None:
+        warnings.append(PlanWarning("bandit", f"has no effect with strategy {name!r}."))
+        bandit = None
+    plan = RacePlan(
+        branches=branches,
+        configs=configs,
+        strategy=name,
+        judge=judge_spec,
+        judge_config=judge_config,
+        timeout=timeout,
+        max_concurrency=max_concurrency,
+        budget=None if budget is None or budget.unlimited else budget,
+        bandit=bandit,
+        warnings=warnings,
+    )
+    if name != "bandit":
+        plan.build_strategy()  # the strategy's own checks (a judge model that does not resolve)
+    return plan
+
+
+def _with_instruction(branch: BranchSpec, instruction: str) -> BranchSpec:
+    persona = branch.system_prompt
+    prompt = f"{instruction}\n\n{persona}" if persona else instruction
+    return branch.model_copy(update={"system_prompt": prompt})
+
+
+def _judge(
+    strategy: str,
+    judge: str | BranchSpec | None,
+    spec: RaceSpec,
+    branches: list[BranchSpec],
+    providers: Mapping[str, Provider],
+    warnings: list[PlanWarning],
+) -> tuple[BranchSpec | None, AgentLoopConfig | None]:
+    if strategy not in (*JUDGED_STRATEGIES, "bandit"):
+        if judge is not None:
+            raise UserError(
+                f"A judge has no effect with strategy {strategy!r}; use strategy judge, "
+                "pairwise, rubric or bandit, or leave the judge out."
+            )
+        if spec.judge is not None:
+            warnings.append(PlanWarning("judge", f"has no effect with strategy {strategy!r}."))
+        return None, None
+    if judge is not None:
+        chosen = judge if isinstance(judge, BranchSpec) else parse_branch(judge)
+    elif spec.judge is not None:
+        chosen = spec.judge
+    elif all(b.model.startswith("local:") for b in branches):
+        chosen = DEFAULT_JUDGE
+    else:
+        # Racing vendors: the first branch's model judges, deterministically.
+        chosen = BranchSpec(name="judge", model=branches[0].model, temperature=0.0)
+    config = chosen.loop_config(provider=providers.get(chosen.model), max_tokens=JUDGE_MAX_TOKENS)
+    if strategy == "judge" and chosen.model.startswith("local:"):
+        # A small local judge often forgets to name an answer; llama.cpp's grammar makes its
+        # reply one of the answer numbers (vendor APIs take no bare-enum schema).
+        numbers = list(range(1, len(branches) + 1))
+        config = dataclasses.replace(
+            config, response_format=ResponseFormat(name="choice", schema={"enum": numbers})
+        )
+    return chosen, config
+
+
+def _check_limits(timeout: float | None, max_concurrency: int | None) -> None:
+    if timeout is not None and not timeout > 0:
+        raise UserError(f"timeout must be > 0 seconds (or None for none), got {timeout!r}.")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UserError(
+            f"max_concurrency must be >= 1 (or None for no limit), got {max_concurrency!r}."
+        )
+
+
+# --------------------------------------------------------------------------- the bandit seam
+
+
+def bandit_race_from_plan(plan: RacePlan, *, store: RouterStateStore | None = None) -> BanditRace:
+    """The one seam between a plan and the bandit race: each branch becomes an arm named by its
+    label, the plan's judge scores the previews, and the plan's limits (timeout per call,
+    concurrency, budget) apply wherever the bandit options set none."""
+    options = plan.bandit or BanditOptions()
+    configs = dict(zip(plan.labels, plan.configs, strict=True))
+    if plan.judge is not None and plan.judge_config is not None:
+        judge_name = f"judge:{plan.judge.model}"
+        configs[judge_name] = plan.judge_config
+        options = dataclasses.replace(options, judge_model=judge_name)
+    budget = plan.budget or Budget()
+    options = dataclasses.replace(
+        options,
+        preview_timeout_s=options.preview_timeout_s or plan.timeout,
+        full_timeout_s=options.full_timeout_s or plan.timeout,
+        max_concurrency=options.max_concurrency or plan.max_concurrency,
+        max_total_tokens=options.max_total_tokens or budget.max_tokens,
+        max_cost_usd=options.max_cost_usd or budget.max_cost_usd,
+        total_timeout_s=options.total_timeout_s or budget.max_wall_s,
+        max_calls=options.max_calls or budget.max_calls,
+    )
+    return build_bandit_race(plan.labels, options, configs=configs, store=store)
+
+
+def bandit_payload(result: BanditRaceResult) -> dict[str, Any]:
+    """The result object of a bandit race's ``--json`` (its last line)."""
+
+    def outcome_row(phase: str, o: Any) -> dict[str, Any]:
+        return {
+            "arm": str(o.config.extra.get("arm", o.config_id)),
+            "call": phase,
+            "loop_id": o.loop_id,
+            "status": o.status,
+            "error": o.error,
+            "error_kind": o.error_kind,
+            "text": o.text,
+            "latency_s": round(o.latency_s, 4),
+            "usage": o.usage.model_dump(mode="json"),
+            "cost_usd": o.cost_usd,
+        }
+
+    previews = result.previews.outcomes if result.previews is not None else []
+    return {
+        "type": "race_result",
+        "strategy": "bandit",
+        "session_id": result.session_id,
+        "status": result.status,
+        "winner": result.winner,
+        "text": result.text,
+        "verified": result.verified,
+        "quality": result.quality,
+        "error": result.error,
+        "action": result.action,
+        "previews_skipped": result.previews_skipped,
+        "contenders": result.contenders,
+        "order": result.order,
+        "ranking": result.ranking.explain() if result.ranking is not None else [],
+        "scores": result.scores,
+        "attempts": [list(a) for a in result.attempts],
+        "rewards": {k: v.reward for k, v in result.rewards.items()},
+        "branches": [outcome_row("preview", o) for o in previews]
+        + [outcome_row("answer", o) for o in result.answers],
+        "usage": result.usage.model_dump(mode="json"),
+        "cost_usd": result.cost_usd,
+        "wall_time_s": round(result.wall_time_s, 4),
+    }

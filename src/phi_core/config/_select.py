@@ -1,0 +1,286 @@
+"""Selection specs: a file (TOML, YAML or JSON) describing an offline model selection.
+
+::
+
+    dataset = "questions.jsonl"            # one {"input": ..., "expected": ...} per line
+    scorer = "contains"                    # "exact", "contains", or "module:function" / "file.py:function"
+    agent = "my_agent.py:PlannerSolver"    # optional: class(models) with run(input), or function(models, input)
+    algorithm = "auto"                     # auto (= regret_race), paired_race, arm_elimination, ...
+    max_concurrent = 20
+    seed = 0
+    cache = true                           # or a path to the SQLite cache file
+
+    [steps]
+    planner = ["openai:gpt-4o-mini", "local:smollm2"]
+    solver = ["openai:gpt-4o", "openai:gpt-4o-mini"]
+
+    [prompts]                              # used when there is no `agent`: steps run in order
+    planner = "Write a short plan to answer: {input}"
+    solver = "Question: {input}\\nPlan: {planner}\\nAnswer in a few words."
+
+    [budget]                               # optional
+    max_evaluations = 400
+    max_cost = 2.0
+
+    [algorithm_params]                     # optional, e.g. delta = 0.1
+
+A prompt may name ``{input}``, any earlier step and — when every input is an object — the
+input's keys. Everything is checked when the spec is loaded, before any model is called: a wrong
+type, an unknown key or placeholder, a missing dataset or scorer is a
+:class:`~phi_core.errors.ConfigError` with the file, line and key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import string
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, PrivateAttr, field_validator
+
+from ..errors import ConfigError, UserError
+from ..metering import Budget
+from ..select import MeteredModel, ModelSelector, default_cache_path, make_algorithm
+from ._load import read_source, validate
+from ._schema import _Section
+from ._source import ConfigSource
+
+__all__ = ["BUILTIN_SCORERS", "SelectBudget", "SelectSpec", "load_select_spec", "prompt_chain"]
+
+
+def _exact(expected: Any, actual: Any) -> float:
+    return float(str(actual).strip().lower() == str(expected).strip().lower())
+
+
+def _contains(expected: Any, actual: Any) -> float:
+    return float(str(expected).strip().lower() in str(actual).lower())
+
+
+BUILTIN_SCORERS: dict[str, Callable[[Any, Any], float]] = {"exact": _exact, "contains": _contains}
+
+
+class SelectBudget(_Section):
+    max_evaluations: int | None = Field(default=None, ge=1, strict=True)
+    max_cost: float | None = Field(default=None, gt=0)
+
+
+class SelectSpec(_Section):
+    """The contents of a selection spec; build the selector with :meth:`selector`."""
+
+    dataset: str
+    scorer: str = "exact"
+    agent: str | None = None
+    algorithm: str = "auto"
+    max_concurrent: int = Field(default=20, ge=1, strict=True)
+    seed: int | None = Field(default=None, strict=True)
+    cache: bool | str = True
+    steps: dict[str, list[str]]
+    prompts: dict[str, str] | None = None
+    budget: SelectBudget | None = None
+    algorithm_params: dict[str, Any] = Field(default_factory=dict)
+
+    _source: ConfigSource = PrivateAttr(default_factory=ConfigSource)
+
+    @field_validator("steps")
+    @classmethod
+    def _candidates(cls, steps: dict[str, list[str]]) -> dict[str, list[str]]:
+        if not steps:
+            raise ValueError(
+                'give at least one step with its candidate models, e.g. solver = ["openai:gpt-4o-mini"]'
+            )
+        for step, models in steps.items():
+            if not models:
+                raise ValueError(f"step {step!r} has no candidate models; list at least one")
+        return steps
+
+    @property
+    def cache_path(self) -> Path | None:
+        """Where the responses are cached (``None`` with ``cache = false``)."""
+        if self.cache is False:
+            return None
+        if self.cache is True:
+            return default_cache_path()
+        return self._source.base_dir / self.cache
+
+    def selector(self) -> ModelSelector:
+        """The :class:`ModelSelector` this spec describes, checked before any model call."""
+        source = self._source
+        dataset, row_keys = _read_dataset(source.base_dir / self.dataset, source)
+        scorer = BUILTIN_SCORERS.get(self.scorer) or _import(self.scorer, "scorer", source)
+        if self.agent is not None:
+            agent = _import(self.agent, "agent", source)
+        else:
+            agent = prompt_chain(self._prompts(dataset, row_keys))
+        try:
+            make_algorithm(self.algorithm, **self.algorithm_params)
+        except UserError as exc:
+            raise source.error(str(exc), ("algorithm",)) from None
+        limits = self.budget or SelectBudget()
+        budget = Budget(max_cost_usd=limits.max_cost) if limits.max_cost is not None else None
+        cache = self.cache_path
+        try:
+            return ModelSelector(
+                agent,
+                self.steps,
+                dataset,
+                scorer,
+                algorithm=self.algorithm,
+                max_concurrent=self.max_concurrent,
+                seed=self.seed,
+                budget=budget,
+                max_evaluations=limits.max_evaluations,
+                cache=cache if cache is not None else False,
+                algorithm_params=self.algorithm_params,
+            )
+        except ConfigError:
+            raise
+        except UserError as exc:
+            raise ConfigError(str(exc), file=source.file) from exc
+
+    def _prompts(self, dataset: Sequence[tuple[Any, Any]], row_keys: list[str]) -> dict[str, str]:
+        """The step prompts in step order, every placeholder checked against what will exist."""
+        source = self._source
+        prompts = self.prompts
+        if prompts is None:
+            raise source.error(
+                "without `agent`, give [prompts] with one template per step (the names of "
+                f"[steps]: {', '.join(self.steps)}).",
+                ("prompts",),
+            )
+        extra = sorted(set(prompts) - set(self.steps))
+        if extra:
+            raise source.error(
+                f"prompt {extra[0]!r} names no step; the steps are: {', '.join(self.steps)}.",
+                ("prompts", extra[0]),
+            )
+        missing = [s for s in self.steps if s not in prompts]
+        if missing:
+            raise source.error(f"no prompt for step {missing[0]!r}.", ("prompts",))
+        inputs = [item[0] for item in dataset]
+        input_keys: set[str] = (
+            set.intersection(*(set(i) for i in inputs))
+            if all(isinstance(i, Mapping) for i in inputs)
+            else set()
+        )
+        available = ["input", *sorted(input_keys)]
+        for step in self.steps:
+            template = prompts[step]
+            for name in _placeholders(template, source, step):
+                if name not in available:
+                    later = " (it is a later step)" if name in self.steps else ""
+                    raise source.error(
+                        f"the prompt names the placeholder {{{name}}}, which is not "
+                        f"known{later}. Available here: "
+                        f"{', '.join('{' + a + '}' for a in available)}. The dataset's rows "
+                        f"have the keys: {', '.join(row_keys)} (the fields of an object "
+                        '"input" can be named directly).',
+                        ("prompts", step),
+                    )
+            available.append(step)
+        return {step: prompts[step] for step in self.steps}
+
+
+def load_select_spec(path: str | os.PathLike[str], **overrides: Any) -> SelectSpec:
+    """Read and validate a selection spec; ``overrides`` (not None) replace its top-level keys."""
+    source = read_source(path)
+    data = source.parse()
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    spec = validate(SelectSpec, data, source)
+    spec._source = source
+    return spec
+
+
+def prompt_chain(prompts: Mapping[str, str]) -> Callable[..., Any]:
+    """An agent running the steps in order, each prompt filled with the input (and an object
+    input's fields) and the earlier steps' replies."""
+
+    async def chain(models: Mapping[str, MeteredModel], inputs: Any) -> str:
+        values: dict[str, Any] = dict(inputs) if isinstance(inputs, Mapping) else {}
+        values["input"] = inputs
+        reply = ""
+        for step, template in prompts.items():
+            reply = await models[step].complete(template.format(**values))
+            values[step] = reply
+        return reply
+
+    return chain
+
+
+def _placeholders(template: str, source: ConfigSource, step: str) -> list[str]:
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise source.error(
+            f"the prompt is not a valid template ({exc}); write a literal brace as {{{{ or }}}}.",
+            ("prompts", step),
+        ) from None
+    names = []
+    for field in fields:
+        name = field.split(".", 1)[0].split("[", 1)[0]
+        if not name or name.isdigit():
+            raise source.error(
+                f"the prompt has a positional placeholder {{{field}}}; name it, e.g. {{input}}.",
+                ("prompts", step),
+            )
+        names.append(name)
+    return names
+
+
+def _read_dataset(path: Path, source: ConfigSource) -> tuple[list[tuple[Any, Any]], list[str]]:
+    """The ``(input, expected)`` pairs of a JSONL file and the keys its rows have."""
+    if not path.is_file():
+        raise source.error(f"no dataset file at {str(path)!r}.", ("dataset",))
+    items: list[tuple[Any, Any]] = []
+    keys: dict[str, None] = {}
+    with path.open(encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                items.append((row["input"], row["expected"]))
+                keys.update(dict.fromkeys(row))
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
+                raise ConfigError(
+                    f'each line must be a JSON object with "input" and "expected" ({error})',
+                    file=str(path),
+                    line=line_no,
+                ) from None
+    if not items:
+        raise source.error(f"the dataset {str(path)!r} has no items.", ("dataset",))
+    return items, list(keys)
+
+
+def _import(ref: str, what: str, source: ConfigSource) -> Any:
+    module_name, sep, attr = ref.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise source.error(f"expected `module:name` or `file.py:name`, got {ref!r}.", (what,))
+    try:
+        if module_name.endswith(".py"):
+            path = (source.base_dir / module_name).resolve()
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            if spec is None or spec.loader is None or not path.exists():
+                raise source.error(f"no Python file at {str(path)!r}.", (what,))
+            module = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault(path.stem, module)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ConfigError:
+        raise
+    except ImportError as error:
+        raise source.error(f"cannot import {module_name!r}: {error}.", (what,)) from None
+    except Exception as error:  # the user's module failed while loading: say where and why
+        raise source.error(
+            f"importing {module_name!r} failed: {type(error).__name__}: {error}.", (what,)
+        ) from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise source.error(f"{module_name!r} has no attribute {attr!r}.", (what,)) from None
