@@ -81,6 +81,7 @@ __all__ = [
     "LocalProvider",
     "check_gguf",
     "gguf_path_for",
+    "load_vocab",
     "local_model_config",
     "pool_settings",
 ]
@@ -469,6 +470,19 @@ _POOLS_LOCK = threading.Lock()
 # /dev/null and restoring them afterwards. Two threads doing that at once can restore each
 # other's /dev/null and leave stdout silenced for good, so every silenced call holds this lock.
 _QUIET_LOCK = threading.Lock()
+
+
+def load_vocab(path: Path) -> Any:
+    """A ``Llama`` with only the vocabulary of ``path`` loaded (for exact token counts)."""
+    llama_cpp = _import_llama_cpp()
+    try:
+        with _QUIET_LOCK:
+            return llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise UserError(
+            f"llama.cpp could not read the vocabulary of {str(path)!r}: {exc}. Check that the "
+            f"file is a complete GGUF model, or count with HeuristicTokenCounter instead."
+        ) from exc
 
 
 def _pool_for(model: ModelConfig) -> _ModelPool:
