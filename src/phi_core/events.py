@@ -21,7 +21,16 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from .types import AgentMessage, AssistantMessage, StreamDelta, ToolResultMessage, Usage, now_ms
+from .types import (
+    AgentMessage,
+    AssistantMessage,
+    CompactionBlock,
+    StreamDelta,
+    ToolResultMessage,
+    TurnId,
+    Usage,
+    now_ms,
+)
 
 __all__ = [
     "AGENT_EVENT_ADAPTER",
@@ -29,6 +38,7 @@ __all__ = [
     "AgentEvent",
     "AgentStart",
     "CompactionEnded",
+    "CompactionReason",
     "CompactionStarted",
     "ContinuationKind",
     "Emitter",
@@ -42,6 +52,8 @@ __all__ = [
     "ParallelLoopEnd",
     "ParallelLoopStart",
     "ProgressMessage",
+    "Provenance",
+    "PrunApplied",
     "RouteDecision",
     "RouteUpdate",
     "ToolExecutionEnd",
@@ -95,12 +107,34 @@ class TurnStart(_Event):
     triggered_by: TurnTrigger = "user"
 
 
+Provenance = Literal[
+    "user",
+    "steering",
+    "follow_up",
+    "sub_agent",
+    "assistant",
+    "tool_result",
+    "limit",
+    "compaction",
+    "memo",
+]
+"""Where one message of a request came from (see :class:`TurnRequest`)."""
+
+
 class TurnRequest(_Event):
-    """The exact request sent to the model for one turn (once per turn, before any retry)."""
+    """The exact request sent to the model for one turn (once per turn, before any retry; again
+    if a context overflow made the loop compact and resend).
+
+    ``provenance[i]`` says where ``payload["messages"][i]`` came from: the caller's prompt
+    (``user``; history the loop never saw counts as ``user`` too), a steering or follow-up
+    message, a sub-agent's task, the model (``assistant``), a tool (``tool_result``), the loop's
+    stop notice (``limit``), a compaction summary or marker, or a pruning memo.
+    """
 
     type: Literal["turn_request"] = "turn_request"
     turn_index: int
     payload: dict[str, Any]
+    provenance: list[Provenance] = Field(default_factory=list)
 
 
 class TurnEnd(_Event):
@@ -220,19 +254,42 @@ class RouteUpdate(_Event):
     "source"}`` per updated arm; ``source`` is ``answer``, ``preview`` or ``failure``."""
 
 
+CompactionReason = Literal["threshold", "overflow", "manual"]
+
+
 class CompactionStarted(_Event):
+    """``reason``: the context neared the budget, the provider said it overflowed, or a caller
+    asked (``BasicAgent.compact_context``)."""
+
     type: Literal["compaction_started"] = "compaction_started"
     estimated_tokens: int
     message_count: int
+    reason: CompactionReason = "threshold"
 
 
 class CompactionEnded(_Event):
+    """``block`` is the overlay a manual compaction made (recorded on the session's loop)."""
+
     type: Literal["compaction_ended"] = "compaction_ended"
     messages_before: int
     messages_after: int
     estimated_tokens_before: int
     estimated_tokens_after: int
     loops_compacted: int = 0
+    reason: CompactionReason = "threshold"
+    block: CompactionBlock | None = None
+
+
+class PrunApplied(_Event):
+    """The model pruned its own older work from the context (``prun`` / ``prun_with_memo``)."""
+
+    type: Literal["prun_applied"] = "prun_applied"
+    tool_call_id: str | None = None
+    pruned_turns: list[TurnId] = Field(default_factory=list)
+    pruned_timestamps: list[int] = Field(default_factory=list)
+    tokens_removed: int = 0
+    messages_removed: int = 0
+    memo: str | None = None
 
 
 AgentEvent = Annotated[
@@ -255,7 +312,8 @@ AgentEvent = Annotated[
     | RouteDecision
     | RouteUpdate
     | CompactionStarted
-    | CompactionEnded,
+    | CompactionEnded
+    | PrunApplied,
     Field(discriminator="type"),
 ]
 AGENT_EVENT_ADAPTER: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)

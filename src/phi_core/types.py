@@ -15,9 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 __all__ = [
     "AgentMessage",
     "AssistantMessage",
+    "CompactedSection",
+    "CompactionBlock",
     "Content",
     "ExtensionMessage",
     "ImageContent",
+    "InputSource",
     "Message",
     "Pricing",
     "ResponseFormat",
@@ -33,6 +36,7 @@ __all__ = [
     "ToolDefinition",
     "ToolResultMessage",
     "TurnId",
+    "TurnRange",
     "Usage",
     "UserMessage",
     "message_text",
@@ -172,9 +176,18 @@ class _MessageBase(_Model):
     turn_id: TurnId | None = None
 
 
+InputSource = Literal["user", "steering", "follow_up", "sub_agent", "limit", "compaction", "memo"]
+"""Where a user-role message came from: the caller's prompt, a steering or follow-up message, a
+sub-agent's task, the loop's own "[Agent stopped: …]" notice, a compaction summary or marker, or a
+``prun_with_memo`` memo."""
+
+
 class UserMessage(_MessageBase):
     role: Literal["user"] = "user"
     content: list[Content]
+    provenance: InputSource | None = None
+    """Set by the loop when it adds the message; ``None`` for messages it never saw (history
+    passed in by the caller), which count as ``"user"``."""
 
     @classmethod
     def text(cls, text: str) -> UserMessage:
@@ -282,3 +295,47 @@ class ResponseFormat(_Model):
     name: str = "response"
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool = True
+
+
+# --------------------------------------------------------------------------- compaction overlays
+
+
+class TurnRange(_Model):
+    """Turns ``start_turn`` to ``end_turn`` (inclusive) of a conversation, counted from 0.
+
+    A turn is a user message and everything until the next one (``phi_core.context``)."""
+
+    start_turn: int = Field(ge=0)
+    end_turn: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TurnRange:
+        if self.end_turn < self.start_turn:
+            raise ValueError(
+                f"end_turn must be >= start_turn, got {self.start_turn}..{self.end_turn}"
+            )
+        return self
+
+
+class CompactedSection(_Model):
+    """The messages that replace the turns of ``range`` in the view sent to the model."""
+
+    range: TurnRange
+    messages: list[AgentMessage] = Field(default_factory=list)
+
+
+class CompactionBlock(_Model):
+    """A non-destructive overlay over the first ``covers_messages`` messages of a conversation.
+
+    The original messages stay where they are; the view keeps the ``keep_first`` turns verbatim,
+    replaces the middle turns by ``keep_compacted.messages`` and the recent turns by
+    ``keep_recent.messages`` (tool outputs truncated), and appends everything after the covered
+    messages unchanged. Removing the block restores the original conversation.
+    """
+
+    keep_first: TurnRange | None = None
+    keep_compacted: CompactedSection | None = None
+    keep_recent: CompactedSection | None = None
+    covers_messages: int = Field(default=0, ge=0)
+    focus_message: str | None = None
+    created_at: int = Field(default_factory=now_ms)

@@ -65,15 +65,23 @@ def test_level_one_truncates_tool_output_head_and_tail() -> None:
     assert text.startswith("line 0") and text.endswith("line 199")
 
 
-def test_level_two_summarises_old_assistants_and_drops_their_tool_results() -> None:
-    messages = _conversation(20, 5)
+def test_level_two_keeps_first_and_recent_turns_and_summarises_the_middle() -> None:
+    messages = _conversation(20, 5)  # 20 turns of 4 messages
     config = CompactionConfig(
-        max_context_tokens=estimate_tokens(messages) - 100, system_prompt_tokens=0, keep_recent=4
+        max_context_tokens=estimate_tokens(messages),
+        system_prompt_tokens=0,
+        keep_first_turns=1,
+        keep_recent_turns=4,
+        max_summary_tokens=10_000,
     )
     out = compact_messages(messages, config)
-    assert not any(isinstance(m, ToolResultMessage) for m in out[:-4])
-    assert any(m.role == "user" and "[Summary]" in m.content[0].text for m in out)  # type: ignore[union-attr]
-    assert out[-4:] == messages[-4:]
+    assert out[:4] == messages[:4]  # the first turn, verbatim
+    assert out[-16:] == messages[-16:]  # the last four turns, verbatim (tool results included)
+    middle = out[4:-16]
+    assert not any(isinstance(m, ToolResultMessage | AssistantMessage) for m in middle)
+    questions = [m.content[0].text for m in middle if "question" in m.content[0].text]  # type: ignore[union-attr]
+    assert questions == [f"question {n}" for n in range(1, 16)]  # user intent stays
+    assert any("[Summary]" in m.content[0].text for m in middle)  # type: ignore[union-attr]
 
 
 def test_level_three_keeps_first_marker_and_recent_and_never_orphans_tool_results() -> None:
@@ -81,8 +89,8 @@ def test_level_three_keeps_first_marker_and_recent_and_never_orphans_tool_result
     config = CompactionConfig(
         max_context_tokens=150,
         system_prompt_tokens=0,
-        keep_first=2,
-        keep_recent=6,
+        keep_first_turns=2,
+        keep_recent_turns=6,
         focus_message="keep the answers",
     )
     out = compact_messages(messages, config)

@@ -1,52 +1,59 @@
-"""phi-core's legacy tiered compaction, as a *view* over the message log.
+"""Automatic tiered compaction, as a *view* over the message log.
 
-The log (``AgentContext.messages``) is never rewritten: :class:`ContextCompactor` is a
-``transform_context`` callable, so it shrinks only what is sent to the model on a turn, and the
-session keeps every original message. Before each model call it estimates the tokens of the
-conversation (§1.5 of the study: ⌈bytes/4⌉ per text, images by size, tool calls by name + JSON)
-and compacts when::
+The log (``AgentContext.messages``) is never rewritten: the loop compacts only what it sends to the
+model on a turn, and the session keeps every original message. **Compaction is on by default**
+(``AgentLoopConfig.compaction`` defaults to ``CompactionConfig()``, phi-core's ``BasicAgent``
+default): its budget is the model's own context window, so it only acts when a conversation would
+otherwise not fit. ``compaction=None`` (or ``BasicAgent.without_context_management()``) turns it
+off.
 
-    headroom = compact_at_pct - system_prompt_tokens / max - estimate(messages) / max
-    headroom < compact_budget_threshold_pct
+Before each model call the loop measures the request (a :class:`~phi_core.context.ContextTracker`:
+the model's last reported usage plus estimates of what was added since) and compacts when::
 
-Compaction applies levels until the messages fit ``max - system_prompt_tokens``:
+    headroom = compact_at_pct - request_tokens / max_context_tokens
+    headroom < compact_budget_threshold_pct          # defaults: above 85 % of the window
 
-* L1: every tool-result text is cut to its first ``max_lines/2`` and last lines, with a
-  ``[... N lines truncated ...]`` marker;
-* L2: everything before the last ``keep_recent`` messages is summarised — each assistant message
-  becomes a user ``[Summary] …`` message and the tool results between them are dropped;
-* L3: the first ``keep_first`` messages, a ``[Context compacted: N messages removed …]`` marker
-  and the last ``keep_recent`` messages; if that still does not fit, the newest messages that fit.
+``request_tokens`` counts the system prompt and tool definitions too (``system_prompt_tokens``
+when set, else measured). Compaction then applies tiers until the messages fit the target (the
+trigger point, so the reply keeps the rest of the window). Turns (a user message and everything
+until the next one, see ``_summary``) are the unit, so tool calls never lose their results:
 
-Assistant tool calls are never separated from their results: when a summary replaces an assistant
-message, its tool results go with it. ``focus_message`` is carried into the compaction marker so
-the model is told what the removed part was about.
+* L1: every tool-result text is cut to its first and last ``tool_output_max_lines`` lines
+  (lines matching the focus are kept too), with ``[... N lines truncated ...]`` markers;
+* L2: the first ``keep_first_turns`` and the last ``keep_recent_turns`` turns stay; every turn in
+  between keeps its user messages, each assistant message becomes a ``[Summary] …`` note and its
+  tool results go (within ``max_summary_tokens`` of summaries);
+* L3: the first turns, a ``[Context compacted: …]`` marker and the last turns; if that still does
+  not fit, the newest whole turns that fit (and, if even one turn is too big, the newest messages
+  of it that fit, never starting on a tool result).
+
+``focus_message`` reaches every tier (see ``_summary``). A custom :class:`CompactionStrategy`
+replaces the tiers (``with_compaction_strategy``).
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..types import (
-    AgentMessage,
-    AssistantMessage,
-    ExtensionMessage,
-    ImageContent,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from ..events import CompactionReason
+from ..types import AgentMessage, TextContent, UserMessage
+from ._summary import focus_terms, split_turns, summarise_turn, truncate_tool_outputs
+from .tokens import HEURISTIC, TokenCounter, message_tokens, messages_tokens, token_counter_for
+
+if TYPE_CHECKING:
+    from ..providers.base import ModelConfig
 
 __all__ = [
+    "DEFAULT_CONTEXT_TOKENS",
     "CompactionConfig",
     "CompactionReport",
+    "CompactionStrategy",
     "ContextCompactor",
+    "DefaultCompaction",
     "compact_messages",
     "estimate_message_tokens",
     "estimate_text_tokens",
@@ -54,129 +61,137 @@ __all__ = [
     "should_compact",
 ]
 
+DEFAULT_CONTEXT_TOKENS = 100_000
+
+
+@runtime_checkable
+class CompactionStrategy(Protocol):
+    """Replaces the tiers: ``compact(messages, config)`` returns the messages to send (sync or
+    async). ``config`` is resolved: ``max_context_tokens``, ``system_prompt_tokens`` and
+    ``token_counter`` are set, and :meth:`CompactionConfig.target` says how small to get."""
+
+    def compact(
+        self, messages: list[AgentMessage], config: CompactionConfig
+    ) -> list[AgentMessage] | Awaitable[list[AgentMessage]]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
-    """Budget and trigger (phi-core's ``ContextConfig`` + ``CompactionConfig`` defaults)."""
+    """When and how to compact (phi-core's ``ContextConfig`` and ``CompactionConfig`` in one).
 
-    max_context_tokens: int = 100_000
-    system_prompt_tokens: int = 4_000
+    ``max_context_tokens=None`` means the model's context window; ``system_prompt_tokens=None``
+    means the measured size of the system prompt and tool definitions. The ``keep_*_turns`` count
+    turns (a user message and everything until the next one), not messages.
+    """
+
+    max_context_tokens: int | None = None
+    system_prompt_tokens: int | None = None
     compact_at_pct: float = 0.90
     compact_budget_threshold_pct: float = 0.05
-    keep_first: int = 2
-    keep_recent: int = 10
+    keep_first_turns: int = 2
+    keep_recent_turns: int = 10
     tool_output_max_lines: int = 50
     max_summary_tokens: int = 2_000
     focus_message: str | None = None
+    token_counter: TokenCounter | None = field(default=None, compare=False)
+    strategy: CompactionStrategy | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.max_context_tokens < 1:
-            raise ValueError(f"max_context_tokens must be >= 1, got {self.max_context_tokens}.")
+        if self.max_context_tokens is not None and self.max_context_tokens < 1:
+            raise ValueError(
+                f"max_context_tokens must be >= 1, got {self.max_context_tokens}; use None for "
+                "the model's context window."
+            )
         if not 0 < self.compact_at_pct <= 1:
             raise ValueError(f"compact_at_pct must be in (0, 1], got {self.compact_at_pct}.")
-        if self.keep_first < 0 or self.keep_recent < 0:
-            raise ValueError("keep_first and keep_recent must be >= 0.")
+        if not 0 <= self.compact_budget_threshold_pct < self.compact_at_pct:
+            raise ValueError(
+                "compact_budget_threshold_pct must be in [0, compact_at_pct), got "
+                f"{self.compact_budget_threshold_pct}."
+            )
+        if self.keep_first_turns < 0 or self.keep_recent_turns < 0:
+            raise ValueError(
+                f"keep_first_turns and keep_recent_turns must be >= 0, got "
+                f"{self.keep_first_turns} and {self.keep_recent_turns}."
+            )
         if self.tool_output_max_lines < 2:
             raise ValueError(
                 f"tool_output_max_lines must be >= 2, got {self.tool_output_max_lines}."
             )
+        if self.max_summary_tokens < 0:
+            raise ValueError(f"max_summary_tokens must be >= 0, got {self.max_summary_tokens}.")
 
     @property
-    def budget(self) -> int:
-        return max(self.max_context_tokens - self.system_prompt_tokens, 0)
+    def counter(self) -> TokenCounter:
+        return self.token_counter or HEURISTIC
+
+    @property
+    def window(self) -> int:
+        return self.max_context_tokens or DEFAULT_CONTEXT_TOKENS
+
+    @property
+    def reserved(self) -> int:
+        """Tokens of the system prompt and tool definitions (0 when not yet measured)."""
+        return self.system_prompt_tokens or 0
+
+    def for_model(
+        self, model: ModelConfig | None, *, overhead: int | None = None
+    ) -> CompactionConfig:
+        """A copy with the window, the counter and (when unset) the overhead filled in."""
+        changes: dict[str, Any] = {}
+        if self.max_context_tokens is None and model is not None:
+            changes["max_context_tokens"] = model.context_window
+        if self.token_counter is None:
+            changes["token_counter"] = token_counter_for(model)
+        if self.system_prompt_tokens is None and overhead is not None:
+            changes["system_prompt_tokens"] = overhead
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def target(self) -> int:
+        """How many message tokens compaction aims for: the trigger point minus the overhead."""
+        share = self.compact_at_pct - self.compact_budget_threshold_pct
+        return max(int(self.window * share) - self.reserved, 0)
+
+    def should_compact(self, request_tokens: int) -> bool:
+        """The trigger (module docstring) for a request of ``request_tokens`` tokens."""
+        headroom = self.compact_at_pct - request_tokens / self.window
+        return headroom < self.compact_budget_threshold_pct
+
+    def harder(self, sent_tokens: int) -> CompactionConfig:
+        """Settings for a second try after the provider said the context overflowed: half the
+        tokens that were sent, half the recent turns and half the tool-output lines."""
+        share = self.compact_at_pct - self.compact_budget_threshold_pct
+        target = max(min(self.target(), sent_tokens // 2), 1)
+        window = max(int((target + self.reserved) / share), 1)
+        return dataclasses.replace(
+            self,
+            max_context_tokens=min(window, self.window),
+            keep_recent_turns=max(self.keep_recent_turns // 2, 1),
+            keep_first_turns=min(self.keep_first_turns, 1),
+            tool_output_max_lines=max(self.tool_output_max_lines // 2, 2),
+        )
 
 
 def estimate_text_tokens(text: str) -> int:
-    """⌈UTF-8 bytes / 4⌉."""
-    return math.ceil(len(text.encode("utf-8")) / 4)
-
-
-def _content_tokens(block: Any) -> int:
-    if isinstance(block, TextContent):
-        return estimate_text_tokens(block.text)
-    if isinstance(block, ThinkingContent):
-        return estimate_text_tokens(block.thinking)
-    if isinstance(block, ImageContent):
-        raw = len(block.data) * 3 // 4
-        return min(max(raw // 750, 85), 16_000)
-    if isinstance(block, ToolCall):
-        return estimate_text_tokens(block.name + json.dumps(block.arguments)) + 8
-    return 0
+    """⌈UTF-8 bytes / 4⌉ (the heuristic counter)."""
+    return HEURISTIC.count_text(text)
 
 
 def estimate_message_tokens(message: AgentMessage) -> int:
-    if isinstance(message, ToolResultMessage):
-        body = sum(_content_tokens(b) for b in message.content)
-        return body + estimate_text_tokens(message.tool_name) + 8
-    if isinstance(message, ExtensionMessage):
-        return estimate_text_tokens(json.dumps(message.data, default=str)) + 4
-    return sum(_content_tokens(b) for b in message.content) + 4
+    return message_tokens(message, HEURISTIC)
 
 
 def estimate_tokens(messages: list[AgentMessage]) -> int:
-    return sum(estimate_message_tokens(m) for m in messages)
+    return messages_tokens(messages, HEURISTIC)
 
 
 def should_compact(messages: list[AgentMessage], config: CompactionConfig) -> bool:
-    total = config.max_context_tokens
-    headroom = (
-        config.compact_at_pct
-        - config.system_prompt_tokens / total
-        - estimate_tokens(messages) / total
-    )
-    return headroom < config.compact_budget_threshold_pct
+    """The trigger with every message estimated (no reported usage)."""
+    return config.should_compact(config.reserved + messages_tokens(messages, config.counter))
 
 
-def _truncate_lines(text: str, max_lines: int) -> str:
-    lines = text.split("\n")
-    if len(lines) <= max_lines:
-        return text
-    head = max_lines // 2
-    tail = max_lines - head
-    removed = len(lines) - head - tail
-    return "\n".join([*lines[:head], f"[... {removed} lines truncated ...]", *lines[-tail:]])
-
-
-def _level1(messages: list[AgentMessage], max_lines: int) -> list[AgentMessage]:
-    out: list[AgentMessage] = []
-    for m in messages:
-        if isinstance(m, ToolResultMessage):
-            content = [
-                TextContent(text=_truncate_lines(b.text, max_lines))
-                if isinstance(b, TextContent)
-                else b
-                for b in m.content
-            ]
-            m = m.model_copy(update={"content": content})
-        out.append(m)
-    return out
-
-
-def _summary_of(message: AssistantMessage) -> UserMessage:
-    text = message.text.strip()
-    if text and len(text) <= 200:
-        body = text
-    elif message.tool_calls:
-        body = f"[Assistant used {len(message.tool_calls)} tool(s)]"
-    else:
-        body = "[Assistant response]"
-    return UserMessage(content=[TextContent(text=f"[Summary] {body}")], timestamp=message.timestamp)
-
-
-def _level2(messages: list[AgentMessage], keep_recent: int) -> list[AgentMessage]:
-    cut = max(len(messages) - keep_recent, 0)
-    # Never start the kept tail on a tool result whose call would be summarised away.
-    while cut < len(messages) and isinstance(messages[cut], ToolResultMessage):
-        cut += 1
-    out: list[AgentMessage] = []
-    for m in messages[:cut]:
-        if isinstance(m, AssistantMessage):
-            out.append(_summary_of(m))
-        elif isinstance(m, ToolResultMessage):
-            continue
-        else:
-            out.append(m)
-    return out + messages[cut:]
+def _flat(turns: list[list[AgentMessage]]) -> list[AgentMessage]:
+    return [m for turn in turns for m in turn]
 
 
 def _marker(removed: int, focus: str | None, *, fit: bool) -> UserMessage:
@@ -187,52 +202,109 @@ def _marker(removed: int, focus: str | None, *, fit: bool) -> UserMessage:
     )
     if focus:
         text += f"\n[Focus: {focus}]"
-    return UserMessage.text(text)
+    return UserMessage(content=[TextContent(text=text)], provenance="compaction")
 
 
-def _safe_tail_start(messages: list[AgentMessage], start: int) -> int:
-    while start < len(messages) and isinstance(messages[start], ToolResultMessage):
-        start += 1
-    return start
-
-
-def compact_messages(messages: list[AgentMessage], config: CompactionConfig) -> list[AgentMessage]:
-    """Apply L1 → L2 → L3 until the messages fit ``config.budget`` (see the module docstring)."""
-    budget = config.budget
-    if estimate_tokens(messages) <= budget:
-        return list(messages)
-    current = _level1(messages, config.tool_output_max_lines)
-    if estimate_tokens(current) <= budget:
-        return current
-    current = _level2(current, config.keep_recent)
-    if estimate_tokens(current) <= budget:
-        return current
-    keep_first = min(config.keep_first, len(current))
-    tail_start = _safe_tail_start(current, max(len(current) - config.keep_recent, keep_first))
-    removed = tail_start - keep_first
-    if removed > 0:
-        current = [
-            *current[:keep_first],
-            _marker(removed, config.focus_message, fit=False),
-            *current[tail_start:],
-        ]
-        if estimate_tokens(current) <= budget:
-            return current
-    # Last resort: the newest messages that fit, behind a marker.
-    original = len(current)
-    marker_cost = estimate_message_tokens(_marker(original, config.focus_message, fit=True))
-    kept: list[AgentMessage] = []
-    used = marker_cost
-    for m in reversed(current):
-        cost = estimate_message_tokens(m)
-        if used + cost > budget and kept:
+def summarise_turns(
+    turns: list[list[AgentMessage]], config: CompactionConfig
+) -> list[AgentMessage]:
+    """The middle turns as summaries, within ``max_summary_tokens`` (the rest counted in one note)."""
+    terms = focus_terms(config.focus_message)
+    out: list[AgentMessage] = []
+    used = 0
+    for index, turn in enumerate(turns):
+        summary = summarise_turn(turn, terms)
+        cost = messages_tokens(summary, config.counter)
+        if used + cost > config.max_summary_tokens and out:
+            rest = sum(len(t) for t in turns[index:])
+            out.append(_marker(rest, config.focus_message, fit=True))
             break
-        kept.append(m)
+        out.extend(summary)
         used += cost
-    kept.reverse()
-    start = _safe_tail_start(kept, 0)
-    kept = kept[start:] or kept[-1:]
-    return [_marker(original - len(kept), config.focus_message, fit=True), *kept]
+    if out and config.focus_message:
+        header = f"[Summary of earlier turns; focus: {config.focus_message}]"
+        out.insert(0, UserMessage(content=[TextContent(text=header)], provenance="compaction"))
+    return out
+
+
+def compact_messages(
+    messages: list[AgentMessage], config: CompactionConfig, *, target: int | None = None
+) -> list[AgentMessage]:
+    """Apply L1 → L2 → L3 until the messages fit ``target`` (default ``config.target()``)."""
+    counter = config.counter
+    budget = config.target() if target is None else target
+
+    def fits(candidate: list[AgentMessage]) -> bool:
+        return messages_tokens(candidate, counter) <= budget
+
+    if fits(messages):
+        return list(messages)
+    terms = focus_terms(config.focus_message)
+    current = truncate_tool_outputs(messages, config.tool_output_max_lines, terms)
+    if fits(current):
+        return current
+    turns = split_turns(current)
+    first_n = min(config.keep_first_turns, len(turns))
+    recent_start = max(len(turns) - config.keep_recent_turns, first_n)
+    first, middle, recent = turns[:first_n], turns[first_n:recent_start], turns[recent_start:]
+    if middle:
+        candidate = [*_flat(first), *summarise_turns(middle, config), *_flat(recent)]
+        if fits(candidate):
+            return candidate
+        removed = sum(len(t) for t in middle)
+        candidate = [
+            *_flat(first),
+            _marker(removed, config.focus_message, fit=False),
+            *_flat(recent),
+        ]
+        if fits(candidate):
+            return candidate
+    return _newest_that_fit(turns, config, budget)
+
+
+def _newest_that_fit(
+    turns: list[list[AgentMessage]], config: CompactionConfig, budget: int
+) -> list[AgentMessage]:
+    """Last resort: the newest whole turns that fit behind a marker (or the newest messages of
+    the last turn, never starting on a tool result)."""
+    counter = config.counter
+    total = sum(len(t) for t in turns)
+    used = message_tokens(_marker(total, config.focus_message, fit=True), counter)
+    kept: list[list[AgentMessage]] = []
+    for turn in reversed(turns):
+        cost = messages_tokens(turn, counter)
+        if used + cost > budget:
+            break
+        kept.insert(0, turn)
+        used += cost
+    if kept:
+        tail = _flat(kept)
+    else:
+        last = turns[-1] if turns else []
+        tail = []
+        for message in reversed(last):
+            cost = message_tokens(message, counter)
+            if used + cost > budget and tail:
+                break
+            tail.insert(0, message)
+            used += cost
+        while len(tail) > 1 and tail[0].role == "tool_result":
+            tail.pop(0)
+        # A user message first keeps the conversation valid for every vendor.
+        anchor = next((m for m in last if isinstance(m, UserMessage)), None)
+        if anchor is not None and anchor not in tail:
+            tail.insert(0, anchor)
+    removed = total - len(tail)
+    if removed <= 0:
+        return tail
+    return [_marker(removed, config.focus_message, fit=True), *tail]
+
+
+class DefaultCompaction:
+    """The tiers of this module as a :class:`CompactionStrategy`."""
+
+    def compact(self, messages: list[AgentMessage], config: CompactionConfig) -> list[AgentMessage]:
+        return compact_messages(messages, config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,13 +313,14 @@ class CompactionReport:
     messages_after: int
     estimated_tokens_before: int
     estimated_tokens_after: int
+    reason: CompactionReason = "threshold"
 
 
 class ContextCompactor:
-    """A ``transform_context`` that compacts the payload when the trigger fires.
+    """Runs one compaction with its veto hook and observers (the loop's and ``BasicAgent``'s).
 
-    ``before_start(estimated_tokens, message_count)`` may return False to veto one compaction;
-    ``on_compacted(report)`` observes each one (``BasicAgent`` turns these into the loop's
+    ``before_start(estimated_tokens, message_count)`` may return False to veto;
+    ``on_started`` / ``on_compacted(report)`` observe (the loop turns these into its
     ``before_compaction_start`` / ``after_compaction_end`` hooks and the ``CompactionStarted`` /
     ``CompactionEnded`` events).
     """
@@ -257,7 +330,7 @@ class ContextCompactor:
         config: CompactionConfig,
         *,
         before_start: Callable[[int, int], Any] | None = None,
-        on_started: Callable[[int, int], None] | None = None,
+        on_started: Callable[[int, int, CompactionReason], None] | None = None,
         on_compacted: Callable[[CompactionReport], Any] | None = None,
     ) -> None:
         self.config = config
@@ -265,25 +338,45 @@ class ContextCompactor:
         self.on_started = on_started
         self.on_compacted = on_compacted
 
-    async def __call__(self, messages: list[AgentMessage]) -> list[AgentMessage]:
-        from ..loop.config import maybe_await
+    async def __call__(
+        self,
+        messages: list[AgentMessage],
+        *,
+        request_tokens: int | None = None,
+        reason: CompactionReason = "threshold",
+    ) -> list[AgentMessage] | None:
+        """The compacted messages, or None when compaction did not run (no need, or vetoed).
 
-        if not should_compact(messages, self.config):
-            return messages
-        before_tokens = estimate_tokens(messages)
+        ``request_tokens`` is the measured request size (default: estimated from the messages);
+        a reason other than ``"threshold"`` compacts without checking the trigger.
+        """
+        config = self.config
+        if request_tokens is None:
+            request_tokens = config.reserved + messages_tokens(messages, config.counter)
+        if reason == "threshold" and not config.should_compact(request_tokens):
+            return None
         if self.before_start is not None:
-            allowed = await maybe_await(self.before_start(before_tokens, len(messages)))
+            allowed = self.before_start(request_tokens, len(messages))
+            if inspect.isawaitable(allowed):
+                allowed = await allowed
             if allowed is False:
-                return messages
+                return None
         if self.on_started is not None:
-            self.on_started(before_tokens, len(messages))
-        compacted = compact_messages(messages, self.config)
+            self.on_started(request_tokens, len(messages), reason)
+        strategy = config.strategy or DefaultCompaction()
+        compacted = strategy.compact(list(messages), config)
+        if inspect.isawaitable(compacted):
+            compacted = await compacted
+        compacted = list(compacted)
         report = CompactionReport(
             messages_before=len(messages),
             messages_after=len(compacted),
-            estimated_tokens_before=before_tokens,
-            estimated_tokens_after=estimate_tokens(compacted),
+            estimated_tokens_before=request_tokens,
+            estimated_tokens_after=config.reserved + messages_tokens(compacted, config.counter),
+            reason=reason,
         )
         if self.on_compacted is not None:
-            await maybe_await(self.on_compacted(report))
+            done = self.on_compacted(report)
+            if inspect.isawaitable(done):
+                await done
         return compacted
