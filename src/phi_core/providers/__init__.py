@@ -8,8 +8,24 @@ assembled message, and classifies every failure into a ``ProviderError``. It imp
 Vendor SDKs are imported only when a provider for them is built.
 """
 
-from .base import ApiProtocol, ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
+from .base import (
+    ApiProtocol,
+    CacheConfig,
+    CacheStrategy,
+    ManualCache,
+    ModelConfig,
+    Provider,
+    StreamDone,
+    StreamEvent,
+    StreamRequest,
+)
 from .compat import OpenAICompat
+from .credentials import (
+    CredentialProvider,
+    RefreshingCredentialProvider,
+    StaticCredentialProvider,
+    stream_with_credentials,
+)
 from .limiter import GateStats, Limiter, LimiterSlot, default_limiter, set_default_limiter
 from .pricing import PRICES, PRICES_AS_OF, price_for
 from .registry import (
@@ -28,14 +44,20 @@ __all__ = [
     "PRICES",
     "PRICES_AS_OF",
     "ApiProtocol",
+    "CacheConfig",
+    "CacheStrategy",
+    "CredentialProvider",
     "GateStats",
     "Limiter",
     "LimiterSlot",
+    "ManualCache",
     "ModelConfig",
     "OpenAICompat",
     "Provider",
     "ProviderSpec",
+    "RefreshingCredentialProvider",
     "RetryPolicy",
+    "StaticCredentialProvider",
     "StreamDone",
     "StreamEvent",
     "StreamRequest",
@@ -49,5 +71,6 @@ __all__ = [
     "resolve_model",
     "set_default_limiter",
     "split_model_settings",
+    "stream_with_credentials",
     "stream_with_retry",
 ]

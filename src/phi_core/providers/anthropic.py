@@ -4,8 +4,10 @@
   ``max_tokens`` is raised above the budget; ``temperature`` is not sent with thinking.
 * Thinking blocks come back with their ``signature`` and are echoed back unchanged to Anthropic;
   thinking made by another vendor (no Anthropic signature) is sent as ``[Reasoning] …`` text.
-* Prompt caching: with ``request.cache`` an ``ephemeral`` cache marker goes on the system prompt,
-  the last tool and the last content block of the conversation (3 of the 4 allowed breakpoints).
+* Prompt caching (``request.cache``, a :class:`~phi_core.providers.base.CacheConfig` or a bool):
+  ``auto`` puts an ``ephemeral`` cache marker on the system prompt, the last tool and the last
+  content block of the conversation (3 of the 4 allowed breakpoints); ``ManualCache`` marks only
+  the parts it names; ``disabled`` marks nothing.
 * Structured output: a ``respond_json`` tool whose input schema is the requested schema, forced
   with ``tool_choice`` (or requested in the system prompt when thinking is on, which forbids a
   forced tool); its input streams back as the reply's text.
@@ -46,7 +48,7 @@ from ._common import (
     network_error,
     thinking_as_text,
 )
-from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
+from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 
 __all__ = ["THINKING_BUDGETS", "AnthropicProvider", "build_anthropic_params"]
 
@@ -200,7 +202,7 @@ def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
 def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
     """The keyword arguments of ``messages.create`` for ``request``."""
     model = request.model
-    cache = request.cache
+    cache_system, cache_tools, cache_messages = cache_targets(request.cache)
     params: dict[str, Any] = {
         "model": model.id,
         "messages": _messages(request),
@@ -230,11 +232,11 @@ def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
             params["tool_choice"] = {"type": "tool", "name": JSON_TOOL}
     if system:
         block: dict[str, Any] = {"type": "text", "text": system}
-        if cache:
+        if cache_system:
             block["cache_control"] = _CACHE
         params["system"] = [block]
     if tools:
-        if cache:
+        if cache_tools:
             tools[-1] = {**tools[-1], "cache_control": _CACHE}
         params["tools"] = tools
     if thinking:
@@ -248,7 +250,7 @@ def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
         top_p = request.top_p if request.top_p is not None else model.top_p
         if top_p is not None:
             params["top_p"] = top_p
-    if cache and params["messages"]:
+    if cache_messages and params["messages"]:
         last = params["messages"][-1]["content"]
         if last:
             last[-1] = {**last[-1], "cache_control": _CACHE}

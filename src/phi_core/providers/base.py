@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from ..errors import UserError
 from ..types import (
     AssistantMessage,
     Message,
@@ -29,11 +30,15 @@ from ..types import (
 
 __all__ = [
     "ApiProtocol",
+    "CacheConfig",
+    "CacheStrategy",
+    "ManualCache",
     "ModelConfig",
     "Provider",
     "StreamDone",
     "StreamEvent",
     "StreamRequest",
+    "cache_targets",
 ]
 
 ApiProtocol = Literal[
@@ -85,6 +90,70 @@ class ModelConfig(BaseModel):
         return self.api_key.get_secret_value() if self.api_key is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class ManualCache:
+    """Prompt caching of exactly the parts you choose (phi-core's ``CacheStrategy::Manual``)."""
+
+    system: bool = True
+    tools: bool = True
+    messages: bool = True
+
+
+CacheStrategy = Literal["auto", "disabled"] | ManualCache
+"""``"auto"``: the provider's best placement (Anthropic: system prompt, last tool, last message);
+``"disabled"``: no cache markers; :class:`ManualCache`: only the parts named."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Prompt-cache settings: a master switch and a strategy.
+
+    ``AgentLoopConfig.cache`` also takes a bool (``True`` is ``"auto"``, ``False`` is disabled),
+    the strategy name, or a :class:`ManualCache`. Vendors that cache automatically (OpenAI, Gemini)
+    need no markers; the setting only changes what Anthropic (and Anthropic on Bedrock) is asked
+    to cache.
+    """
+
+    enabled: bool = True
+    strategy: CacheStrategy = "auto"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategy, ManualCache) and self.strategy not in ("auto", "disabled"):
+            raise UserError(
+                f"Unknown prompt-cache strategy {self.strategy!r}; use 'auto', 'disabled' or "
+                "ManualCache(system=..., tools=..., messages=...)."
+            )
+
+    @classmethod
+    def of(cls, value: bool | str | ManualCache | CacheConfig | None) -> CacheConfig:
+        """Normalise any accepted form (see the class docstring)."""
+        if isinstance(value, CacheConfig):
+            return value
+        if value is None or isinstance(value, bool):
+            return cls(enabled=value is not False)
+        if isinstance(value, ManualCache):
+            return cls(strategy=value)
+        if isinstance(value, str):
+            return cls(strategy=value.strip().lower())  # type: ignore[arg-type]
+        raise UserError(
+            f"cache must be a bool, 'auto', 'disabled', a ManualCache or a CacheConfig, got "
+            f"{value!r}."
+        )
+
+    def targets(self) -> tuple[bool, bool, bool]:
+        """Whether to cache (system prompt, tool definitions, conversation)."""
+        if not self.enabled or self.strategy == "disabled":
+            return (False, False, False)
+        if isinstance(self.strategy, ManualCache):
+            return (self.strategy.system, self.strategy.tools, self.strategy.messages)
+        return (True, True, True)
+
+
+def cache_targets(cache: bool | CacheConfig) -> tuple[bool, bool, bool]:
+    """(system, tools, messages) to mark for caching under ``StreamRequest.cache``."""
+    return CacheConfig.of(cache).targets()
+
+
 @dataclass(slots=True)
 class StreamRequest:
     """What one model call is asked to do. Providers must not mutate it."""
@@ -99,7 +168,7 @@ class StreamRequest:
     top_p: float | None = None
     seed: int | None = None
     response_format: ResponseFormat | None = None
-    cache: bool = True
+    cache: bool | CacheConfig = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:

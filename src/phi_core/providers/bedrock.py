@@ -52,7 +52,7 @@ from ._common import (
     thinking_as_text,
 )
 from .anthropic import JSON_TOOL, THINKING_BUDGETS
-from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
+from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 
 __all__ = ["BedrockProvider", "build_converse_params"]
 
@@ -288,7 +288,7 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
             system.append({"text": f"Give your final answer by calling the `{JSON_TOOL}` tool."})
         else:
             tool_choice = {"tool": {"name": JSON_TOOL}}
-    if request.cache and "anthropic." in model.id and system:
+    if cache_targets(request.cache)[0] and "anthropic." in model.id and system:
         system.append({"cachePoint": {"type": "default"}})
     if system:
         params["system"] = system
