@@ -45,7 +45,9 @@ async def test_compaction_shrinks_the_payload_never_the_log_with_events_and_hook
         after_compaction_end=lambda mb, ma, tb, ta: seen.setdefault("after", (mb, ma, tb, ta)),
     )
     events: list[Any] = []
-    settings = CompactionConfig(max_context_tokens=3_000, system_prompt_tokens=100, keep_recent=6)
+    settings = CompactionConfig(
+        max_context_tokens=3_000, system_prompt_tokens=100, keep_recent_turns=6
+    )
     await agent_loop(
         "latest question",
         context,

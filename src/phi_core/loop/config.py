@@ -10,8 +10,9 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 from ..context.compaction import CompactionConfig
 from ..context.limits import ExecutionLimits
-from ..providers.base import ModelConfig, Provider
+from ..providers.base import CacheConfig, ModelConfig, Provider
 from ..providers.call import CallCache
+from ..providers.credentials import CredentialProvider
 from ..providers.retry import RetryPolicy
 from ..types import AgentMessage, Message, ResponseFormat, ThinkingLevel, Usage
 
@@ -100,7 +101,11 @@ class AgentLoopConfig:
     the embedded model); ``provider`` overrides the provider the registry would pick (a
     ``ScriptedProvider`` in tests). ``system_prompt``, when set, replaces the context's for this
     configuration (race branches that differ in system prompt). ``compaction`` shrinks what is
-    sent to the model when the conversation nears the context budget; the log is never rewritten.
+    sent to the model when the conversation nears the model's context window, and compacts harder
+    and resends once when the provider still reports a context overflow; it is on by default
+    (``None`` turns it off) and never rewrites the log. ``cache`` is a bool or a
+    :class:`~phi_core.providers.base.CacheConfig` (prompt-cache mode). ``credentials`` supplies
+    the API key per call and is refreshed once on an authentication error.
     """
 
     model: str | ModelConfig | None = None
@@ -113,10 +118,11 @@ class AgentLoopConfig:
     top_p: float | None = None
     seed: int | None = None
     response_format: ResponseFormat | None = None
-    cache: bool = True
+    cache: bool | CacheConfig = True
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     limits: ExecutionLimits | None = field(default_factory=ExecutionLimits)
-    compaction: CompactionConfig | None = None
+    compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
+    credentials: CredentialProvider | None = None
     tool_execution: ToolExecution = "parallel"
     tool_timeout: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..cancel import CancelToken
-from ..context.compaction import CompactionConfig, CompactionReport, ContextCompactor
+from ..context.compaction import CompactionReport
 from ..context.limits import ExecutionTracker
-from ..errors import ProviderError, UserError
+from ..context.prun import PrunRecord, apply_prunes, pruned_turns
+from ..context.window import ContextWindow
+from ..errors import ContextOverflowError, ProviderError, UserError
 from ..events import (
     AgentEnd,
     AgentStart,
@@ -40,14 +42,17 @@ from ..events import (
     MessageEnd,
     MessageStart,
     MessageUpdate,
+    Provenance,
+    PrunApplied,
     TurnEnd,
     TurnRequest,
     TurnStart,
     TurnTrigger,
     Warning,
 )
-from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
+from ..providers.base import ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
 from ..providers.call import ModelCall
+from ..providers.credentials import stream_with_credentials
 from ..tools.base import definition_of
 from ..tools.execute import ToolRunner
 from ..types import (
@@ -55,11 +60,13 @@ from ..types import (
     AssistantMessage,
     Content,
     ExtensionMessage,
+    InputSource,
     Message,
     TextContent,
     TextDelta,
     ThinkingContent,
     ThinkingDelta,
+    ToolResultMessage,
     TurnId,
     Usage,
     UserMessage,
@@ -226,7 +233,10 @@ class _Run:
         self.prompts = prompts
         # Resolve before any event: a bad model string or a missing key is a usage error.
         self.model: ModelConfig = config.model_config()
-        self.provider: Provider = config.provider or _registry_provider(self.model)
+        # With a credential provider the key is only known per call.
+        self.provider: Provider | None = config.provider or (
+            _registry_provider(self.model) if config.credentials is None else None
+        )
         if prompts is None:
             if not context.loop_id:
                 from .context import new_id
@@ -247,6 +257,17 @@ class _Run:
         self.rejection: str | None = None
         self.tracker = ExecutionTracker(config.limits) if config.limits is not None else None
         self.tool_defs = [definition_of(t) for t in context.tools]
+        self.window = (
+            ContextWindow(
+                config.compaction,
+                self.model,
+                system_prompt=self._system_prompt(),
+                tools=self.tool_defs,
+            )
+            if config.compaction is not None
+            else None
+        )
+        self.call: ModelCall | None = None
         self.started = False
 
     # ------------------------------------------------------------------ envelope
@@ -412,9 +433,12 @@ class _Run:
         emit = self.emitter.emit
         live = self.emitter.active
         loop_id = self.loop_id
+        if self.window is not None:
+            await self.window.start()
         pending = await self._filter(await self._poll(config.get_steering_messages))
         if pending is None:
             return
+        _stamp(pending, "steering")
         first_turn = True
         turn = 0
         runner = ToolRunner(
@@ -426,6 +450,7 @@ class _Run:
             default_timeout=config.tool_timeout,
             call_hook=self._hook,
             poll_steering=lambda: self._poll(config.get_steering_messages),
+            messages=context.messages,
         )
         while True:
             while True:
@@ -442,6 +467,7 @@ class _Run:
                     why = self.tracker.check_limits()
                     if why is not None:
                         stop = UserMessage.text(f"[Agent stopped: {why}]")
+                        stop.provenance = "limit"
                         emit(MessageStart(loop_id=loop_id, message=stop))
                         emit(MessageEnd(loop_id=loop_id, message=stop))
                         context.messages.append(stop)
@@ -461,10 +487,16 @@ class _Run:
                 this_turn = turn
                 turn += 1
                 turn_id = TurnId(loop_id=loop_id, turn_index=this_turn)
-                if first_turn and self.prompts and live:
+                if first_turn and self.prompts:
+                    source: InputSource = (
+                        "sub_agent" if config.first_turn_trigger == "sub_agent" else "user"
+                    )
                     for prompt in self.prompts:
-                        emit(MessageStart(loop_id=loop_id, message=prompt))
-                        emit(MessageEnd(loop_id=loop_id, message=prompt))
+                        prompt.turn_id = turn_id
+                        _stamp([prompt], source)
+                        if live:
+                            emit(MessageStart(loop_id=loop_id, message=prompt))
+                            emit(MessageEnd(loop_id=loop_id, message=prompt))
                 first_turn = False
                 for message in pending:
                     message.turn_id = turn_id
@@ -512,8 +544,10 @@ class _Run:
                         results, steering = await runner.run(calls)
                     except asyncio.CancelledError:
                         self._append_tool_results(runner.take_partial_results(), turn_id)
+                        self._take_tool_effects(runner, calls, turn_id)
                         raise
                     self._append_tool_results(results, turn_id)
+                    self._take_tool_effects(runner, calls, turn_id)
                 if self.tracker is not None:
                     self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
                 if live:
@@ -531,12 +565,12 @@ class _Run:
                     filtered = await self._filter(steering)
                     if filtered is None:
                         return
-                    pending = filtered
+                    pending = _stamp(filtered, "steering")
                     continue
                 filtered = await self._filter(await self._poll(config.get_steering_messages))
                 if filtered is None:
                     return
-                pending = filtered
+                pending = _stamp(filtered, "steering")
                 if not calls and not pending:
                     break
             follow_ups = await self._filter(await self._poll(config.get_follow_up_messages))
@@ -544,7 +578,7 @@ class _Run:
                 return
             if not follow_ups:
                 return
-            pending = follow_ups
+            pending = _stamp(follow_ups, "follow_up")
 
     def _append_tool_results(self, results: list[Any], turn_id: TurnId) -> None:
         for result in results:
@@ -552,25 +586,69 @@ class _Run:
             self.context.messages.append(result)
             self.new_messages.append(result)
 
+    def _take_tool_effects(self, runner: ToolRunner, calls: list[Any], turn_id: TurnId) -> None:
+        """Count usage tools reported (sub-agents) and apply prunes the model asked for."""
+        for usage, cost in runner.usage:
+            self.usage = self.usage + usage
+            self.cost += cost
+            if self.tracker is not None:
+                self.tracker.record_cost(cost)
+                self.tracker.tokens_used += usage.input + usage.output
+        runner.usage.clear()
+        for tc in calls:
+            record = runner.details.pop(tc.id, None)
+            if isinstance(record, PrunRecord):
+                self._apply_prun(record, tc.id, turn_id)
+
+    def _apply_prun(self, record: PrunRecord, tool_call_id: str, turn_id: TurnId) -> None:
+        done = pruned_turns(self.context.messages)
+        fresh = [t for t in record.turns if (t.loop_id, t.turn_index) not in done]
+        if not fresh:
+            return
+        if len(fresh) != len(record.turns):
+            record = record.model_copy(update={"turns": fresh})
+        note = ExtensionMessage(kind="prun", data=record.model_dump(mode="json"), turn_id=turn_id)
+        self.context.messages.append(note)
+        self.new_messages.append(note)
+        if self.window is not None:
+            self.window.reset()
+        self.emitter.emit(
+            PrunApplied(
+                loop_id=self.loop_id,
+                tool_call_id=tool_call_id,
+                pruned_turns=record.turns,
+                pruned_timestamps=record.pruned_timestamps,
+                tokens_removed=record.tokens_removed,
+                messages_removed=record.messages_removed,
+                memo=record.memo,
+            )
+        )
+
     # ------------------------------------------------------------------ one model call
 
-    async def _build_request(self) -> StreamRequest:
+    def _system_prompt(self) -> str | None:
+        if self.config.system_prompt is not None:
+            return self.config.system_prompt
+        return self.context.system_prompt
+
+    async def _build_request(self, *, overflow: bool = False) -> StreamRequest | None:
+        """The request of this turn: the log with prunes applied, ``transform_context``, then
+        compaction (harder, with ``overflow``; None when that cannot shrink it)."""
         config = self.config
-        working: list[AgentMessage] = list(self.context.messages)
+        working = apply_prunes(self.context.messages)
         if config.transform_context is not None:
             working = list(await maybe_await(config.transform_context(working)))
-        if config.compaction is not None:
-            working = await self._compact(working, config.compaction)
+        if self.window is not None:
+            compacted = await self._compact(working, overflow=overflow)
+            if compacted is None:
+                return None
+            working = compacted
         convert = config.convert_to_llm or default_convert_to_llm
         model = self.model
         return StreamRequest(
             model=model,
             messages=convert(working),
-            system_prompt=(
-                config.system_prompt
-                if config.system_prompt is not None
-                else self.context.system_prompt
-            ),
+            system_prompt=self._system_prompt(),
             tools=self.tool_defs,
             thinking=config.thinking,
             max_tokens=config.max_tokens,
@@ -583,18 +661,23 @@ class _Run:
         )
 
     async def _compact(
-        self, messages: list[AgentMessage], settings: CompactionConfig
-    ) -> list[AgentMessage]:
-        """Compact the payload (never the log) when the budget trigger fires, with hooks/events."""
+        self, messages: list[AgentMessage], *, overflow: bool
+    ) -> list[AgentMessage] | None:
+        """Compact the payload (never the log) when the trigger fires, with hooks/events."""
         loop_id = self.loop_id
         emit = self.emitter.emit
+        assert self.window is not None
 
         async def before_start(tokens: int, count: int) -> bool:
             allowed, _err = await self._hook("before_compaction_start", True, (tokens, count))
             return allowed is not False
 
-        def started(tokens: int, count: int) -> None:
-            emit(CompactionStarted(loop_id=loop_id, estimated_tokens=tokens, message_count=count))
+        def started(tokens: int, count: int, reason: Any) -> None:
+            emit(
+                CompactionStarted(
+                    loop_id=loop_id, estimated_tokens=tokens, message_count=count, reason=reason
+                )
+            )
 
         async def ended(report: CompactionReport) -> None:
             emit(
@@ -604,6 +687,7 @@ class _Run:
                     messages_after=report.messages_after,
                     estimated_tokens_before=report.estimated_tokens_before,
                     estimated_tokens_after=report.estimated_tokens_after,
+                    reason=report.reason,
                 )
             )
             await self._hook(
@@ -617,86 +701,157 @@ class _Run:
                 ),
             )
 
-        compactor = ContextCompactor(
-            settings, before_start=before_start, on_started=started, on_compacted=ended
+        return await self.window.view(
+            messages,
+            before_start=before_start,
+            on_started=started,
+            on_compacted=ended,
+            overflow=overflow,
         )
-        return await compactor(messages)
+
+    def _stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
+        """The call through :class:`ModelCall` (per credential attempt when credentials are set;
+        ``self.call`` is the latest attempt, for its partial usage)."""
+        config = self.config
+
+        def open_call(provider: Provider, sent: StreamRequest) -> AsyncIterator[StreamEvent]:
+            self.call = ModelCall(provider, sent, retry=config.retry, cache=config.response_cache)
+            return self.call.stream()
+
+        if config.credentials is None:
+            assert self.provider is not None
+            return open_call(self.provider, request)
+        override = config.provider
+        return stream_with_credentials(
+            (lambda _model: override) if override is not None else _registry_provider,
+            request,
+            config.credentials,
+            open_stream=open_call,
+        )
+
+    def _partial_usage(self) -> Usage:
+        return self.call.partial_usage() if self.call is not None else Usage()
 
     async def _stream_turn(self, turn_index: int, turn_id: TurnId) -> AssistantMessage:
         emitter = self.emitter
         emit = emitter.emit
         loop_id = self.loop_id
         live = emitter.active
+        self.call = None
         request = await self._build_request()
+        assert request is not None
         if live:
-            emit(TurnRequest(loop_id=loop_id, turn_index=turn_index, payload=request.payload()))
+            emit(self._turn_request(turn_index, request))
             placeholder = AssistantMessage(model=self.model.id, provider=self.model.provider)
             emit(MessageStart(loop_id=loop_id, message=placeholder))
         texts: dict[int, list[str]] = {}
         thinking: dict[int, list[str]] = {}
         final: AssistantMessage | None = None
         construct = MessageUpdate.model_construct
-        call = ModelCall(
-            self.provider, request, retry=self.config.retry, cache=self.config.response_cache
-        )
-        try:
-            async for item in call.stream():
-                if isinstance(item, StreamDone):
-                    final = item.message
-                    continue
-                if isinstance(item, TextDelta):
-                    texts.setdefault(item.index, []).append(item.text)
-                elif isinstance(item, ThinkingDelta):
-                    thinking.setdefault(item.index, []).append(item.thinking)
-                if live:
-                    emit(
-                        construct(
-                            loop_id=loop_id,
-                            timestamp=now_ms(),
-                            type="message_update",
-                            delta=item,
+        recovered = False
+        while final is None:
+            try:
+                async for item in self._stream(request):
+                    if isinstance(item, StreamDone):
+                        final = item.message
+                        continue
+                    if isinstance(item, TextDelta):
+                        texts.setdefault(item.index, []).append(item.text)
+                    elif isinstance(item, ThinkingDelta):
+                        thinking.setdefault(item.index, []).append(item.thinking)
+                    if live:
+                        emit(
+                            construct(
+                                loop_id=loop_id,
+                                timestamp=now_ms(),
+                                type="message_update",
+                                delta=item,
+                            )
                         )
+            except ContextOverflowError as exc:
+                # Compact harder and send once more, if compaction is on and nothing streamed.
+                retry = None
+                if self.window is not None and not recovered and not texts and not thinking:
+                    recovered = True
+                    self.window.overflowed()
+                    retry = await self._build_request(overflow=True)
+                if retry is None:
+                    final = self._error_message(exc)
+                    break
+                request = retry
+                if live:
+                    emit(self._turn_request(turn_index, request))
+            except ProviderError as exc:
+                final = self._error_message(exc)
+            except asyncio.CancelledError:
+                partial = _partial_message(texts, thinking, self.model)
+                partial.turn_id = turn_id
+                partial.usage = self._partial_usage()
+                self.usage = self.usage + partial.usage
+                self.cost += partial.usage.cost(self.model.pricing)
+                self.context.messages.append(partial)
+                self.new_messages.append(partial)
+                emit(MessageEnd(loop_id=loop_id, message=partial))
+                emit(
+                    TurnEnd(
+                        loop_id=loop_id, turn_index=turn_index, message=partial, usage=partial.usage
                     )
-        except ProviderError as exc:
-            final = AssistantMessage(
-                stop_reason="error",
-                model=self.model.id,
-                provider=self.model.provider,
-                error_message=str(exc),
-                error_kind=exc.kind,
-                retry_after=exc.retry_after,
-                usage=call.partial_usage(),
-            )
-        except asyncio.CancelledError:
-            partial = _partial_message(texts, thinking, self.model)
-            partial.turn_id = turn_id
-            partial.usage = call.partial_usage()
-            self.usage = self.usage + partial.usage
-            self.cost += partial.usage.cost(self.model.pricing)
-            self.context.messages.append(partial)
-            self.new_messages.append(partial)
-            emit(MessageEnd(loop_id=loop_id, message=partial))
-            emit(
-                TurnEnd(
-                    loop_id=loop_id, turn_index=turn_index, message=partial, usage=partial.usage
                 )
-            )
-            raise
-        if call.cached:
+                raise
+            else:
+                if final is None:
+                    final = self._error_message(
+                        f"Provider {self._provider_name()!r} ended its stream without a message."
+                    )
+        if self.call is not None and self.call.cached:
             self.cached_calls += 1
-        if final is None:
-            final = AssistantMessage(
-                stop_reason="error",
-                model=self.model.id,
-                provider=self.model.provider,
-                error_message=f"Provider {self.provider.name!r} ended its stream without a message.",
-            )
+        if self.window is not None and final.stop_reason != "error":
+            self.window.record(final.usage)
         final.turn_id = turn_id
         self.context.messages.append(final)
         self.new_messages.append(final)
         if live:
             emit(MessageEnd(loop_id=loop_id, message=final))
         return final
+
+    def _provider_name(self) -> str:
+        return self.provider.name if self.provider is not None else self.model.provider
+
+    def _error_message(self, error: ProviderError | str) -> AssistantMessage:
+        classified = isinstance(error, ProviderError)
+        return AssistantMessage(
+            stop_reason="error",
+            model=self.model.id,
+            provider=self.model.provider,
+            error_message=str(error),
+            error_kind=error.kind if isinstance(error, ProviderError) else None,
+            retry_after=error.retry_after if isinstance(error, ProviderError) else None,
+            usage=self._partial_usage() if classified else Usage(),
+        )
+
+    def _turn_request(self, turn_index: int, request: StreamRequest) -> TurnRequest:
+        return TurnRequest(
+            loop_id=self.loop_id,
+            turn_index=turn_index,
+            payload=request.payload(),
+            provenance=[_provenance(m) for m in request.messages],
+        )
+
+
+def _provenance(message: Message) -> Provenance:
+    if isinstance(message, UserMessage):
+        return message.provenance or "user"
+    if isinstance(message, ToolResultMessage):
+        return "tool_result"
+    return "assistant"
+
+
+def _stamp(messages: list[AgentMessage], source: InputSource) -> list[AgentMessage]:
+    """Record where user messages came from (messages that already say so keep theirs)."""
+    for message in messages:
+        if isinstance(message, UserMessage) and message.provenance is None:
+            message.provenance = source
+    return messages
 
 
 def _partial_message(

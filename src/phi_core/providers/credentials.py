@@ -116,15 +116,23 @@ async def stream_with_credentials(
     provider_for: Callable[[ModelConfig], Provider],
     request: StreamRequest,
     credentials: CredentialProvider,
+    *,
+    open_stream: Callable[[Provider, StreamRequest], AsyncIterator[StreamEvent]] | None = None,
     policy: RetryPolicy | None = None,
-    **retry_options: Any,
 ) -> AsyncIterator[StreamEvent]:
-    """:func:`stream_with_retry` with the credential in ``request.model.api_key``, refreshed
-    once on an authentication error (see the module docstring).
+    """Stream ``request`` with the credential in ``request.model.api_key``, refreshed once on
+    an authentication error (see the module docstring).
 
     ``provider_for(model)`` gives the provider for a model carrying the current key (the
-    registry keeps one provider, hence one client, per key).
+    registry keeps one provider, hence one client, per key); ``open_stream(provider, request)``
+    makes one attempt (default: :func:`stream_with_retry` with ``policy``; the loop passes its
+    :class:`~phi_core.providers.call.ModelCall`).
     """
+
+    def default_open(provider: Provider, attempt: StreamRequest) -> AsyncIterator[StreamEvent]:
+        return stream_with_retry(provider, attempt, policy)
+
+    opener = open_stream or default_open
     refreshed = False
     while True:
         key = await _current(credentials)
@@ -132,9 +140,7 @@ async def stream_with_credentials(
         attempt = dataclasses.replace(request, model=model)
         yielded = False
         try:
-            async for item in stream_with_retry(
-                provider_for(model), attempt, policy, **retry_options
-            ):
+            async for item in opener(provider_for(model), attempt):
                 yielded = True
                 yield item
             return

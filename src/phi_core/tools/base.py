@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, get_type_hints, overload, runtime_checkable
 
@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..cancel import CancelToken
 from ..errors import ToolError
-from ..types import Content, ImageContent, TextContent, ToolDefinition
+from ..events import Emitter
+from ..types import AgentMessage, Content, ImageContent, TextContent, ToolDefinition, Usage
 
 __all__ = [
     "AgentTool",
@@ -50,7 +51,12 @@ class ToolResult:
 
 @dataclass
 class ToolContext:
-    """What a running tool can use: its call id, a cancel token, and progress callbacks."""
+    """What a running tool can use: its call id, a cancel token, and progress callbacks.
+
+    ``messages`` is the conversation so far (read-only; the assistant message that made this
+    call is last). ``emitter`` is the run's event emitter: a tool that runs a loop of its own (a
+    sub-agent) passes it as ``events=`` so the child's events reach the caller's sink.
+    """
 
     tool_call_id: str
     tool_name: str
@@ -58,6 +64,9 @@ class ToolContext:
     cancel: CancelToken
     _on_update: Callable[[str], None] = field(default=lambda _t: None, repr=False)
     _on_progress: Callable[[str], None] = field(default=lambda _t: None, repr=False)
+    messages: Sequence[AgentMessage] = field(default=(), repr=False)
+    emitter: Emitter | None = field(default=None, repr=False)
+    _on_usage: Callable[[Usage, float], None] = field(default=lambda _u, _c: None, repr=False)
 
     def update(self, text: str) -> None:
         """Stream partial output (a ``ToolExecutionUpdate`` event); UI only."""
@@ -66,6 +75,10 @@ class ToolContext:
     def progress(self, text: str) -> None:
         """A short human-readable status line (a ``ProgressMessage`` event)."""
         self._on_progress(text)
+
+    def add_usage(self, usage: Usage, cost_usd: float = 0.0) -> None:
+        """Count model usage this tool caused (a sub-agent's) in the calling run's totals."""
+        self._on_usage(usage, cost_usd)
 
 
 @runtime_checkable

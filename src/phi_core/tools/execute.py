@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..cancel import CancelToken
@@ -25,7 +25,7 @@ from ..events import (
     ToolExecutionUpdate,
     Warning,
 )
-from ..types import AgentMessage, TextContent, ToolCall, ToolResultMessage
+from ..types import AgentMessage, TextContent, ToolCall, ToolResultMessage, Usage
 from .base import ToolContext, ToolResult, to_tool_result, tool_timeout
 
 __all__ = ["ToolRunner"]
@@ -47,6 +47,11 @@ class ToolRunner:
     default_timeout: float | None
     call_hook: Callable[[str, Any, tuple[Any, ...]], Awaitable[tuple[Any, str | None]]]
     poll_steering: Callable[[], Awaitable[list[AgentMessage]]]
+    messages: Sequence[AgentMessage] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+    """Each finished call's ``ToolResult.details`` by tool call id (never sent to the model)."""
+    usage: list[tuple[Usage, float]] = field(default_factory=list)
+    """Usage (and cost) tools reported through ``ToolContext.add_usage``."""
 
     async def run(
         self, calls: list[ToolCall]
@@ -175,6 +180,8 @@ class ToolRunner:
             result = await self._invoke(agent_tool, tc)
         message = self._result_message(tc, result)
         details = result.details
+        if details is not None:
+            self.details[tc.id] = details
         emit(
             ToolExecutionEnd(
                 loop_id=loop_id,
@@ -227,6 +234,9 @@ class ToolRunner:
             cancel=child,
             _on_update=on_update,
             _on_progress=on_progress,
+            messages=self.messages,
+            emitter=self.emitter,
+            _on_usage=lambda usage, cost: self.usage.append((usage, cost)),
         )
         timeout = tool_timeout(agent_tool)
         if timeout is None:
