@@ -1,8 +1,10 @@
 """Sessions: the recorder that builds sessions → loops → turns from agent events, the session
-model (loop tree, parallel groups, sub-agent links) and the stores that persist it (JSON files
-with advisory locks and atomic writes, or SQLite). Knows nothing of ``BasicAgent`` or configs.
+model (loop tree, parallel groups, sub-agent links, compaction overlays), block compaction over
+session records, and the stores that persist it (JSON files with advisory locks and atomic
+writes, or SQLite). Knows nothing of ``BasicAgent`` or configs.
 """
 
+from ._compaction import build_context_from_session, compact_session_loops, conversation_chain
 from ._model import (
     SCHEMA_VERSION,
     ChildLoopRef,
@@ -50,6 +52,9 @@ __all__ = [
     "SpawnRef",
     "SqliteSessionStore",
     "Turn",
+    "build_context_from_session",
+    "compact_session_loops",
+    "conversation_chain",
     "delete_session",
     "list_session_ids",
     "load_session",

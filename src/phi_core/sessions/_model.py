@@ -13,7 +13,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..events import AgentEvent, ContinuationKind, TurnTrigger
-from ..types import AgentMessage, AssistantMessage, ToolResultMessage, TurnId, Usage
+from ..types import (
+    AgentMessage,
+    AssistantMessage,
+    CompactionBlock,
+    ToolResultMessage,
+    TurnId,
+    Usage,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -208,6 +215,9 @@ class LoopRecord(_Record):
     children_loop_ids: list[str] = Field(default_factory=list)
     child_loop_refs: list[ChildLoopRef] = Field(default_factory=list)
     parallel_group: ParallelGroupRecord | None = None
+    compaction_block: CompactionBlock | None = None
+    """An overlay over the conversation up to this loop (``build_context_from_session``); the
+    messages themselves are never changed."""
 
     @field_validator("continuation_kind", mode="before")
     @classmethod

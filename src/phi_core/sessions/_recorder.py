@@ -22,6 +22,7 @@ from ..events import (
     AGENT_EVENT_ADAPTER,
     AgentEnd,
     AgentStart,
+    CompactionEnded,
     MessageEnd,
     MessageUpdate,
     ParallelLoopEnd,
@@ -150,6 +151,8 @@ class SessionRecorder:
             self._turn_end(record, event)
         elif isinstance(event, ToolExecutionEnd) and event.child_loop_id:
             self._child_link(record, event)
+        elif isinstance(event, CompactionEnded) and event.block is not None:
+            record.compaction_block = event.block
         elif isinstance(event, AgentEnd):
             self._loop_end(record, event)
         session = self._open.get(record.session_id)
