@@ -16,6 +16,7 @@
     │   ├── BudgetExhausted            a selection's budget is spent (it recommends from what it has)
     │   ├── ScriptCallbackError        a callback script exited non-zero
     │   ├── Interrupted                Ctrl-C (or another interrupt) stopped the run
+    │   ├── SchemaMismatchError        a reply holds no JSON (of the expected shape)
     │   └── McpError                   an MCP server failed a request (``code``: JSON-RPC code)
     │       ├── McpConnectionError     the server could not be started or reached, or went away
     │       └── McpTimeoutError        the server did not answer in time
@@ -70,6 +71,7 @@ __all__ = [
     "ProviderErrorKind",
     "RateLimitedError",
     "RunError",
+    "SchemaMismatchError",
     "ScriptCallbackError",
     "ServerError",
     "SessionError",
@@ -303,6 +305,14 @@ class McpConnectionError(McpError):
 
 class McpTimeoutError(McpError):
     """The MCP server did not answer within the timeout (the request was cancelled on it)."""
+
+
+class SchemaMismatchError(RunError):
+    """A model's reply holds no JSON value, or none of the expected shape (``extract_json``)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        self.reason = reason
+        super().__init__(message)
 
 
 class ProviderError(PhiError):
