@@ -13,6 +13,12 @@ prompt sends the full history (phi-core's §3.10 defect is fixed in the loop)::
 
 Only one run at a time: a second ``prompt`` while one runs raises :class:`AgentBusyError`; use
 :meth:`BasicAgent.steer` / :meth:`BasicAgent.follow_up` to add input to the running one.
+
+Context management is on by default (phi-core's default): execution limits, and compaction
+against the model's context window (see :mod:`phi_core.context.compaction`);
+:meth:`BasicAgent.without_context_management` turns both off. :meth:`BasicAgent.compact_context`
+compacts the history on demand into a :class:`~phi_core.types.CompactionBlock` overlay: later
+prompts send the compacted view, while :attr:`BasicAgent.messages` keeps every message.
 """
 
 from __future__ import annotations
@@ -23,15 +29,32 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
 from .cancel import CancelToken
-from .context.compaction import CompactionConfig
+from .context.blocks import (
+    BlockCompactionStrategy,
+    apply_compaction_block,
+    compact_block,
+    compacted_turn_range,
+)
+from .context.compaction import CompactionConfig, CompactionStrategy
 from .context.limits import ExecutionLimits
+from .context.prun import prun_tools
+from .context.skills import SkillSet
+from .context.tokens import TokenCounter, messages_tokens
 from .errors import AgentBusyError, UserError
-from .events import ContinuationKind, EventStream
+from .events import (
+    AgentEnd,
+    AgentStart,
+    CompactionEnded,
+    CompactionStarted,
+    ContinuationKind,
+    EventStream,
+)
 from .loop import (
     AgentContext,
     AgentLoopConfig,
@@ -44,15 +67,25 @@ from .loop import (
     agent_loop,
     agent_loop_continue,
 )
-from .providers.base import ModelConfig, Provider
+from .loop.config import maybe_await
+from .providers.base import CacheConfig, ManualCache, ModelConfig, Provider
+from .providers.credentials import CredentialProvider
 from .providers.retry import RetryPolicy
 from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
+from .subagents import SubAgentTool
 from .tools.mcp import DEFAULT_MCP_TIMEOUT, McpClient
 from .tools.mcp_servers import McpHttpServer, McpReconnect, McpStdioServer
 from .tools.openapi import OpenApiConfig, OperationFilter
 from .tools.openapi_tools import OpenApiToolAdapter, OpenApiToolset
 from .tools.toolset import Toolset, branch_tool_factory, close_toolsets, merge_tools
-from .types import AgentMessage, AssistantMessage, ThinkingLevel, UserMessage, now_ms
+from .types import (
+    AgentMessage,
+    AssistantMessage,
+    CompactionBlock,
+    ThinkingLevel,
+    UserMessage,
+    now_ms,
+)
 
 __all__ = ["AgentBusyError", "BasicAgent"]
 
@@ -86,7 +119,10 @@ class BasicAgent:
         self.last_loop_id: str | None = None
         self.steering = MessageQueue()
         self.follow_ups = MessageQueue()
-        self.compaction: CompactionConfig | None = None
+        self.skills = SkillSet()
+        self.compaction_block: CompactionBlock | None = None
+        """The overlay :meth:`compact_context` made over :attr:`messages` (None: none)."""
+        self.block_strategy: BlockCompactionStrategy | None = None
         self.recorder: SessionRecorder | None = None
         self.store: SessionStore | None = None
         self.name: str | None = None
@@ -218,6 +254,7 @@ class BasicAgent:
 
     def with_messages(self, messages: Sequence[AgentMessage]) -> BasicAgent:
         self.messages = list(messages)
+        self.compaction_block = None
         return self
 
     def with_thinking(self, level: ThinkingLevel) -> BasicAgent:
@@ -238,8 +275,14 @@ class BasicAgent:
     def with_retry(self, retry: RetryPolicy) -> BasicAgent:
         return self._set(retry=retry)
 
-    def with_cache(self, enabled: bool) -> BasicAgent:
-        return self._set(cache=enabled)
+    def with_cache(self, cache: bool | str | ManualCache | CacheConfig) -> BasicAgent:
+        """Prompt caching: ``True``/``"auto"``, ``False``/``"disabled"``, a
+        :class:`~phi_core.providers.base.ManualCache` or a full ``CacheConfig``."""
+        return self._set(cache=CacheConfig.of(cache))
+
+    def with_credentials(self, credentials: CredentialProvider | None) -> BasicAgent:
+        """Get the API key from ``credentials`` on every call (refreshed once when rejected)."""
+        return self._set(credentials=credentials)
 
     def with_tool_execution(
         self, strategy: ToolExecution, *, timeout: float | None = None
@@ -260,9 +303,98 @@ class BasicAgent:
     def with_input_filter(self, input_filter: InputFilter) -> BasicAgent:
         return self._set(input_filters=[*self.config.input_filters, input_filter])
 
+    @property
+    def compaction(self) -> CompactionConfig | None:
+        """The automatic compaction settings (None: off)."""
+        return self.config.compaction
+
     def with_compaction(self, compaction: CompactionConfig | None) -> BasicAgent:
-        self.compaction = compaction
+        return self._set(compaction=compaction)
+
+    def with_compaction_strategy(
+        self,
+        strategy: CompactionStrategy | Callable[[list[AgentMessage], CompactionConfig], Any],
+    ) -> BasicAgent:
+        """Replace the compaction tiers: an object with ``compact(messages, config)`` or such a
+        function (sync or async); it gets the resolved config (``target()`` says how small)."""
+        if not isinstance(strategy, CompactionStrategy):
+            if not callable(strategy):
+                raise UserError(
+                    f"A compaction strategy needs a compact(messages, config) method or must be a "
+                    f"function of (messages, config), got {strategy!r}."
+                )
+            strategy = _FunctionStrategy(strategy)
+        base = self.config.compaction or CompactionConfig()
+        return self._set(compaction=dataclasses.replace(base, strategy=strategy))
+
+    def with_block_compaction_strategy(self, strategy: BlockCompactionStrategy) -> BasicAgent:
+        """How :meth:`compact_context` builds its overlay (e.g. an LLM summary of the middle)."""
+        self.block_strategy = strategy
         return self
+
+    def with_token_counter(self, counter: TokenCounter) -> BasicAgent:
+        """Count tokens with ``counter`` for compaction (default: per model, see
+        :func:`~phi_core.context.token_counter_for`)."""
+        base = self.config.compaction or CompactionConfig()
+        return self._set(compaction=dataclasses.replace(base, token_counter=counter))
+
+    def without_context_management(self) -> BasicAgent:
+        """No automatic compaction and no execution limits (phi-core's switch)."""
+        return self._set(compaction=None, limits=None)
+
+    def with_skills(self, skills: SkillSet | Sequence[str | Path] | str | Path) -> BasicAgent:
+        """Add skills (a :class:`SkillSet` or skill directories; relative directories resolve
+        against the workspace); their index is appended to the system prompt."""
+        if not isinstance(skills, SkillSet):
+            dirs = [skills] if isinstance(skills, str | Path) else list(skills)
+            base = Path(self.workspace) if self.workspace else Path.cwd()
+            skills = SkillSet.load(
+                [d if Path(d).expanduser().is_absolute() else base / d for d in dirs]
+            )
+        self.skills = SkillSet(self.skills).merge(skills)
+        return self
+
+    def with_sub_agent(self, sub_agent: SubAgentTool) -> BasicAgent:
+        """Add a sub-agent tool. One with no model and no provider runs on this agent's."""
+        if not isinstance(sub_agent, SubAgentTool):
+            raise UserError(
+                f"with_sub_agent() takes a SubAgentTool, got {type(sub_agent).__name__}; add "
+                "other tools with with_tools()."
+            )
+        if any(t.name == sub_agent.name for t in self.tools):
+            raise UserError(
+                f"This agent already has a tool named {sub_agent.name!r}; give the sub-agent "
+                "another name."
+            )
+        if sub_agent.inherits_model:
+            sub_agent.with_model(self.config.model_config()).with_provider(self.config.provider)
+        self.tools.append(sub_agent)
+        return self
+
+    def with_prun_tool(self) -> BasicAgent:
+        """Let the model prune its own older work (``prun`` and ``prun_with_memo``)."""
+        names = {t.name for t in self.tools}
+        self.tools.extend(t for t in prun_tools() if t.name not in names)
+        return self
+
+    def with_workspace(self, path: str | Path) -> BasicAgent:
+        """The directory relative skill paths (and config ``file:`` references) resolve
+        against; it must exist."""
+        directory = Path(path).expanduser()
+        if not directory.is_dir():
+            raise UserError(
+                f"The workspace {str(directory)!r} is not a directory; create it or pass an "
+                "existing one."
+            )
+        self.workspace = str(directory.resolve())
+        return self
+
+    def effective_system_prompt(self) -> str | None:
+        """The system prompt with the skills index appended (what runs are sent)."""
+        index = self.skills.format_for_prompt()
+        if not index:
+            return self.system_prompt
+        return f"{self.system_prompt}\n\n{index}" if self.system_prompt else index
 
     def with_steering_mode(self, mode: QueueMode) -> BasicAgent:
         self.steering.mode = MessageQueue(mode).mode
@@ -325,9 +457,98 @@ class BasicAgent:
         """Forget the conversation and the queued messages (identity and config stay)."""
         self._ensure_idle("reset()")
         self.messages = []
+        self.compaction_block = None
         self.steering.clear()
         self.follow_ups.clear()
         self.last_loop_id = None
+
+    def history_view(self) -> list[AgentMessage]:
+        """What the next run is sent as history: :attr:`messages` under the compaction block."""
+        return apply_compaction_block(self.messages, self.compaction_block)
+
+    async def compact_context(
+        self, *, focus: str | None = None, strategy: BlockCompactionStrategy | None = None
+    ) -> int:
+        """Compact the history now into a :class:`~phi_core.types.CompactionBlock` overlay.
+
+        Keeps the first ``keep_first_turns`` turns, summarises the middle (steered by ``focus``,
+        default the compaction config's ``focus_message``) and truncates tool outputs of the last
+        ``keep_recent_turns`` turns; :attr:`messages` keeps the originals. The run is recorded as
+        a loop of kind ``compaction`` (``AgentStart`` → ``CompactionStarted`` →
+        ``CompactionEnded`` (with the block) → ``AgentEnd``) and the hooks
+        ``before_compaction_start`` (may veto) / ``after_compaction_end`` fire. Returns how many
+        earlier loops had messages summarised (0 when there was nothing to compact or it was
+        vetoed).
+        """
+        self._ensure_idle("compact_context()")
+        settings = (self.config.compaction or CompactionConfig()).for_model(
+            self.config.model_config()
+        )
+        if focus is not None:
+            settings = dataclasses.replace(settings, focus_message=focus)
+        block = await compact_block(self.messages, settings, strategy or self.block_strategy)
+        if block is None:
+            return 0
+        before = self.history_view()
+        counter = settings.counter
+        tokens_before = messages_tokens(before, counter)
+        hooks = self.config.hooks
+        if hooks.before_compaction_start is not None:
+            allowed = await maybe_await(hooks.before_compaction_start(tokens_before, len(before)))
+            if allowed is False:
+                return 0
+        after = apply_compaction_block(self.messages, block)
+        summarised = compacted_turn_range(self.messages, block)
+        loops = {m.turn_id.loop_id for m in (self.messages[i] for i in summarised) if m.turn_id}
+        self._begin()
+        started = now_ms()
+        try:
+            loop_id = self.next_loop_id("compaction")
+            emit = self._sink(None)
+            emit(
+                AgentStart(
+                    loop_id=loop_id,
+                    agent_id=self.agent_id,
+                    session_id=self.session_id,
+                    parent_loop_id=self.last_loop_id,
+                    continuation_kind="compaction",
+                )
+            )
+            emit(
+                CompactionStarted(
+                    loop_id=loop_id,
+                    estimated_tokens=tokens_before,
+                    message_count=len(before),
+                    reason="manual",
+                )
+            )
+            self.compaction_block = block
+            report = (len(before), len(after), tokens_before, messages_tokens(after, counter))
+            emit(
+                CompactionEnded(
+                    loop_id=loop_id,
+                    messages_before=report[0],
+                    messages_after=report[1],
+                    estimated_tokens_before=report[2],
+                    estimated_tokens_after=report[3],
+                    loops_compacted=len(loops) or 1,
+                    reason="manual",
+                    block=block,
+                )
+            )
+            if hooks.after_compaction_end is not None:
+                try:
+                    await maybe_await(hooks.after_compaction_end(*report))
+                except Exception:
+                    logger.exception("after_compaction_end hook raised; the compaction stands")
+            emit(AgentEnd(loop_id=loop_id, reason="completed"))
+            self.last_loop_id = loop_id
+        finally:
+            self._running = False
+            self._cancel = None
+            self._last_active = time.monotonic()
+        await self._persist(started)
+        return len(loops) or 1
 
     def save_messages(self) -> str:
         """The conversation as JSON (see :meth:`restore_messages`)."""
@@ -336,6 +557,7 @@ class BasicAgent:
     def restore_messages(self, data: str | bytes) -> None:
         self._ensure_idle("restore_messages()")
         self.messages = _MESSAGES.validate_json(data)
+        self.compaction_block = None
 
     def new_session(self) -> str:
         """Start a new session id; loop counters restart at 1."""
@@ -442,15 +664,13 @@ class BasicAgent:
         cancel = self._begin()
         started = now_ms()
         try:
-            overrides: dict[str, Any] = {}
-            if self.compaction is not None:
-                overrides["compaction"] = self.compaction
-            config = self.build_config(**overrides)
+            config = self.build_config()
             loop_id = self.next_loop_id(config.segment())
             sink = self._sink(queue)
+            history = self.history_view()
             context = AgentContext(
-                system_prompt=self.system_prompt,
-                messages=list(self.messages),
+                system_prompt=self.effective_system_prompt(),
+                messages=list(history),
                 tools=await self.get_tools(),
                 agent_id=self.agent_id,
                 session_id=self.session_id,
@@ -462,7 +682,7 @@ class BasicAgent:
                 result = await agent_loop(prompts, context, config, events=sink, cancel=cancel)
             else:
                 result = await agent_loop_continue(context, config, events=sink, cancel=cancel)
-            self.messages = context.messages
+            self.messages = [*self.messages, *context.messages[len(history) :]]
             self.last_loop_id = loop_id
         finally:
             self._running = False
@@ -526,9 +746,10 @@ class BasicAgent:
         started = now_ms()
         try:
             configs = self._unique_branch_ids(configs)
+            history = self.history_view()
             base = AgentContext(
-                system_prompt=self.system_prompt,
-                messages=list(self.messages),
+                system_prompt=self.effective_system_prompt(),
+                messages=list(history),
                 tools=list(self.tools),
                 agent_id=self.agent_id,
                 session_id=self.session_id,
@@ -553,7 +774,7 @@ class BasicAgent:
             self._used_ids.update(result.loop_ids)
             winner = result.selected
             if winner is not None and winner.ok:
-                self.messages = list(winner.context.messages)
+                self.messages = [*self.messages, *winner.context.messages[len(history) :]]
                 self.last_loop_id = winner.loop_id
         finally:
             self._running = False
@@ -575,3 +796,13 @@ class BasicAgent:
                 config = dataclasses.replace(config, config_id=f"{segment}-r{n}")
             out.append(config)
         return out
+
+
+class _FunctionStrategy:
+    """A compaction function as a :class:`CompactionStrategy`."""
+
+    def __init__(self, fn: Callable[[list[AgentMessage], CompactionConfig], Any]) -> None:
+        self.fn = fn
+
+    def compact(self, messages: list[AgentMessage], config: CompactionConfig) -> Any:
+        return self.fn(messages, config)

@@ -256,7 +256,7 @@ async def test_compaction_shrinks_the_payload_not_the_history_and_emits_events()
     agent, provider = agent_with(*[Reply(big) for _ in range(6)])
     agent.with_compaction(
         CompactionConfig(
-            max_context_tokens=2000, system_prompt_tokens=0, keep_first=1, keep_recent=2
+            max_context_tokens=2000, system_prompt_tokens=0, keep_first_turns=1, keep_recent_turns=2
         )
     )
     vetoes: list[int] = []

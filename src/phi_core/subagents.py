@@ -1,0 +1,229 @@
+"""``SubAgentTool``: a child agent loop the parent model calls like any other tool.
+
+::
+
+    researcher = (
+        SubAgentTool("researcher", "openai:gpt-4o-mini")
+        .with_description("Searches and reads files to gather information.")
+        .with_system_prompt("You are a research assistant. Be thorough and concise.")
+        .with_tools([read_file, search])
+        .with_max_turns(10)
+    )
+    agent = BasicAgent("anthropic:claude-sonnet-4-5").with_sub_agent(researcher)
+
+The tool takes ``{"task": str}`` and answers with the child's final text. Each call is a fresh
+conversation in its own session (loop id ``{child_session}.sub.1``) whose ``AgentStart`` names the
+calling loop as its parent, so session records link the two both ways.
+
+* **Events**: every event of the child (text deltas, tool calls, progress, its ``AgentEnd``)
+  reaches the parent's event sink and session recorder with the child's ``loop_id``; the parent
+  also sees the child's text as ``ToolExecutionUpdate`` and the child's tool calls as
+  ``ProgressMessage`` lines of the calling tool.
+* **Usage**: the child's usage and cost are added to the parent run's totals (and count against
+  the parent's token and cost limits).
+* **Cancellation**: cancelling the parent (token or task) cancels the child.
+* **No nesting**: a sub-agent cannot be given sub-agent tools (phi-core's rule against endless
+  delegation chains).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .context.compaction import CompactionConfig
+from .context.limits import ExecutionLimits
+from .errors import UserError
+from .events import MessageUpdate, ToolExecutionStart
+from .loop import AgentContext, AgentLoopConfig, ToolExecution, agent_loop
+from .providers.base import CacheConfig, ModelConfig, Provider
+from .providers.retry import RetryPolicy
+from .tools.base import ToolContext, ToolResult
+from .types import TextDelta, ThinkingLevel
+
+if TYPE_CHECKING:
+    from .agent import BasicAgent
+
+__all__ = ["SubAgentTool"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+DEFAULT_MAX_TURNS = 10
+
+
+class SubAgentTool:
+    """A sub-agent as a tool; see the module docstring. Builder methods return ``self``."""
+
+    def __init__(
+        self,
+        name: str,
+        model: str | ModelConfig | None = None,
+        *,
+        provider: Provider | None = None,
+        description: str | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Any] = (),
+        max_turns: int = DEFAULT_MAX_TURNS,
+        config: AgentLoopConfig | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise UserError(
+                f"A sub-agent name must be 1-64 letters, digits, '_' or '-' (it becomes a tool "
+                f"name), got {name!r}."
+            )
+        self.name = name
+        self.description = description or f"Delegate a task to the {name} sub-agent."
+        self.parameters: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "task": {"type": "string", "description": "What the sub-agent should do."}
+            },
+            "required": ["task"],
+            "additionalProperties": False,
+        }
+        self.timeout: float | None = None
+        self.system_prompt = system_prompt
+        self.tools: list[Any] = []
+        base = config or AgentLoopConfig()
+        self.config = dataclasses.replace(
+            base,
+            model=model if model is not None else base.model,
+            provider=provider if provider is not None else base.provider,
+            first_turn_trigger="sub_agent",
+        )
+        self.with_tools(tools).with_max_turns(max_turns)
+
+    def __repr__(self) -> str:
+        return f"SubAgentTool({self.name!r}, tools={[t.name for t in self.tools]!r})"
+
+    @classmethod
+    def from_agent(
+        cls, name: str, agent: BasicAgent, description: str | None = None
+    ) -> SubAgentTool:
+        """A sub-agent with ``agent``'s model, settings, system prompt (skills included) and
+        tools; later changes to ``agent`` do not affect it."""
+        return cls(
+            name,
+            description=description,
+            system_prompt=agent.effective_system_prompt(),
+            tools=agent.tools,
+            config=agent.build_config(),
+        )
+
+    # ------------------------------------------------------------------ builder
+
+    def _set(self, **changes: Any) -> SubAgentTool:
+        self.config = dataclasses.replace(self.config, **changes)
+        return self
+
+    @property
+    def inherits_model(self) -> bool:
+        """No model and no provider set: ``BasicAgent.with_sub_agent`` fills in its own."""
+        return self.config.model is None and self.config.provider is None
+
+    def with_description(self, description: str) -> SubAgentTool:
+        self.description = description
+        return self
+
+    def with_system_prompt(self, prompt: str | None) -> SubAgentTool:
+        self.system_prompt = prompt
+        return self
+
+    def with_tools(self, tools: Sequence[Any]) -> SubAgentTool:
+        nested = [t.name for t in tools if isinstance(t, SubAgentTool)]
+        if nested:
+            raise UserError(
+                f"Sub-agent {self.name!r} cannot be given sub-agent tools ({', '.join(nested)}): "
+                "sub-agents do not nest. Register every sub-agent on the parent agent instead."
+            )
+        self.tools = list(tools)
+        return self
+
+    def with_model(self, model: str | ModelConfig) -> SubAgentTool:
+        return self._set(model=model)
+
+    def with_provider(self, provider: Provider | None) -> SubAgentTool:
+        """Bypass the provider registry (a ``ScriptedProvider`` in tests)."""
+        return self._set(provider=provider)
+
+    def with_max_turns(self, max_turns: int) -> SubAgentTool:
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise UserError(f"max_turns must be an integer >= 1, got {max_turns!r}.")
+        limits = self.config.limits or ExecutionLimits()
+        return self._set(limits=dataclasses.replace(limits, max_turns=max_turns))
+
+    def with_limits(self, limits: ExecutionLimits | None) -> SubAgentTool:
+        return self._set(limits=limits)
+
+    def with_max_tokens(self, max_tokens: int | None) -> SubAgentTool:
+        return self._set(max_tokens=max_tokens)
+
+    def with_thinking(self, level: ThinkingLevel) -> SubAgentTool:
+        return self._set(thinking=level)
+
+    def with_temperature(self, temperature: float | None) -> SubAgentTool:
+        return self._set(temperature=temperature)
+
+    def with_cache(self, cache: bool | str | CacheConfig) -> SubAgentTool:
+        return self._set(cache=CacheConfig.of(cache))
+
+    def with_tool_execution(self, strategy: ToolExecution) -> SubAgentTool:
+        return self._set(tool_execution=strategy)
+
+    def with_retry(self, retry: RetryPolicy) -> SubAgentTool:
+        return self._set(retry=retry)
+
+    def with_compaction(self, compaction: CompactionConfig | None) -> SubAgentTool:
+        return self._set(compaction=compaction)
+
+    def with_timeout(self, seconds: float | None) -> SubAgentTool:
+        """Bound each call (the parent gets a timeout error result and the child is cancelled)."""
+        self.timeout = seconds
+        return self
+
+    def with_config(self, **changes: Any) -> SubAgentTool:
+        """Set any other :class:`AgentLoopConfig` field."""
+        return self._set(**changes)
+
+    # ------------------------------------------------------------------ running
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        task = args.get("task")
+        if not isinstance(task, str) or not task.strip():
+            return ToolResult.error("The `task` argument (a non-empty string) is required.")
+        child = AgentContext(
+            system_prompt=self.system_prompt, tools=list(self.tools), parent_loop_id=ctx.loop_id
+        )
+        child.ensure_ids()
+        child.loop_id = f"{child.session_id}.sub.1"
+        parent = ctx.emitter
+
+        def forward(event: Any) -> None:
+            if parent is not None:
+                parent.emit(event)
+            if isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
+                ctx.update(event.delta.text)
+            elif isinstance(event, ToolExecutionStart):
+                ctx.progress(f"{self.name}: calling {event.tool_name}")
+
+        result = await agent_loop(task, child, self.config, events=forward, cancel=ctx.cancel)
+        ctx.add_usage(result.usage, result.cost_usd)
+        details = {
+            "sub_agent": self.name,
+            "child_loop_id": child.loop_id,
+            "child_session_id": child.session_id,
+            "turns": sum(1 for m in result.messages if m.role == "assistant"),
+            "usage": result.usage.model_dump(),
+            "cost_usd": result.cost_usd,
+        }
+        if not result.ok:
+            why = result.error or result.rejection or result.reason
+            return ToolResult.text(
+                f"The sub-agent {self.name!r} failed ({result.reason}): {why}",
+                is_error=True,
+                details=details,
+            )
+        return ToolResult.text(
+            result.text or "(sub-agent produced no text output)", details=details
+        )
