@@ -7,6 +7,7 @@ best model combination for a multi-step agent with far fewer evaluations than a 
 The public names are listed in ``__all__`` below, grouped by layer; everything else is private.
 """
 
+from ._json import extract_json
 from .agent import AgentBusyError, BasicAgent
 from .cancel import CancelToken
 from .config import (
@@ -18,7 +19,22 @@ from .config import (
     load_race_spec,
     plan_race,
 )
-from .context import CompactionConfig, ExecutionLimits
+from .context import (
+    BlockCompactionStrategy,
+    CallableTokenCounter,
+    CompactionConfig,
+    CompactionStrategy,
+    ContextTracker,
+    DefaultBlockCompaction,
+    DefaultCompaction,
+    ExecutionLimits,
+    HeuristicTokenCounter,
+    LlamaCppTokenCounter,
+    Skill,
+    SkillSet,
+    TokenCounter,
+    prun_tools,
+)
 from .errors import (
     AllBranchesFailedError,
     AmbiguousModelError,
@@ -42,6 +58,7 @@ from .errors import (
     ProviderError,
     RateLimitedError,
     RunError,
+    SchemaMismatchError,
     ScriptCallbackError,
     ServerError,
     SessionError,
@@ -64,6 +81,7 @@ from .events import (
     ParallelLoopEnd,
     ParallelLoopStart,
     ProgressMessage,
+    PrunApplied,
     ToolExecutionEnd,
     ToolExecutionStart,
     ToolExecutionUpdate,
@@ -104,9 +122,14 @@ from .parallel import (
     strategy_from_name,
 )
 from .providers import (
+    CacheConfig,
+    CredentialProvider,
+    ManualCache,
     ModelConfig,
     Provider,
+    RefreshingCredentialProvider,
     RetryPolicy,
+    StaticCredentialProvider,
     StreamDone,
     StreamRequest,
     get_provider,
@@ -134,7 +157,14 @@ from .select import (
     RegretRace,
     SelectionResult,
 )
-from .sessions import JsonFileSessionStore, SessionRecorder, SqliteSessionStore
+from .sessions import (
+    JsonFileSessionStore,
+    SessionRecorder,
+    SqliteSessionStore,
+    build_context_from_session,
+    compact_session_loops,
+)
+from .subagents import SubAgentTool
 from .tools import (
     AgentTool,
     McpClient,
@@ -152,6 +182,8 @@ from .tools import (
 from .types import (
     AgentMessage,
     AssistantMessage,
+    CompactedSection,
+    CompactionBlock,
     ExtensionMessage,
     ImageContent,
     Message,
@@ -161,6 +193,7 @@ from .types import (
     ThinkingContent,
     ToolCall,
     ToolResultMessage,
+    TurnRange,
     Usage,
     UserMessage,
 )
@@ -175,7 +208,27 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "SessionRecorder",
     "SqliteSessionStore",
     "agent_from_config",
+    "build_context_from_session",
+    "compact_session_loops",
     "load_config",
+    "SubAgentTool",
+    # context management
+    "BlockCompactionStrategy",
+    "CallableTokenCounter",
+    "CompactedSection",
+    "CompactionBlock",
+    "CompactionStrategy",
+    "ContextTracker",
+    "DefaultBlockCompaction",
+    "DefaultCompaction",
+    "HeuristicTokenCounter",
+    "LlamaCppTokenCounter",
+    "Skill",
+    "SkillSet",
+    "TokenCounter",
+    "TurnRange",
+    "extract_json",
+    "prun_tools",
     # the loop
     "AgentContext",
     "AgentLoopConfig",
@@ -250,9 +303,14 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "Toolset",
     "tool",
     # providers
+    "CacheConfig",
+    "CredentialProvider",
+    "ManualCache",
     "ModelConfig",
     "Provider",
+    "RefreshingCredentialProvider",
     "RetryPolicy",
+    "StaticCredentialProvider",
     "StreamDone",
     "StreamRequest",
     "get_provider",
@@ -287,6 +345,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ParallelLoopEnd",
     "ParallelLoopStart",
     "ProgressMessage",
+    "PrunApplied",
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
@@ -316,6 +375,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ProviderError",
     "RateLimitedError",
     "RunError",
+    "SchemaMismatchError",
     "ScriptCallbackError",
     "ServerError",
     "SessionError",

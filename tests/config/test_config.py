@@ -22,6 +22,7 @@ from phi_core.config import (
     run_script,
     substitute_env,
 )
+from phi_core.context import CompactionConfig
 from phi_core.errors import ConfigError
 from phi_core.events import AgentEnd
 from phi_core.testing import Reply, ScriptedProvider, call
@@ -473,8 +474,11 @@ async def test_named_python_callbacks_and_session_task_callbacks_take_effect() -
 # ---------------------------------------------------------------- §4.17.8 compaction
 
 
-def test_compaction_is_off_without_max_context_tokens_and_instances_override() -> None:
-    assert agent_from_config(toml('[provider]\nmodel = "scripted:x"\n')).compaction is None
+def test_compaction_is_on_by_default_off_when_disabled_and_instances_override() -> None:
+    default = agent_from_config(toml('[provider]\nmodel = "scripted:x"\n')).compaction
+    assert default == CompactionConfig()  # on, sized to the model's context window
+    disabled = toml('[provider]\nmodel = "scripted:x"\n[compaction]\nenabled = false\n')
+    assert agent_from_config(disabled).compaction is None
     text = """
     [provider]
     model = "scripted:x"
@@ -490,11 +494,11 @@ def test_compaction_is_off_without_max_context_tokens_and_instances_override() -
     """
     compaction = agent_from_config(toml(text)).compaction
     assert compaction is not None
-    assert (compaction.max_context_tokens, compaction.focus_message, compaction.keep_recent) == (
-        5000,
-        "Focus on code.",
-        6,
-    )
+    assert (
+        compaction.max_context_tokens,
+        compaction.focus_message,
+        compaction.keep_recent_turns,
+    ) == (5000, "Focus on code.", 6)
     base = agent_from_config(
         toml(text.replace('compaction = "{{compaction.coding}}"', ""))
     ).compaction
@@ -509,9 +513,9 @@ def test_tools_by_name_and_unknown_tool_is_located() -> None:
         toml('[provider]\nmodel = "scripted:x"\n[tools]\nenabled = ["bash", "read_file"]\n')
     )
     assert [t.name for t in agent.tools] == ["bash", "read_file"]
-    with pytest.raises(ConfigError, match=r"Unknown tool 'file_read'.*read_file") as info:
+    with pytest.raises(ConfigError, match=r"Unknown tool 'read_fil'.*read_file") as info:
         agent_from_config(
-            toml('[provider]\nmodel = "scripted:x"\n[tools]\nenabled = ["bash", "file_read"]\n')
+            toml('[provider]\nmodel = "scripted:x"\n[tools]\nenabled = ["bash", "read_fil"]\n')
         )
     assert info.value.key == "tools.enabled[1]" and info.value.line == 4
 
@@ -546,7 +550,9 @@ async def test_sub_agents_run_as_tools_in_their_own_session() -> None:
     assert tool_result.content[0].text == "42 is the answer"  # type: ignore[union-attr]
     assert provider.requests[1].system_prompt == "You research."
     ends = [e for e in events if isinstance(e, AgentEnd)]
-    assert len(ends) == 1  # the child's events go to the recorder, not the parent's stream
+    # the child's events reach the parent's stream too, under the child's loop id
+    assert [e.loop_id for e in ends][-1] == agent.last_loop_id
+    assert ends[0].loop_id.endswith(".sub.1") and len(ends) == 2
     assert agent.recorder is not None
     [child] = [s for s in agent.recorder.all_sessions() if s.session_id != agent.session_id]
     assert child.parent_spawn_ref is not None

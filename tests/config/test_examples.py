@@ -56,7 +56,7 @@ async def test_toml_example_builds_both_agents_and_runs(state_dir: Path) -> None
     calc, reviewer = agents["calculator"], agents["reviewer"]
     assert calc.system_prompt is not None
     assert calc.system_prompt.startswith("You are a careful arithmetic assistant.\n\nAnswer in")
-    assert "<name>code-review</name>" in calc.system_prompt
+    assert "<name>code-review</name>" in (calc.effective_system_prompt() or "")
     config = calc.build_config()
     assert config.temperature == 0.2 and config.max_tokens == 512
     assert config.tool_execution == "sequential"

@@ -9,7 +9,8 @@ place that plans a race, for the CLI, config files and the gateway); selection s
 """
 
 from ..errors import ScriptCallbackError
-from ._build import ScaledRetryPolicy, SubAgentTool, agent_from_config, agents_from_config
+from ..subagents import SubAgentTool
+from ._build import ScaledRetryPolicy, agent_from_config, agents_from_config
 from ._callbacks import detect_interpreter, is_script_path, run_script, run_script_sync
 from ._load import load_config, parse_config, parse_config_auto
 from ._plan import (

@@ -23,33 +23,37 @@ from pydantic import SecretStr
 from ..agent import BasicAgent
 from ..context.compaction import CompactionConfig
 from ..context.limits import ExecutionLimits
+from ..context.prun import prun_tools
+from ..context.skills import SkillSet
 from ..errors import ConfigError, ProviderError, UserError, register_secret
-from ..events import MessageUpdate
-from ..loop import AgentContext, AgentLoopConfig, Batched, agent_loop
+from ..loop import AgentLoopConfig, Batched
 from ..loop.config import DEFAULT_MODEL
-from ..providers.base import ApiProtocol, ModelConfig, Provider
+from ..providers.base import ApiProtocol, CacheConfig, ManualCache, ModelConfig, Provider
 from ..providers.registry import known_providers, resolve_model
 from ..providers.retry import RetryPolicy
 from ..sessions import SessionRecorder, SessionRecorderConfig, open_session_store
-from ..tools import ToolContext, ToolRegistry, ToolResult
-from ..types import Pricing, TextDelta, ThinkingLevel
+from ..subagents import SubAgentTool
+from ..tools import ToolRegistry
+from ..types import Pricing, ThinkingLevel
 from ._callbacks import is_script_path, run_script_sync, script_hook
 from ._load import load_config
-from ._prompts import format_skills, load_skills, resolve_prompt
+from ._prompts import load_skills, resolve_prompt
 from ._refs import Namespaces
 from ._schema import (
     AgentConfig,
     AgentInstance,
     CompactionFields,
+    CompactionSection,
     ProfileFields,
     ProviderFields,
     SubAgentInstance,
 )
 from ._tool_instances import tool_instance
 
-__all__ = ["ScaledRetryPolicy", "SubAgentTool", "agent_from_config", "agents_from_config"]
+__all__ = ["ScaledRetryPolicy", "agent_from_config", "agents_from_config"]
 
 _THINKING: tuple[str, ...] = get_args(ThinkingLevel)
+_TOOL_ALIASES = {"file_read": "read_file", "file_write": "write_file"}
 _API_ALIASES: dict[str, ApiProtocol] = {
     "anthropic": "anthropic_messages",
     "openai": "openai_completions",
@@ -89,69 +93,6 @@ class ScaledRetryPolicy(RetryPolicy):
         if self.jitter:
             delay *= 1 + random.uniform(-self.jitter, self.jitter)
         return max(delay, 0.0)
-
-
-class SubAgentTool:
-    """A ``[[sub_agents.instances]]`` entry as a tool: ``{"task": str}`` runs a child loop in its
-    own session (loop id ``{child_session}.sub.1``, parent = the calling loop) and returns the
-    child's final text; a failed child returns an error result saying why."""
-
-    def __init__(
-        self,
-        name: str,
-        description: str,
-        config: AgentLoopConfig,
-        system_prompt: str | None,
-        tools: list[Any],
-    ) -> None:
-        self.name = name
-        self.description = description or f"Delegate a task to the {name} sub-agent."
-        self.parameters: dict[str, Any] = {
-            "type": "object",
-            "properties": {
-                "task": {"type": "string", "description": "What the sub-agent should do."}
-            },
-            "required": ["task"],
-        }
-        self.timeout: float | None = None
-        self.events: Callable[[Any], Any] | None = None
-        """Where the child loop's events go (a config-built agent's session recorder), so the
-        child session and its link to the calling loop are recorded."""
-        self.config = config
-        self.system_prompt = system_prompt
-        self.tools = tools
-
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        task = args.get("task")
-        if not isinstance(task, str) or not task.strip():
-            return ToolResult.error("The `task` argument (a non-empty string) is required.")
-        child = AgentContext(
-            system_prompt=self.system_prompt, tools=list(self.tools), parent_loop_id=ctx.loop_id
-        )
-        child.ensure_ids()
-        child.loop_id = f"{child.session_id}.sub.1"
-
-        def forward(event: Any) -> None:
-            if self.events is not None:
-                self.events(event)
-            if isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
-                ctx.update(event.delta.text)
-
-        result = await agent_loop(task, child, self.config, events=forward, cancel=ctx.cancel)
-        details = {
-            "sub_agent": self.name,
-            "child_loop_id": child.loop_id,
-            "child_session_id": child.session_id,
-            "turns": len(result.messages),
-        }
-        if not result.ok:
-            why = result.error or result.rejection or result.reason
-            return ToolResult.text(
-                f"The sub-agent {self.name!r} failed: {why}", is_error=True, details=details
-            )
-        return ToolResult.text(
-            result.text or "(sub-agent produced no text output)", details=details
-        )
 
 
 def agent_from_config(
@@ -205,6 +146,7 @@ class _Builder:
         self.callbacks = callbacks
         self.provider = provider
         self.ns = Namespaces(self.source)
+        self.compaction_section = self._compaction_section()
         self._declare()
 
     def _declare(self) -> None:
@@ -220,8 +162,9 @@ class _Builder:
             self.ns.declare(
                 "provider", declared, pi, ("provider", "instances", i, "id" if pi.id else "name")
             )
-        for i, ci in enumerate(c.compaction.instances):
-            self.ns.declare("compaction", ci.id, ci, ("compaction", "instances", i, "id"))
+        where = ("context", "compaction") if c.context is not None else ("compaction",)
+        for i, ci in enumerate(self.compaction_section.instances):
+            self.ns.declare("compaction", ci.id, ci, (*where, "instances", i, "id"))
         for i, si in enumerate(c.system_prompt_strategy.instances):
             self.ns.declare(
                 "system_prompt_strategy",
@@ -305,11 +248,7 @@ class _Builder:
         agent.name = inst.name if inst else "default"
         agent.workspace = str(workspace)
         agent.system_prompt = self._system_prompt(inst, path, instance_prompt, workspace)
-        skills = self._skills(profile)
-        if skills:
-            agent.system_prompt = (
-                f"{agent.system_prompt}\n\n{skills}" if agent.system_prompt else skills
-            )
+        agent.with_skills(self._skills(profile))
         if profile.thinking is not None:
             agent.with_thinking(profile.thinking)
         agent.with_temperature(profile.temperature).with_max_tokens(profile.max_tokens)
@@ -317,15 +256,9 @@ class _Builder:
         agent.with_config_id(profile.config_id)
         self._execution(agent)
         self._tools(agent, workspace)
-        compaction = self._compaction(profile, path)
-        if compaction is not None:
-            agent.with_compaction(compaction)
+        agent.with_compaction(self._compaction(profile, path))
         self._hooks(agent, workspace)
         self._sessions(agent, workspace)
-        if agent.recorder is not None:
-            for sub in agent.tools:
-                if isinstance(sub, SubAgentTool):
-                    sub.events = agent.recorder.on_event
         return agent
 
     # ------------------------------------------------------------------ pieces
@@ -450,7 +383,7 @@ class _Builder:
                 return resolve_prompt(value, workspace, self.ns, where) or None
         return None
 
-    def _skills(self, profile: ProfileFields) -> str:
+    def _skills(self, profile: ProfileFields) -> SkillSet:
         paths = self.config.skills.paths
         wanted = profile.skills or []
         if not paths:
@@ -460,18 +393,16 @@ class _Builder:
                     "directory to load SKILL.md files from.",
                     ("agent", "profile", "skills"),
                 )
-            return ""
+            return SkillSet()
         found = load_skills([self._path(p) for p in paths], self.source)
         if not wanted:
-            return format_skills(list(found.values()))
-        missing = [name for name in wanted if name not in found]
-        if missing:
+            return found
+        try:
+            return found.select(wanted)
+        except UserError as exc:
             raise self.source.error(
-                f"skill(s) {', '.join(missing)} not found under {', '.join(paths)}; found: "
-                f"{', '.join(found) or 'none'}.",
-                ("agent", "profile", "skills"),
-            )
-        return format_skills([found[name] for name in wanted])
+                f"{exc} (searched {', '.join(paths)})", ("agent", "profile", "skills")
+            ) from None
 
     def _execution(self, agent: BasicAgent) -> None:
         e = self.config.execution
@@ -508,16 +439,36 @@ class _Builder:
                 )
             )
         if e.cache is not None:
-            agent.with_cache(e.cache.enabled and e.cache.strategy != "disabled")
+            c = e.cache
+            agent.with_cache(
+                CacheConfig(
+                    enabled=c.enabled,
+                    strategy=ManualCache(c.cache_system, c.cache_tools, c.cache_messages)
+                    if c.strategy == "manual"
+                    else c.strategy,
+                )
+            )
 
-    def _tools(self, agent: BasicAgent, workspace: Path) -> None:
-        t = self.config.tools
+    def _resolve_tools(self, names: list[str], path: tuple[str | int, ...]) -> list[Any]:
+        """Tools by name; the book's ``file_read`` / ``file_write`` are ``read_file`` /
+        ``write_file``, and ``prun`` adds both pruning tools."""
         tools: list[Any] = []
-        for i, name in enumerate(t.enabled):
+        for i, name in enumerate(names):
+            if name == "prun" and "prun" not in self.registry.names:
+                tools.extend(prun_tools())
+                continue
+            alias = _TOOL_ALIASES.get(name)
+            if alias is not None and name not in self.registry.names:
+                name = alias
             try:
                 tools.extend(self.registry.resolve([name]))
             except UserError as exc:
-                raise self.source.error(str(exc), ("tools", "enabled", i)) from None
+                raise self.source.error(str(exc), (*path, i)) from None
+        return tools
+
+    def _tools(self, agent: BasicAgent, workspace: Path) -> None:
+        t = self.config.tools
+        tools = self._resolve_tools(t.enabled, ("tools", "enabled"))
         for i, sub in enumerate(self.config.sub_agents.instances):
             tools.append(self._sub_agent(sub, ("sub_agents", "instances", i)))
         agent.with_tools(tools)
@@ -553,20 +504,60 @@ class _Builder:
             max_tokens=sub.max_tokens,
             temperature=sub.temperature,
             limits=ExecutionLimits(max_turns=sub.max_turns, max_duration=300.0),
-            first_turn_trigger="sub_agent",
         )
-        tools: list[Any] = []
-        for i, name in enumerate(sub.tools):
-            try:
-                tools.extend(self.registry.resolve([name]))
-            except UserError as exc:
-                raise self.source.error(str(exc), (*path, "tools", i)) from None
-        return SubAgentTool(sub.name, sub.description or "", config, sub.system_prompt, tools)
+        tools = self._resolve_tools(sub.tools, (*path, "tools"))
+        try:
+            return SubAgentTool(
+                sub.name,
+                description=sub.description,
+                system_prompt=sub.system_prompt,
+                tools=tools,
+                max_turns=sub.max_turns,
+                config=config,
+            )
+        except UserError as exc:
+            raise self.source.error(str(exc), path) from None
+
+    def _compaction_section(self) -> CompactionSection:
+        """``[compaction]``, or the book's ``[context]`` + ``[context.compaction]`` form."""
+        ctx = self.config.context
+        if ctx is None:
+            return self.config.compaction
+        if self.config.compaction.model_dump(exclude_defaults=True):
+            raise self.source.error(
+                "both `[compaction]` and `[context]` are set; use one form: `[compaction]` with "
+                "`max_context_tokens` and the compaction keys, or `[context]` with "
+                "`[context.compaction]`.",
+                ("context",),
+            )
+        for legacy, modern in (
+            ("keep_first", "keep_first_turns"),
+            ("keep_recent", "keep_recent_turns"),
+        ):
+            if getattr(ctx, legacy) is not None:
+                raise self.source.error(
+                    f"`[context].{legacy}` counted messages and is not supported; set "
+                    f"`{modern}` (counted in turns) under `[context.compaction]`.",
+                    ("context", legacy),
+                )
+        merged = ctx.compaction.model_copy()
+        for key in ("max_context_tokens", "system_prompt_tokens", "tool_output_max_lines"):
+            value = getattr(ctx, key)
+            if value is not None:
+                if getattr(merged, key) is not None:
+                    raise self.source.error(
+                        f"`{key}` is set in both `[context]` and `[context.compaction]`; keep one.",
+                        ("context", key),
+                    )
+                setattr(merged, key, value)
+        return merged
 
     def _compaction(
         self, profile: ProfileFields, path: tuple[str | int, ...]
     ) -> CompactionConfig | None:
-        section = self.config.compaction
+        """Compaction is on by default (sized to the model's window); ``enabled = false`` turns
+        it off. A profile's ``compaction = "{{compaction.NAME}}"`` overrides the base keys."""
+        section = self.compaction_section
         fields = section.model_dump(include=set(CompactionFields.model_fields), exclude_none=True)
         if profile.compaction:
             _n, chosen, _r = self.ns.resolve(
@@ -575,22 +566,11 @@ class _Builder:
             fields.update(
                 chosen.model_dump(include=set(CompactionFields.model_fields), exclude_none=True)
             )
-        if fields.get("max_context_tokens") is None:
-            return None  # compaction is enabled by setting max_context_tokens
-        mapping = {
-            "max_context_tokens": "max_context_tokens",
-            "system_prompt_tokens": "system_prompt_tokens",
-            "compact_at_pct": "compact_at_pct",
-            "compact_budget_threshold_pct": "compact_budget_threshold_pct",
-            "keep_first_turns": "keep_first",
-            "keep_recent_turns": "keep_recent",
-            "max_summary_tokens": "max_summary_tokens",
-            "tool_output_max_lines": "tool_output_max_lines",
-            "focus_message": "focus_message",
-        }
+        if fields.pop("enabled", True) is False:
+            return None
         try:
-            return CompactionConfig(**{mapping[k]: v for k, v in fields.items()})
-        except ValueError as exc:
+            return CompactionConfig(**fields)
+        except (TypeError, ValueError) as exc:
             raise self.source.error(str(exc), ("compaction",)) from None
 
     def _callback(

@@ -3,12 +3,10 @@ plus AgentSkills ``SKILL.md`` discovery for the skills a profile lists."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from xml.sax.saxutils import escape
 
+from ..context.skills import Skill, SkillError, SkillSet
 from ._refs import Namespaces, parse_reference
 from ._schema import PromptInstance, StrategyInstance
 from ._source import ConfigSource
@@ -93,56 +91,18 @@ def compose_prompt(
     return "\n\n".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class Skill:
-    name: str
-    description: str
-    location: Path
-
-
-_FRONT = re.compile(r"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.DOTALL)
-
-
-def _front_matter(text: str) -> dict[str, str]:
-    match = _FRONT.match(text)
-    if match is None:
-        return {}
-    out: dict[str, str] = {}
-    for line in match.group(1).splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip().strip("\"'")
-    return out
-
-
-def load_skills(directories: Sequence[Path], source: ConfigSource) -> dict[str, Skill]:
-    """Every ``*/SKILL.md`` under ``directories`` (later directories win on a name clash)."""
-    skills: dict[str, Skill] = {}
+def load_skills(directories: Sequence[Path], source: ConfigSource) -> SkillSet:
+    """Every ``*/SKILL.md`` under ``directories`` (later directories win on a name clash); a
+    malformed ``SKILL.md`` is a config error pointing at ``[skills].paths``."""
+    skills = SkillSet()
     for index, directory in enumerate(directories):
-        if not directory.is_dir():
-            continue
-        for skill_file in sorted(directory.glob("*/SKILL.md")):
-            meta = _front_matter(skill_file.read_text(encoding="utf-8"))
-            if not meta.get("name") or not meta.get("description"):
-                raise source.error(
-                    f"{str(skill_file)!r} needs front matter with non-empty `name` and "
-                    "`description` between `---` lines.",
-                    ("skills", "paths", index),
-                )
-            name = skill_file.parent.name
-            skills[name] = Skill(name=name, description=meta["description"], location=skill_file)
-    return dict(sorted(skills.items()))
+        try:
+            skills.merge(SkillSet.load_dir(directory, f"dir:{index}"))
+        except SkillError as exc:
+            raise source.error(str(exc), ("skills", "paths", index)) from None
+    return skills
 
 
-def format_skills(skills: Sequence[Skill]) -> str:
-    if not skills:
-        return ""
-    rows = [
-        "<skill>"
-        f"<name>{escape(s.name)}</name>"
-        f"<description>{escape(s.description)}</description>"
-        f"<location>{escape(str(s.location))}</location>"
-        "</skill>"
-        for s in skills
-    ]
-    return "<available_skills>\n" + "\n".join(rows) + "\n</available_skills>"
+def format_skills(skills: Sequence[Skill] | SkillSet) -> str:
+    """The ``<available_skills>`` index of ``skills`` ("" when there are none)."""
+    return (skills if isinstance(skills, SkillSet) else SkillSet(skills)).format_for_prompt()

@@ -25,6 +25,7 @@ __all__ = [
     "CompactionFields",
     "CompactionInstance",
     "CompactionSection",
+    "ContextSection",
     "CostSection",
     "ExecutionSection",
     "HooksSection",
@@ -195,6 +196,8 @@ class ToolsSection(_Section):
 
 
 class CompactionFields(_Section):
+    enabled: bool | None = None
+    """``false`` turns automatic compaction off (it is on by default, sized to the model)."""
     max_context_tokens: int | None = Field(default=None, gt=0)
     system_prompt_tokens: int | None = Field(default=None, ge=0)
     compact_at_pct: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -214,6 +217,18 @@ class CompactionSection(CompactionFields):
     instances: list[CompactionInstance] = Field(default_factory=list)
 
 
+class ContextSection(_Section):
+    """The book's ``[context]`` form: ``max_context_tokens`` / ``system_prompt_tokens`` here and
+    the rest under ``[context.compaction]`` (equivalent to one ``[compaction]`` table)."""
+
+    max_context_tokens: int | None = Field(default=None, gt=0)
+    system_prompt_tokens: int | None = Field(default=None, ge=0)
+    keep_first: Any = None
+    keep_recent: Any = None
+    tool_output_max_lines: int | None = Field(default=None, ge=2)
+    compaction: CompactionSection = Field(default_factory=CompactionSection)
+
+
 class RetrySection(_Section):
     max_retries: int | None = Field(default=None, ge=0)
     initial_delay_ms: int | None = Field(default=None, ge=0)
@@ -223,7 +238,11 @@ class RetrySection(_Section):
 
 class CacheSection(_Section):
     enabled: bool = True
-    strategy: Literal["auto", "disabled"] = "auto"
+    strategy: Literal["auto", "disabled", "manual"] = "auto"
+    cache_system: bool = True
+    """With ``strategy = "manual"``: mark the system prompt for caching."""
+    cache_tools: bool = True
+    cache_messages: bool = True
 
 
 class ExecutionSection(_Section):
@@ -321,6 +340,7 @@ class AgentConfig(_Section):
     session: SessionSection = Field(default_factory=SessionSection)
     tools: ToolsSection = Field(default_factory=ToolsSection)
     compaction: CompactionSection = Field(default_factory=CompactionSection)
+    context: ContextSection | None = None
     execution: ExecutionSection = Field(default_factory=ExecutionSection)
     system_prompt_strategy: StrategySection = Field(default_factory=StrategySection)
     system_prompt: PromptSection = Field(default_factory=PromptSection)
