@@ -21,8 +21,8 @@ from phi_core.testing import Fail, Reply, ScriptedProvider
 from .fakes import FakeServer, Recorded, Respond, Stream
 from .fakes.openai_wire import error_body, text_reply
 
-OLD = "sk-old-TOKEN-0123456789abcdef"
-NEW = "sk-new-TOKEN-fedcba9876543210"
+OLD = "ya29.oldTOKEN7f3a9c2e11b04d55"
+NEW = "ya29.newTOKEN0c8e2d61aa93f7b4"
 
 
 def keys(*values: str) -> RefreshingCredentialProvider:
