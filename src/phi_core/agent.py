@@ -54,6 +54,7 @@ from .events import (
     CompactionStarted,
     ContinuationKind,
     EventStream,
+    Warning,
 )
 from .loop import (
     AgentContext,
@@ -355,7 +356,8 @@ class BasicAgent:
         return self
 
     def with_sub_agent(self, sub_agent: SubAgentTool) -> BasicAgent:
-        """Add a sub-agent tool. One with no model and no provider runs on this agent's."""
+        """Add a sub-agent tool. One with no model and no provider runs on the model (and
+        provider) this agent has when it is added."""
         if not isinstance(sub_agent, SubAgentTool):
             raise UserError(
                 f"with_sub_agent() takes a SubAgentTool, got {type(sub_agent).__name__}; add "
@@ -477,8 +479,8 @@ class BasicAgent:
         a loop of kind ``compaction`` (``AgentStart`` → ``CompactionStarted`` →
         ``CompactionEnded`` (with the block) → ``AgentEnd``) and the hooks
         ``before_compaction_start`` (may veto) / ``after_compaction_end`` fire. Returns how many
-        earlier loops had messages summarised (0 when there was nothing to compact or it was
-        vetoed).
+        earlier loops had messages summarised (1 for history that came from outside any loop; 0
+        when there was nothing to compact or it was vetoed).
         """
         self._ensure_idle("compact_context()")
         settings = (self.config.compaction or CompactionConfig()).for_model(
@@ -539,14 +541,14 @@ class BasicAgent:
             if hooks.after_compaction_end is not None:
                 try:
                     await maybe_await(hooks.after_compaction_end(*report))
-                except Exception:
-                    logger.exception("after_compaction_end hook raised; the compaction stands")
+                except Exception as exc:
+                    logger.warning("after_compaction_end hook raised", exc_info=True)
+                    text = f"The after_compaction_end hook raised {type(exc).__name__}: {exc}"
+                    emit(Warning(loop_id=loop_id, message=text))
             emit(AgentEnd(loop_id=loop_id, reason="completed"))
             self.last_loop_id = loop_id
         finally:
-            self._running = False
-            self._cancel = None
-            self._last_active = time.monotonic()
+            self._end()
         await self._persist(started)
         return len(loops) or 1
 
@@ -658,6 +660,11 @@ class BasicAgent:
         self._last_active = time.monotonic()
         return self._cancel
 
+    def _end(self) -> None:
+        self._running = False
+        self._cancel = None
+        self._last_active = time.monotonic()
+
     async def _run(
         self, queue: Any, prompts: list[AgentMessage] | None, kind: ContinuationKind
     ) -> LoopResult:
@@ -685,9 +692,7 @@ class BasicAgent:
             self.messages = [*self.messages, *context.messages[len(history) :]]
             self.last_loop_id = loop_id
         finally:
-            self._running = False
-            self._cancel = None
-            self._last_active = time.monotonic()
+            self._end()
         await self._persist(started)
         return result
 
@@ -777,9 +782,7 @@ class BasicAgent:
                 self.messages = [*self.messages, *winner.context.messages[len(history) :]]
                 self.last_loop_id = winner.loop_id
         finally:
-            self._running = False
-            self._cancel = None
-            self._last_active = time.monotonic()
+            self._end()
         await self._persist(started)
         return result
 
