@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..types import AgentMessage, ToolDefinition, Usage
 from .compaction import CompactionConfig, CompactionReport, ContextCompactor
-from .tokens import messages_tokens
+from .tokens import messages_tokens, token_counter_for
 from .tracker import ContextTracker
 
 if TYPE_CHECKING:
@@ -43,25 +43,47 @@ class ContextWindow:
         system_prompt: str | None,
         tools: Sequence[ToolDefinition] = (),
     ) -> None:
-        self.settings = settings.for_model(model)
-        self.tracker = ContextTracker(self.settings.counter)
+        self.settings = settings
+        self.model = model
+        self.tracker = ContextTracker()
         self.sent_tokens = 0
         self.compacted = False
         self._anchor = 0
-        self._overhead_text = [system_prompt or ""] + [
-            json.dumps(t.model_dump(mode="json")) for t in tools
-        ]
+        self._system_prompt = system_prompt or ""
+        self._tools = tools
 
     async def start(self) -> None:
-        """Load the counter (in a thread: a tokenizer may read a file) and measure the system
-        prompt and tool definitions unless ``system_prompt_tokens`` was given."""
-        counter = self.settings.counter
+        """Resolve the settings for the model, load the counter (in a thread: a tokenizer may
+        read a file) and measure the system prompt and tool definitions unless
+        ``system_prompt_tokens`` was given."""
+        settings = self.settings
+        changes: dict[str, Any] = {}
+        if settings.max_context_tokens is None and self.model is not None:
+            changes["max_context_tokens"] = self.model.context_window
+        counter = settings.token_counter
+        if counter is None:
+            counter = changes["token_counter"] = token_counter_for(self.model)
         warm = getattr(counter, "warm", None)
         if warm is not None:
             await asyncio.to_thread(warm)
-        if self.settings.system_prompt_tokens is None:
-            overhead = sum(counter.count_text(text) for text in self._overhead_text)
-            self.settings = dataclasses.replace(self.settings, system_prompt_tokens=overhead)
+        if settings.system_prompt_tokens is None:
+            changes["system_prompt_tokens"] = counter.count_text(self._system_prompt) + sum(
+                counter.count_text(json.dumps(t.model_dump(mode="json"))) for t in self._tools
+            )
+        if changes:  # one copy: a dataclass copy re-runs the validation
+            self.settings = dataclasses.replace(settings, **changes)
+        self.tracker = ContextTracker(counter)
+
+    def fits(self, messages: Sequence[AgentMessage]) -> bool:
+        """Whether ``messages`` can be sent as they are (the trigger does not fire); when they
+        can, the next :meth:`record` anchors the reply's usage to them."""
+        tokens = self.measure(messages)
+        if self.settings.should_compact(tokens):
+            return False
+        self.compacted = False
+        self.sent_tokens = tokens
+        self._anchor = len(messages)
+        return True
 
     def measure(self, messages: Sequence[AgentMessage]) -> int:
         """Tokens of a request carrying ``messages`` (reported usage + estimates)."""

@@ -638,7 +638,7 @@ class _Run:
         working = apply_prunes(self.context.messages)
         if config.transform_context is not None:
             working = list(await maybe_await(config.transform_context(working)))
-        if self.window is not None:
+        if self.window is not None and (overflow or not self.window.fits(working)):
             compacted = await self._compact(working, overflow=overflow)
             if compacted is None:
                 return None
