@@ -161,3 +161,31 @@ async def test_from_agent_copies_model_prompt_and_tools() -> None:
     parent = ScriptedProvider([Reply(tool_calls=[call("templ", {"task": "go"})]), "ok"])
     await BasicAgent(provider=parent).with_sub_agent(sub).prompt("x")
     assert provider.requests[0].system_prompt == "Be a template."
+
+
+async def test_a_sub_agent_inside_a_race_branch_keeps_the_branch_accounting_right() -> None:
+    from phi_core.loop import AgentContext, AgentLoopConfig
+    from phi_core.parallel import PickFirstEvaluation, agent_loop_parallel
+
+    child = ScriptedProvider([Reply("found it", usage=Usage(input=30, output=3))])
+    branch = ScriptedProvider(
+        [
+            Reply(tool_calls=[call("researcher", {"task": "t"})], usage=Usage(input=10, output=1)),
+            Reply("done", usage=Usage(input=20, output=2)),
+        ]
+    )
+    config = AgentLoopConfig(model="b:m", provider=branch)
+    events: list[Any] = []
+    result = await agent_loop_parallel(
+        "go",
+        AgentContext(tools=[researcher(child)]),
+        [config],
+        PickFirstEvaluation(),
+        events=events.append,
+    )
+    winner = result.selected
+    assert winner is not None and winner.ok and winner.text == "done"
+    assert (winner.usage.input, winner.usage.output) == (60, 6)  # the child's usage included
+    ends = [e for e in events if isinstance(e, AgentEnd)]
+    assert [e.loop_id.endswith(".sub.1") for e in ends] == [True, False]
+    assert ends[-1].loop_id == winner.loop_id

@@ -85,11 +85,12 @@ class _Forward(Emitter):
     events in its branches (the loop still emits each branch's ``AgentEnd``, which is kept here).
     """
 
-    __slots__ = ("end", "target")
+    __slots__ = ("end", "loop_id", "target")
 
-    def __init__(self, target: Emitter) -> None:
+    def __init__(self, target: Emitter, loop_id: str) -> None:
         super().__init__(None)
         self.target = target
+        self.loop_id = loop_id
         self.end: AgentEnd | None = None
 
     @property
@@ -97,7 +98,8 @@ class _Forward(Emitter):
         return self.target.active
 
     def emit(self, event: Any) -> None:
-        if isinstance(event, AgentEnd):
+        # A sub-agent's events pass through here too; only the branch's own end counts.
+        if isinstance(event, AgentEnd) and event.loop_id == self.loop_id:
             self.end = event
         self.target.emit(event)
 
@@ -165,7 +167,7 @@ class _Race:
         config = self.configs[index]
         loop_id = self.loop_ids[index]
         token = self.tokens[index]
-        forward = _Forward(self.emitter)
+        forward = _Forward(self.emitter, loop_id)
         context = self.bases[index].clone()
         context.loop_id = loop_id
         outcome = ParallelLoopOutcome(
