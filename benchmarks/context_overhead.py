@@ -46,7 +46,9 @@ def history(messages: int) -> list[AgentMessage]:
     return out
 
 
-async def cpu_per_call(base: list[AgentMessage], compaction: CompactionConfig | None, window: int) -> float:
+async def cpu_per_call(
+    base: list[AgentMessage], compaction: CompactionConfig | None, window: int
+) -> float:
     model = ModelConfig(provider="bench", id="m", api="scripted", context_window=window)
     provider = ScriptedProvider(default="ok")
     config = AgentLoopConfig(model=model, provider=provider, compaction=compaction)
