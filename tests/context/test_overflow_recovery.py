@@ -135,3 +135,33 @@ async def test_reported_usage_drives_the_trigger_not_only_the_estimate() -> None
     )
     started = [e for e in events if isinstance(e, CompactionStarted)]
     assert len(started) == 1 and started[0].estimated_tokens >= 9_500
+
+
+async def test_a_failing_custom_counter_or_strategy_warns_and_the_run_goes_on() -> None:
+    from phi_core.context import CallableTokenCounter
+    from phi_core.events import AgentEnd, Warning
+
+    def broken(text: str) -> int:
+        raise RuntimeError("tokenizer exploded")
+
+    for settings in (
+        CompactionConfig(token_counter=CallableTokenCounter(broken)),
+        CompactionConfig(max_context_tokens=500, strategy=_Raising()),
+    ):
+        provider = ScriptedProvider(["fine"])
+        events: list[Any] = []
+        result = await agent_loop(
+            "q",
+            AgentContext(messages=history(3)),
+            AgentLoopConfig(provider=provider, compaction=settings),
+            events=events.append,
+        )
+        assert result.ok and result.text == "fine"
+        warnings = [e.message for e in events if isinstance(e, Warning)]
+        assert len(warnings) == 1 and "Context management failed" in warnings[0]
+        assert sum(isinstance(e, AgentEnd) for e in events) == 1
+
+
+class _Raising:
+    def compact(self, messages: list[Any], config: CompactionConfig) -> list[Any]:
+        raise ValueError("strategy bug")

@@ -434,7 +434,10 @@ class _Run:
         live = self.emitter.active
         loop_id = self.loop_id
         if self.window is not None:
-            await self.window.start()
+            try:
+                await self.window.start()
+            except Exception as exc:
+                self._context_failed(exc)
         pending = await self._filter(await self._poll(config.get_steering_messages))
         if pending is None:
             return
@@ -626,6 +629,20 @@ class _Run:
 
     # ------------------------------------------------------------------ one model call
 
+    def _context_failed(self, exc: Exception) -> None:
+        """Context management broke (a custom token counter or compaction strategy raised):
+        say so and carry on without it for the rest of the run."""
+        text = f"{type(exc).__name__}: {exc}"
+        logger.warning("context management failed: %s", text, exc_info=True)
+        self.emitter.emit(
+            Warning(
+                loop_id=self.loop_id,
+                message=f"Context management failed ({text}); it is off for the rest of this run "
+                "and the conversation is sent uncompacted.",
+            )
+        )
+        self.window = None
+
     def _system_prompt(self) -> str | None:
         if self.config.system_prompt is not None:
             return self.config.system_prompt
@@ -638,11 +655,16 @@ class _Run:
         working = apply_prunes(self.context.messages)
         if config.transform_context is not None:
             working = list(await maybe_await(config.transform_context(working)))
-        if self.window is not None and (overflow or not self.window.fits(working)):
-            compacted = await self._compact(working, overflow=overflow)
-            if compacted is None:
+        try:
+            if self.window is not None and (overflow or not self.window.fits(working)):
+                compacted = await self._compact(working, overflow=overflow)
+                if compacted is None:
+                    return None
+                working = compacted
+        except Exception as exc:  # a custom counter or strategy that fails never ends the run
+            self._context_failed(exc)
+            if overflow:
                 return None
-            working = compacted
         convert = config.convert_to_llm or default_convert_to_llm
         model = self.model
         return StreamRequest(
