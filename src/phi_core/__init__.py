@@ -64,6 +64,7 @@ from .errors import (
     SessionError,
     SessionLockedError,
     SessionNotFoundError,
+    SkillError,
     UnknownModelError,
     UserError,
 )
@@ -377,6 +378,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "RunError",
     "SchemaMismatchError",
     "ScriptCallbackError",
+    "SkillError",
     "ServerError",
     "SessionError",
     "SessionLockedError",

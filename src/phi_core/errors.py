@@ -10,6 +10,7 @@
     │   ├── MissingExtraError          names the extra to install
     │   ├── ConfigError                file, line and key of a bad config file
     │   ├── AgentBusyError             a second run on an agent that is still running
+    │   ├── SkillError                 a SKILL.md without front matter, name or description
     │   └── OpenApiError               an OpenAPI spec that cannot be turned into tools
     ├── RunError                       a run failed
     │   ├── AllBranchesFailedError     every branch of a race failed; ``failures`` per branch
@@ -43,6 +44,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "SessionError",
     "SessionLockedError",
     "SessionNotFoundError",
+    "SkillError",
     "ToolError",
     "UnknownModelError",
     "UserError",
@@ -194,6 +197,14 @@ class ConfigError(UserError):
 
 class AgentBusyError(UserError):
     """A second run was started while the agent was still running one."""
+
+
+class SkillError(UserError):
+    """A ``SKILL.md`` is malformed; the message names the file and what is missing."""
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        self.path = path
+        super().__init__(message)
 
 
 class RunError(PhiError):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from phi_core.agent import BasicAgent
-from phi_core.context import SkillError, SkillSet
+from phi_core.context import SkillSet
+from phi_core.errors import SkillError
 from phi_core.testing import ScriptedProvider
 
 

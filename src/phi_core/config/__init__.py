@@ -9,7 +9,6 @@ place that plans a race, for the CLI, config files and the gateway); selection s
 """
 
 from ..errors import ScriptCallbackError
-from ..subagents import SubAgentTool
 from ._build import ScaledRetryPolicy, agent_from_config, agents_from_config
 from ._callbacks import detect_interpreter, is_script_path, run_script, run_script_sync
 from ._load import load_config, parse_config, parse_config_auto
@@ -22,7 +21,7 @@ from ._plan import (
     bandit_race_from_plan,
     plan_race,
 )
-from ._prompts import Skill, format_skills, load_skills
+from ._prompts import format_skills, load_skills
 from ._race import (
     DEFAULT_BRANCHES,
     DEFAULT_JUDGE,
@@ -59,8 +58,6 @@ __all__ = [
     "ScriptCallbackError",
     "SelectBudget",
     "SelectSpec",
-    "Skill",
-    "SubAgentTool",
     "agent_from_config",
     "agents_from_config",
     "bandit_payload",

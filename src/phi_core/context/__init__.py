@@ -23,7 +23,7 @@ from .compaction import (
 )
 from .limits import ExecutionLimits, ExecutionTracker
 from .prun import PrunRecord, PrunTool, apply_prunes, prun_tools
-from .skills import Skill, SkillError, SkillSet
+from .skills import Skill, SkillSet
 from .tokens import (
     CallableTokenCounter,
     HeuristicTokenCounter,
@@ -50,7 +50,6 @@ __all__ = [
     "PrunRecord",
     "PrunTool",
     "Skill",
-    "SkillError",
     "SkillSet",
     "TokenCounter",
     "apply_compaction_block",

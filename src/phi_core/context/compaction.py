@@ -59,6 +59,7 @@ __all__ = [
     "estimate_text_tokens",
     "estimate_tokens",
     "should_compact",
+    "summarise_turns",
 ]
 
 DEFAULT_CONTEXT_TOKENS = 100_000

@@ -19,17 +19,9 @@ from xml.sax.saxutils import escape
 
 import yaml
 
-from ..errors import UserError
+from ..errors import SkillError, UserError
 
 __all__ = ["Skill", "SkillError", "SkillSet"]
-
-
-class SkillError(UserError):
-    """A ``SKILL.md`` is malformed; the message names the file and what is missing."""
-
-    def __init__(self, message: str, *, path: Path) -> None:
-        self.path = path
-        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,9 @@ __all__ = [
     "HeuristicTokenCounter",
     "LlamaCppTokenCounter",
     "TokenCounter",
+    "content_tokens",
+    "message_tokens",
+    "messages_tokens",
     "token_counter_for",
 ]
 
