@@ -10,7 +10,8 @@
     │   ├── MissingExtraError          names the extra to install
     │   ├── ConfigError                file, line and key of a bad config file
     │   ├── AgentBusyError             a second run on an agent that is still running
-    │   └── OpenApiError               an OpenAPI spec that cannot be turned into tools
+    │   ├── OpenApiError               an OpenAPI spec that cannot be turned into tools
+    │   └── SandboxUnavailableError    model code would run, and no sandbox can be made here
     ├── RunError                       a run failed
     │   ├── AllBranchesFailedError     every branch of a race failed; ``failures`` per branch
     │   ├── BudgetExhausted            a selection's budget is spent (it recommends from what it has)
@@ -70,6 +71,7 @@ __all__ = [
     "ProviderErrorKind",
     "RateLimitedError",
     "RunError",
+    "SandboxUnavailableError",
     "ScriptCallbackError",
     "ServerError",
     "SessionError",
@@ -192,6 +194,11 @@ class ConfigError(UserError):
 
 class AgentBusyError(UserError):
     """A second run was started while the agent was still running one."""
+
+
+class SandboxUnavailableError(UserError):
+    """Model-written code would run, and no sandbox can be made on this machine; the message
+    names what is missing, how to install it, and the explicit unsafe opt-in."""
 
 
 class RunError(PhiError):
