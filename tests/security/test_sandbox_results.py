@@ -126,7 +126,7 @@ def _outcome(text: str) -> ParallelLoopOutcome:
     ids=["sys.exit-at-load", "os._exit-at-load", "fake-pass-report", "exit-in-function", "atexit"],
 )
 async def test_python_tests_cannot_be_passed_by_exiting_early(cheat: str) -> None:
-    check = PythonTestsCheck("assert add(2, 3) == 5\n", seconds=20)
+    check = PythonTestsCheck("assert add(2, 3) == 5\n", timeout=20)
     result = await check.check(_outcome(f"```python\n{cheat}\n```"), cancel=CancelToken())
     assert not result.passed, result.reason
 
