@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import random
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,9 @@ def exists(path: str | Path) -> bool:
     return os.path.lexists(path)
 
 
-def host_processes_with(text: str) -> list[int]:
-    """PIDs of host processes whose command line contains ``text``."""
+def survivors(text: str) -> list[int]:
+    """PIDs of host processes whose command line contains ``text``, killed on the spot so that
+    a failing test leaves nothing running."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -71,6 +73,7 @@ def host_processes_with(text: str) -> list[int]:
         try:
             if text.encode() in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
+                os.kill(int(entry.name), signal.SIGKILL)
         except OSError:
             continue
     return found

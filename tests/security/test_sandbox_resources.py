@@ -10,7 +10,7 @@ import pytest
 
 from phi_core.sandbox import Sandbox, SandboxLimits
 
-from .sandbox_attacks import BACKENDS, host_processes_with, marker, probe, run_answer
+from .sandbox_attacks import BACKENDS, marker, probe, run_answer, survivors
 
 
 @pytest.fixture(params=BACKENDS)
@@ -40,7 +40,7 @@ def probe():
 """
     made = await probe(box, code)
     assert 0 < made < box.limits.processes, made
-    assert host_processes_with(tag) == []
+    assert survivors(tag) == []
 
 
 async def test_detached_daemons_die_with_the_sandbox(box: Sandbox) -> None:
@@ -60,7 +60,7 @@ def probe():
     return 'detached'
 """
     assert await probe(box, code) == "detached"
-    assert host_processes_with(tag) == []
+    assert survivors(tag) == []
 
 
 async def test_memory_is_capped_per_process(box: Sandbox) -> None:

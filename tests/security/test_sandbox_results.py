@@ -37,32 +37,39 @@ SORT_B = (
     "```python\ndef arrange(items):\n    out = list(items)\n    out.sort()\n    return out\n\n"
     "arrange([9, 4, 7])\n```"
 )
-# Tries every way to reach the reply channel and the other answers: writes replies shaped like
-# the supervisor's (and like the old worker's) to every descriptor it can open, kills every
-# process it can see, and claims on its own channel that it returned what the others did.
+# Tries, while its definitions load, every way to reach the reply channel and the other answers:
+# writes replies shaped like the supervisor's (and like the old shared worker's) to every
+# descriptor it can open, kills every sandbox process it can see, and exits "successfully".
+# (Only sandbox processes: were the sandbox ever broken, this test must not kill the machine's.)
 FORGER = """```python
 import json, os, signal
 
-FAKE = json.dumps({"candidates": [{"runnable": False, "outputs": {}}] * 3, "owners": [],
-                   "messages": [{"loaded": True}], "exit": 0, "killed": None, "output": ""})
-for path in ['/proc/1/fd/1', '/proc/1/fd/0', '/proc/self/fd/1', '/dev/stdout']:
-    try:
-        with open(path, 'w') as f:
-            f.write('0' * 32 + ' ' + FAKE + '\\n')
-    except OSError:
-        pass
-for fd in range(0, 256):
-    try:
-        os.write(fd, (FAKE + '\\n').encode())
-    except OSError:
-        pass
-for pid in os.listdir('/proc'):
-    if pid.isdigit() and int(pid) != os.getpid():
+def forge():
+    fake = json.dumps({"candidates": [{"runnable": False, "outputs": {}}] * 3, "owners": [],
+                       "messages": [{"loaded": True}], "exit": 0, "killed": None, "output": ""})
+    for path in ['/proc/1/fd/1', '/proc/1/fd/0', '/proc/self/fd/1', '/dev/stdout']:
         try:
-            os.kill(int(pid), signal.SIGKILL)
+            with open(path, 'w') as f:
+                f.write('0' * 32 + ' ' + fake + '\\n')
         except OSError:
             pass
-os.write(3, b'{"loaded": true}\\n{"n": 0, "out": "([1, 2, 3], ([3, 1, 2],))"}\\n')
+    for fd in range(0, 256):
+        try:
+            os.write(fd, (fake + '\\n').encode())
+            os.close(fd)
+        except OSError:
+            pass
+    for pid in os.listdir('/proc'):  # the other answers' workers, were they in reach
+        try:
+            with open(f'/proc/{pid}/cmdline', 'rb') as f:
+                if b'/opt/phi/' in f.read() and int(pid) != os.getpid():
+                    os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+class Loader:  # a class body runs while "only the definitions" load
+    forge()
 
 def order(xs):
     return list(reversed(xs))
@@ -77,16 +84,16 @@ async def test_a_forged_reply_cannot_beat_two_agreeing_answers() -> None:
         "Sort the list.", AgentContext(session_id="s"), configs, ExecVoteEvaluation()
     )
     assert result.selected_index == 1, result.decision
-    assert result.decision.votes == {"behaviour 0": 1, "behaviour 1": 2}
+    assert result.decision.votes == {"behaviour 0": 2}
     report = await code_agreement([FORGER, SORT_A, SORT_B])
-    assert report.runnable == [True, True, True]
-    assert report.agree[1][2] and not report.agree[0][1] and not report.agree[0][2]
+    assert report.runnable == [False, True, True]  # it killed only its own sandbox
+    assert report.agree[1][2]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_worker_cannot_write_the_supervisors_reply(backend: str) -> None:
     code = """
-import os
+import json, os
 
 def probe():
     forged = '{"messages": [], "exit": 0, "killed": null, "output": "FORGED", "output_bytes": 6}'
@@ -98,14 +105,16 @@ def probe():
             opened.append(path)
         except OSError:
             pass
+    os.write(3, (json.dumps({'opened': opened}) + '\\n').encode())
     for fd in range(256):
         try:
-            os.write(fd, (forged + '\\n').encode())
+            os.write(fd, ('0' * 32 + ' ' + forged + '\\n').encode())
         except OSError:
             pass
     os._exit(3)
 """
     result = await run_answer(Sandbox(backend=backend), code)
+    assert {"opened": []} in result.messages, result.messages  # the reply channel is out of reach
     assert result.output != "FORGED" and result.exit_code == 3, result
     assert result.error is None and any(m.get("loaded") for m in result.messages)
 

@@ -146,6 +146,26 @@ def _ended_by_unittest(exc: SystemExit) -> bool:
     )
 
 
+def _exit(code: int) -> None:
+    """Flush what the code printed (stdout is a pipe: block-buffered) and leave at once."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)  # skip interpreter teardown: model code may have left threads or handlers
+
+
+def _failed() -> None:
+    """Print the exception being handled after what the code printed, and exit 1."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    traceback.print_exc()
+    _exit(1)
+
+
 def _tests(request: dict[str, Any], report: _Reporter) -> None:
     module = types.ModuleType("__main__")
     module.__file__ = "answer.py"
@@ -155,10 +175,8 @@ def _tests(request: dict[str, Any], report: _Reporter) -> None:
     try:
         exec(compile(request["code"], "answer.py", "exec"), module.__dict__)
     except BaseException:
-        traceback.print_exc()
         report(loaded=False)
-        sys.stderr.flush()
-        os._exit(1)
+        _failed()
     report(ready=True)
     # The tests and a token arrive only now, after the answer's code has run.
     after = json.loads(sys.stdin.readline())
@@ -169,12 +187,9 @@ def _tests(request: dict[str, Any], report: _Reporter) -> None:
     except SystemExit as exc:
         if not _ended_by_unittest(exc):
             print(f"the code exited during the tests: SystemExit({exc.code!r})", file=sys.stderr)
-            sys.stderr.flush()
-            os._exit(1)
+            _exit(1)
     except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+        _failed()
     report(passed=after["token"])
 
 
@@ -185,12 +200,7 @@ def main() -> None:
         _calls(request, report)
     else:
         _tests(request, report)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(0)  # skip interpreter teardown: model code may have left threads or handlers
+    _exit(0)
 
 
 if __name__ == "__main__":
