@@ -131,8 +131,18 @@ def _outcome(text: str) -> ParallelLoopOutcome:
         'import os\nos.write(3, b\'{"passed": "guess"}\\n\')\nos._exit(0)',
         "def add(a, b):\n    import sys\n    sys.exit(0)",
         "import atexit, os\natexit.register(lambda: os._exit(0))\ndef add(a, b):\n    return 0",
+        # Rebinding what the harness uses after the answer loaded: the tests must still run.
+        "import builtins, json\nbuiltins.exec = lambda *a, **k: None\n"
+        "json.loads = lambda *a, **k: {'tests': 'pass', 'token': 'x'}\ndef add(a, b):\n    return 0",
     ],
-    ids=["sys.exit-at-load", "os._exit-at-load", "fake-pass-report", "exit-in-function", "atexit"],
+    ids=[
+        "sys.exit-at-load",
+        "os._exit-at-load",
+        "fake-pass-report",
+        "exit-in-function",
+        "atexit",
+        "patched-harness",
+    ],
 )
 async def test_python_tests_cannot_be_passed_by_exiting_early(cheat: str) -> None:
     check = PythonTestsCheck("assert add(2, 3) == 5\n", timeout=20)

@@ -197,9 +197,10 @@ class PythonTestsCheck:
         token = secrets.token_hex(16)
         result = await self.sandbox.run(
             _WORKER,
-            json.dumps({"mode": "tests", "code": self.code_of(outcome.text)}) + "\n",
+            json.dumps({"mode": "tests", "code": self.code_of(outcome.text), "tests": self.tests})
+            + "\n",
             timeout=self.timeout,
-            after_ready=json.dumps({"tests": self.tests, "token": token}) + "\n",
+            after_ready=token + "\n",
             capture_output=True,
         )
         if result.killed == "timeout":
