@@ -66,11 +66,11 @@ def _check_rows(area: str, rows: Any) -> tuple[list[dict[str, str]], list[str]]:
     return good, problems
 
 
-async def _run(path: Path, timeout: float) -> tuple[list[dict[str, str]], list[str], float]:
+async def _run(path: Path, limit: float) -> tuple[list[dict[str, str]], list[str], float]:
     started = time.monotonic()
     try:
         module = _load(path)
-        rows = await asyncio.wait_for(module.run_cases(), timeout)
+        rows = await asyncio.wait_for(module.run_cases(), limit)
     except Exception as exc:  # a broken module is a failure of the benchmark, reported
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         return [], [f"{path.stem}: {detail}"], time.monotonic() - started
@@ -123,7 +123,8 @@ def render(lines: list[dict[str, Any]]) -> str:
 
     def fmt(row: tuple[str, ...]) -> str:
         return "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
         )
 
     rule = "  ".join("-" * w for w in widths)
@@ -178,7 +179,9 @@ async def main(argv: list[str] | None = None) -> int:
         print(f"ERROR {problem}", file=sys.stderr)
     bad = [r for r in rows if r["result"] in ("leaked", "lost")]
     for row in bad:
-        print(f"{row['result'].upper()}: {row['area']}/{row['class']}/{row['case']}: {row['detail']}")
+        print(
+            f"{row['result'].upper()}: {row['area']}/{row['class']}/{row['case']}: {row['detail']}"
+        )
     summary = {
         "command": "python benchmarks/hostile.py" + (f" --only {args.only}" if args.only else ""),
         "seconds": round(time.monotonic() - started, 1),

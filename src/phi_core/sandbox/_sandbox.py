@@ -72,13 +72,13 @@ _INSTALL_HINT = (
 class SandboxLimits:
     """Resource limits of one sandboxed run (rlimits apply to every process in it).
 
-    Memory is per process (``RLIMIT_AS``); with ``processes`` processes the worst case is their
-    product, so keep both modest.
+    Memory is per process (``RLIMIT_AS``, address space): with ``processes`` processes the worst
+    case is their product (4 GiB with the defaults), so raise one, not both.
     """
 
     cpu_seconds: int = 30
-    memory_bytes: int = 512 << 20
-    processes: int = 32
+    memory_bytes: int = 256 << 20
+    processes: int = 16
     """Processes and threads together (``RLIMIT_NPROC``, counted inside the sandbox's own user
     namespace); the supervisor and the worker are two of them."""
     file_size_bytes: int = 16 << 20
