@@ -4,6 +4,7 @@ exec-vote runs an answer, and judging what came back (see ``sandbox.py``). Loade
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import random
@@ -56,6 +57,7 @@ class Env:
         when the answer did not run at all."""
         answer = analyse(self.sub(code, **extra))
         assert answer is not None, f"attack does not parse: {code[:80]!r}"
+        answer = dataclasses.replace(answer, entry="probe")
         outputs = await _run_answer(self.box, answer, [(0, "()")], call_timeout, 60.0)
         if outputs is None or 0 not in outputs:
             return None

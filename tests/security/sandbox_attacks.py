@@ -5,14 +5,14 @@ it returns is what the answer could report (what a model would see)."""
 from __future__ import annotations
 
 import ast
-import json
+import dataclasses
 import os
 import random
 import signal
 from pathlib import Path
 from typing import Any
 
-from phi_core.parallel._behaviour import WORKER
+from phi_core.parallel._behaviour import WORKER, calls_request
 from phi_core.parallel._code import analyse
 from phi_core.sandbox import Sandbox, SandboxResult
 
@@ -25,15 +25,8 @@ async def run_answer(
     """Load ``code`` like exec-vote does and call its ``probe()`` once."""
     answer = analyse(code)
     assert answer is not None, "the attack must parse"
-    request = {
-        "mode": "calls",
-        "code": code,
-        "keep": answer.keep,
-        "entry": "probe",
-        "inputs": [[0, "()"]],
-        "call_timeout": call_timeout,
-    }
-    return await box.run(WORKER, json.dumps(request) + "\n", timeout=seconds)
+    request = calls_request(dataclasses.replace(answer, entry="probe"), [(0, "()")], call_timeout)
+    return await box.run(WORKER, request, timeout=seconds)
 
 
 async def probe(box: Sandbox, code: str, **kwargs: Any) -> Any:

@@ -178,6 +178,18 @@ def _sandbox(sandbox: Sandbox | None, python: str | None) -> Sandbox:
     return box
 
 
+def calls_request(answer: Answer, inputs: list[tuple[int, str]], call_timeout: float) -> str:
+    """The worker's request: load the answer's definitions, call its entry on ``inputs``."""
+    request = {
+        "mode": "calls",
+        "definitions": answer.definitions,
+        "entry": answer.entry,
+        "inputs": inputs,
+        "call_timeout": call_timeout,
+    }
+    return json.dumps(request) + "\n"
+
+
 async def _run_answer(
     box: Sandbox,
     answer: Answer,
@@ -196,18 +208,10 @@ async def _run_answer(
     outputs: dict[int, str] = {}
     pending = inputs
     while True:
-        request = {
-            "mode": "calls",
-            "code": answer.code,
-            "keep": answer.keep,
-            "entry": answer.entry,
-            "inputs": pending,
-            "call_timeout": call_timeout,
-        }
         left = deadline - loop.time()
         if left <= 0:
             return None
-        result = await box.run(WORKER, json.dumps(request) + "\n", timeout=left)
+        result = await box.run(WORKER, calls_request(answer, pending, call_timeout), timeout=left)
         if result.killed in ("timeout", "overflow") or result.error is not None:
             return None
         if not any(m.get("loaded") is True for m in result.messages):
@@ -215,7 +219,7 @@ async def _run_answer(
         wanted = {n for n, _ in pending}
         for m in result.messages:
             n, out = m.get("n"), m.get("out")
-            if n in wanted and n not in outputs and (out is None or isinstance(out, str)):
+            if type(n) is int and n in wanted and (out is None or isinstance(out, str)):
                 if out is not None:
                     outputs[n] = out[:_MAX_REPR]
                 wanted.discard(n)

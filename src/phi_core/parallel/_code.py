@@ -69,8 +69,9 @@ class Answer:
     """What the syntax tree of an answer's code tells, without running it."""
 
     code: str
-    keep: list[int]
-    """Top-level statements that load: imports, functions, classes, literal assignments."""
+    definitions: str
+    """The top-level statements that load (imports, functions, classes, literal assignments),
+    as source; never the example usage."""
     entry: str | None
     """The function the answer is about."""
     examples: list[str]
@@ -173,12 +174,13 @@ def analyse(code: str | None) -> Answer | None:
             tree = ast.parse(code)
         functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         examples, called = _examples(tree, functions)
+        keep: list[ast.stmt] = [
+            n
+            for n in tree.body
+            if isinstance(n, _DEFINITIONS)
+            or (isinstance(n, ast.Assign) and _literal(n.value, {}) is not _MISSING)
+        ]
+        definitions = ast.unparse(ast.Module(body=keep, type_ignores=[]))
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    keep = [
-        k
-        for k, n in enumerate(tree.body)
-        if isinstance(n, _DEFINITIONS)
-        or (isinstance(n, ast.Assign) and _literal(n.value, {}) is not _MISSING)
-    ]
-    return Answer(code, keep, _entry(tree, called), examples)
+    return Answer(code, definitions, _entry(tree, called), examples)

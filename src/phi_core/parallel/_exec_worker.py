@@ -4,10 +4,10 @@ Imports nothing from phi_core: the sandbox's supervisor starts it as ``python -S
 empty environment. It reads one JSON request line on stdin and reports JSON lines on fd 3, each
 setting the supervisor's watchdog (``deadline``: seconds until the next report is due).
 
-``{"mode": "calls", "code", "keep", "entry", "inputs", "call_timeout"}`` (exec-vote,
-``code_agreement``): executes the top-level statements of ``code`` listed in ``keep`` (the
-definitions: imports, functions, classes, literal assignments; never the example usage), then
-calls the function ``entry`` on every input (``[n, "repr of an argument tuple"]``) it accepts,
+``{"mode": "calls", "definitions", "entry", "inputs", "call_timeout"}`` (exec-vote,
+``code_agreement``): executes ``definitions`` (the answer's imports, functions, classes and
+literal assignments, picked out by the parent; never the example usage), then calls the function
+``entry`` on every input (``[n, "repr of a literal argument tuple"]``) it accepts,
 reporting ``{"loaded": bool}`` and then ``{"n": n, "out": str | None}`` per input: the canonical
 result (and the arguments afterwards, for in-place functions), ``!ExceptionName`` for an
 exception, None when ``entry`` does not take those arguments.
@@ -25,17 +25,17 @@ answer per sandbox, and why its reports are treated as the answer's own claims.
 
 from __future__ import annotations
 
-import ast
 import copy
-import inspect
 import json
 import math
 import os
 import signal
 import sys
-import traceback
 import types
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imports are the worker's start-up time: only what every run needs
+    from typing import Any
 
 MAX_REPR = 2000
 GRACE = 1.0  # seconds the watchdog adds to a call's own timer
@@ -91,12 +91,10 @@ def _timed(seconds: float) -> None:
 
 def _load(request: dict[str, Any]) -> Any:
     """The entry function of the answer, or None when its definitions do not load."""
-    tree = ast.parse(request["code"])
-    keep = [tree.body[k] for k in request["keep"] if 0 <= k < len(tree.body)]
     namespace: dict[str, Any] = {"__name__": "candidate"}
     _timed(float(request["call_timeout"]))
     try:
-        exec(compile(ast.Module(body=keep, type_ignores=[]), "<candidate>", "exec"), namespace)
+        exec(compile(request["definitions"], "<candidate>", "exec"), namespace)
     except BaseException:
         return None
     finally:
@@ -105,11 +103,32 @@ def _load(request: dict[str, Any]) -> Any:
     return fn if callable(fn) else None
 
 
+def _accepts(fn: Any, count: int) -> bool:
+    """Whether ``fn`` can be called with ``count`` positional arguments."""
+    if isinstance(fn, types.FunctionType):  # the usual case, without importing inspect
+        code, defaults = fn.__code__, len(fn.__defaults__ or ())
+        required_keywords = code.co_kwonlyargcount - len(fn.__kwdefaults__ or {})
+        varargs = bool(code.co_flags & 0x04)
+        fits = code.co_argcount - defaults <= count and (count <= code.co_argcount or varargs)
+        return fits and required_keywords <= 0
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(*range(count))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _literal(source: str) -> tuple[Any, ...]:
+    """An argument tuple from its repr (made by the parent from literals; no builtins needed)."""
+    value = eval(source, {"__builtins__": {}}, {})
+    return value if isinstance(value, tuple) else (value,)
+
+
 def _call(fn: Any, args: tuple[Any, ...], call_timeout: float) -> str | None:
     """Canonical result of ``fn(*args)``, or None when ``fn`` does not accept ``args``."""
-    try:
-        inspect.signature(fn).bind(*args)
-    except (TypeError, ValueError):
+    if not _accepts(fn, len(args)):
         return None
     work = copy.deepcopy(args)
     _timed(call_timeout)
@@ -135,7 +154,7 @@ def _calls(request: dict[str, Any], report: _Reporter) -> None:
     if fn is None:
         return
     for n, source in request["inputs"]:
-        out = _call(fn, ast.literal_eval(source), call_timeout)
+        out = _call(fn, _literal(source), call_timeout)
         report(n=n, out=out, deadline=call_timeout + GRACE)
 
 
@@ -168,6 +187,8 @@ def _failed() -> None:
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
+    import traceback
+
     traceback.print_exc()
     _exit(1)
 
