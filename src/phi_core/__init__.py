@@ -42,6 +42,7 @@ from .errors import (
     ProviderError,
     RateLimitedError,
     RunError,
+    SandboxUnavailableError,
     ScriptCallbackError,
     ServerError,
     SessionError,
@@ -126,6 +127,7 @@ from .routing import (
     SQLiteStateStore,
     open_state_store,
 )
+from .sandbox import Sandbox
 from .select import (
     Budget,
     MeteredModel,
@@ -203,6 +205,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ParallelLoopResult",
     "PickFirstEvaluation",
     "RubricJudgeEvaluation",
+    "Sandbox",
     "TokenEfficientEvaluation",
     "TransparentEvaluation",
     "VerifierEvaluation",
@@ -316,6 +319,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ProviderError",
     "RateLimitedError",
     "RunError",
+    "SandboxUnavailableError",
     "ScriptCallbackError",
     "ServerError",
     "SessionError",
