@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from phi_core.parallel._behaviour import WORKER, calls_request
+from phi_core.parallel._behaviour import run_calls
 from phi_core.parallel._code import analyse
 from phi_core.sandbox import Sandbox, SandboxResult
 
@@ -25,8 +25,8 @@ async def run_answer(
     """Load ``code`` like exec-vote does and call its ``probe()`` once."""
     answer = analyse(code)
     assert answer is not None, "the attack must parse"
-    request = calls_request(dataclasses.replace(answer, entry="probe"), [(0, "()")], call_timeout)
-    return await box.run(WORKER, request, timeout=seconds)
+    probe_it = dataclasses.replace(answer, entry="probe")
+    return await run_calls(box, probe_it, [(0, "()")], call_timeout, seconds)
 
 
 async def probe(box: Sandbox, code: str, **kwargs: Any) -> Any:

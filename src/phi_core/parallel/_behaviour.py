@@ -34,7 +34,7 @@ from pathlib import Path
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import Emitter
-from ..sandbox import Sandbox, default_sandbox
+from ..sandbox import Sandbox, SandboxResult, default_sandbox
 from ..types import AgentMessage
 from ._code import Answer, analyse, extract_code
 from ._strategies import BaseEvaluation, cost_key, successful
@@ -52,6 +52,7 @@ __all__ = [
 WORKER = Path(__file__).with_name("_exec_worker.py")
 """The script that runs one answer's code inside the sandbox."""
 _MAX_REPR = 2000  # the worker cuts results to this many characters
+WATCHDOG_GRACE = 1.0  # seconds beyond a call's own timer before the supervisor kills the worker
 _PARALLEL = max(2, min(8, os.cpu_count() or 2))  # answers run at once, each in its sandbox
 
 
@@ -178,8 +179,16 @@ def _sandbox(sandbox: Sandbox | None, python: str | None) -> Sandbox:
     return box
 
 
-def calls_request(answer: Answer, inputs: list[tuple[int, str]], call_timeout: float) -> str:
-    """The worker's request: load the answer's definitions, call its entry on ``inputs``."""
+async def run_calls(
+    box: Sandbox,
+    answer: Answer,
+    inputs: list[tuple[int, str]],
+    call_timeout: float,
+    timeout: float,  # noqa: ASYNC109 - the sandbox is killed at the deadline
+) -> SandboxResult:
+    """One sandbox running the worker: load the answer's definitions, call its entry on each
+    input. The supervisor's watchdog allows a call its timeout plus a grace, whatever the code
+    does to the worker's own timer."""
     request = {
         "mode": "calls",
         "definitions": answer.definitions,
@@ -187,7 +196,12 @@ def calls_request(answer: Answer, inputs: list[tuple[int, str]], call_timeout: f
         "inputs": inputs,
         "call_timeout": call_timeout,
     }
-    return json.dumps(request) + "\n"
+    return await box.run(
+        WORKER,
+        json.dumps(request) + "\n",
+        timeout=timeout,
+        deadline=call_timeout + WATCHDOG_GRACE,
+    )
 
 
 async def _run_answer(
@@ -211,7 +225,7 @@ async def _run_answer(
         left = deadline - loop.time()
         if left <= 0:
             return None
-        result = await box.run(WORKER, calls_request(answer, pending, call_timeout), timeout=left)
+        result = await run_calls(box, answer, pending, call_timeout, left)
         if result.killed in ("timeout", "overflow") or result.error is not None:
             return None
         if not any(m.get("loaded") is True for m in result.messages):

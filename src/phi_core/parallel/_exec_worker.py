@@ -1,8 +1,8 @@
 """Worker that runs ONE answer's code inside the sandbox (see ``phi_core.sandbox``).
 
 Imports nothing from phi_core: the sandbox's supervisor starts it as ``python -S -s -B`` with an
-empty environment. It reads one JSON request line on stdin and reports JSON lines on fd 3, each
-setting the supervisor's watchdog (``deadline``: seconds until the next report is due).
+empty environment. It reads one JSON request line on stdin and reports JSON lines on fd 3; in calls mode each
+report re-arms the supervisor's watchdog (the parent sets it to a call's timeout plus a grace).
 
 ``{"mode": "calls", "definitions", "entry", "inputs", "call_timeout"}`` (exec-vote,
 ``code_agreement``): executes ``definitions`` (the answer's imports, functions, classes and
@@ -38,7 +38,6 @@ if TYPE_CHECKING:  # imports are the worker's start-up time: only what every run
     from typing import Any
 
 MAX_REPR = 2000
-GRACE = 1.0  # seconds the watchdog adds to a call's own timer
 
 
 class _CallTimeout(BaseException):
@@ -148,14 +147,14 @@ def _call(fn: Any, args: tuple[Any, ...], call_timeout: float) -> str | None:
 
 def _calls(request: dict[str, Any], report: _Reporter) -> None:
     call_timeout = float(request["call_timeout"])
-    report(deadline=call_timeout + GRACE)
+    report(started=True)
     fn = _load(request)
-    report(loaded=fn is not None, deadline=call_timeout + GRACE)
+    report(loaded=fn is not None)
     if fn is None:
         return
     for n, source in request["inputs"]:
         out = _call(fn, _literal(source), call_timeout)
-        report(n=n, out=out, deadline=call_timeout + GRACE)
+        report(n=n, out=out)
 
 
 def _ended_by_unittest(exc: SystemExit) -> bool:

@@ -247,8 +247,8 @@ class Sandbox:
             timeout: seconds for the whole run; then everything in the sandbox is killed.
             after_ready: sent on the worker's stdin once it reports ``{"ready": true}``.
             capture_output: keep the end of the worker's stdout/stderr.
-            deadline: seconds the worker has for its first report (default: no watchdog
-                until it sets one).
+            deadline: seconds the worker has for its first report and after each report
+                (default: no watchdog unless a report arms one; see ``_supervisor.py``).
 
         Raises:
             SandboxUnavailableError: no sandbox can be made here (and unsafe execution was not

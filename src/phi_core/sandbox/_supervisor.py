@@ -13,10 +13,13 @@ code itself; it starts the worker that does, in a process of its own, and report
    (one pipe here when output is captured, else ``/dev/null``) and fd 3, on which the worker
    reports JSON lines. The worker never holds the supervisor's stdout, which is the reply
    channel, and never sees the nonce: it is a fresh ``exec``, not a fork.
-4. Watches the worker: a report may set ``"deadline"`` (seconds until the next report is due;
-   ``null`` clears it), and a worker that misses it is killed (``"killed": "watchdog"``), as is
-   one that reports more than ``message_bytes`` (``"overflow"``). A report with ``"ready":
-   true`` makes the supervisor send ``after_ready`` on the worker's stdin and close it.
+4. Watches the worker: with ``deadline`` in the request, the worker must report within that
+   many seconds of starting and of each report (a report may ask for less with its own
+   ``"deadline"``, never for more or for none); without it, a report's ``"deadline"`` arms the
+   watchdog (``null`` disarms it). A worker that misses it is killed (``"killed":
+   "watchdog"``), as is one that reports more than ``message_bytes`` (``"overflow"``). A report
+   with ``"ready": true`` makes the supervisor send ``after_ready`` on the worker's stdin and
+   close it.
 5. Reaps every orphan (it is PID 1), and when the worker has exited writes one line to stdout:
    ``<nonce> <JSON reply>``. When it exits, the kernel kills whatever is left in the namespace.
 
@@ -27,6 +30,7 @@ but only for itself; it cannot reach the reply line, which carries the nonce.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -80,6 +84,20 @@ def _limit(limits: dict[str, int]) -> None:
             resource.setrlimit(which, (value, value))
 
 
+def _read_burst(fd: int) -> tuple[list[bytes], bool]:
+    """What ``fd`` has now, at most ``_BURST`` reads; and False once it reached its end."""
+    chunks: list[bytes] = []
+    for _ in range(_BURST):
+        try:
+            chunk = os.read(fd, _READ)
+        except BlockingIOError:
+            return chunks, True
+        if not chunk:
+            return chunks, False
+        chunks.append(chunk)
+    return chunks, True
+
+
 def _pipe() -> tuple[int, int]:
     r, w = os.pipe()
     os.set_blocking(r, False)
@@ -103,6 +121,7 @@ class _Worker:
         self.status: int | None = None
         self.started = time.monotonic()
         first = request.get("deadline")
+        self.cap = None if first is None else float(first)
         self.deadline = None if first is None else self.started + float(first)
 
     def start(self) -> None:
@@ -150,13 +169,8 @@ class _Worker:
 
     def read_messages(self) -> bool:
         """Read what is there on fd 3 (a bounded amount per call); False once it is closed."""
-        for _ in range(_BURST):
-            try:
-                chunk = os.read(self.msg_r, _READ)
-            except BlockingIOError:
-                return True
-            if not chunk:
-                return False
+        chunks, still_open = _read_burst(self.msg_r)
+        for chunk in chunks:
             self.message_bytes += len(chunk)
             if self.message_bytes > self.message_cap:
                 self.kill("overflow")
@@ -165,7 +179,7 @@ class _Worker:
             *lines, self.partial = self.partial.split(b"\n")
             for line in lines:
                 self._message(line)
-        return True
+        return still_open
 
     def _message(self, line: bytes) -> None:
         if not line.strip():
@@ -177,33 +191,34 @@ class _Worker:
         if not isinstance(message, dict):
             message = {"unreadable": repr(message)[:200]}
         self.messages.append(message)
-        if "deadline" in message:
-            seconds = message["deadline"]
-            self.deadline = (
-                time.monotonic() + float(seconds)
-                if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-                else None
-            )
+        if self.cap is not None or "deadline" in message:
+            self._watch(message.get("deadline"))
         if message.get("ready") is True and self.after_ready is not None:
             self.stdin_data += self.after_ready
             self.after_ready = None
             if self.stdin_w >= 0:
                 self.write_stdin()
 
+    def _watch(self, seconds: object) -> None:
+        """Arm the watchdog ``seconds`` from now (None: off). With a ``deadline`` in the
+        request, every report re-arms it for that long at most, and it cannot be switched off."""
+        value: float | None = None
+        number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+        if number and 0 <= seconds < math.inf:  # type: ignore[operator]  # NaN & co. disarm
+            value = float(min(seconds, 1e6))  # type: ignore[call-overload]
+        if self.cap is not None:
+            value = self.cap if value is None else min(value, self.cap)
+        self.deadline = None if value is None else time.monotonic() + value
+
     def read_output(self) -> bool:
         assert self.out_r is not None
-        for _ in range(_BURST):
-            try:
-                chunk = os.read(self.out_r, _READ)
-            except BlockingIOError:
-                return True
-            if not chunk:
-                return False
+        chunks, still_open = _read_burst(self.out_r)
+        for chunk in chunks:
             self.output_total += len(chunk)
             self.output += chunk
             if len(self.output) > self.output_cap:
                 del self.output[: len(self.output) - self.output_cap]
-        return True
+        return still_open
 
     def kill(self, why: str) -> None:
         if self.killed is None:
