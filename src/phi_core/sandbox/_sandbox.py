@@ -260,6 +260,7 @@ class Sandbox:
         request = {
             "nonce": nonce,
             "limits": self.limits.rlimits(processes=inside),
+            "unsafe": not inside,  # best effort there: no prctl or rlimits off Linux
             "worker": f"{INSIDE}/worker.py" if inside else str(worker),
             "python_flags": _WORKER_FLAGS,
             "env": {**environment(plan.interpreter), **_WORKER_ENV},
