@@ -64,7 +64,8 @@ _INSTALL_HINT = (
     "bubblewrap`) and make sure unprivileged user namespaces are allowed (Ubuntu 24.04: "
     "`sysctl kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for "
     "bwrap). Only on a machine that is itself a throw-away sandbox, opt in to running model "
-    "code without one: allow_unsafe_exec=True (CLI: --unsafe-exec)."
+    "code without one: Sandbox(allow_unsafe_exec=True), passed as `sandbox=` or made the "
+    "default with phi_core.sandbox.set_default_sandbox (CLI: --unsafe-exec)."
 )
 
 
