@@ -58,6 +58,7 @@ from .errors import (
     ProviderError,
     RateLimitedError,
     RunError,
+    SandboxUnavailableError,
     SchemaMismatchError,
     ScriptCallbackError,
     ServerError,
@@ -150,6 +151,7 @@ from .routing import (
     SQLiteStateStore,
     open_state_store,
 )
+from .sandbox import Sandbox
 from .select import (
     Budget,
     MeteredModel,
@@ -257,6 +259,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ParallelLoopResult",
     "PickFirstEvaluation",
     "RubricJudgeEvaluation",
+    "Sandbox",
     "TokenEfficientEvaluation",
     "TransparentEvaluation",
     "VerifierEvaluation",
@@ -377,6 +380,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "RateLimitedError",
     "RunError",
     "SchemaMismatchError",
+    "SandboxUnavailableError",
     "ScriptCallbackError",
     "SkillError",
     "ServerError",

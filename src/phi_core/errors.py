@@ -12,6 +12,8 @@
     │   ├── AgentBusyError             a second run on an agent that is still running
     │   ├── SkillError                 a SKILL.md without front matter, name or description
     │   └── OpenApiError               an OpenAPI spec that cannot be turned into tools
+    │   ├── OpenApiError               an OpenAPI spec that cannot be turned into tools
+    │   └── SandboxUnavailableError    model code would run, and no sandbox can be made here
     ├── RunError                       a run failed
     │   ├── AllBranchesFailedError     every branch of a race failed; ``failures`` per branch
     │   ├── BudgetExhausted            a selection's budget is spent (it recommends from what it has)
@@ -73,6 +75,7 @@ __all__ = [
     "ProviderErrorKind",
     "RateLimitedError",
     "RunError",
+    "SandboxUnavailableError",
     "SchemaMismatchError",
     "ScriptCallbackError",
     "ServerError",
@@ -205,6 +208,11 @@ class SkillError(UserError):
     def __init__(self, message: str, *, path: Path) -> None:
         self.path = path
         super().__init__(message)
+
+
+class SandboxUnavailableError(UserError):
+    """Model-written code would run, and no sandbox can be made on this machine; the message
+    names what is missing, how to install it, and the explicit unsafe opt-in."""
 
 
 class RunError(PhiError):

@@ -54,6 +54,7 @@ from ._common import (
     usage_error,
     warn,
 )
+from ._sandbox import UNSAFE_EXEC_HELP, use_sandbox
 from ._script import load_scripts
 from ._view import JsonLines, RaceView, format_cost
 
@@ -233,12 +234,14 @@ def race(
             "next candidate: 'python' (runnable Python code) or 'regex:PATTERN'.",
         ),
     ] = None,
+    unsafe_exec: Annotated[bool, typer.Option("--unsafe-exec", help=UNSAFE_EXEC_HELP)] = False,
 ) -> None:
     """Race configurations on one task, judge them, print the winner.
 
     `--strategy bandit` ranks the branches with a learned router instead, previews the top ones,
     answers with the best and learns from the outcome (state persists between runs).
     """
+    use_sandbox(ctx, unsafe_exec)
     try:
         text = read_prompt(prompt)
         spec = load_race_spec(config) if config is not None else RaceSpec()

@@ -13,31 +13,30 @@ not yet asked for.
 :class:`ExecVoteEvaluation` turns that into a race strategy (``--strategy exec-vote``): the
 largest agreement class wins, ties go to the cheaper answer.
 
-The code runs in a separate ``python -I`` process with a temporary working directory, no
-stdin, memory and CPU limits, a per-call timer and a timeout for the whole process. That is
-isolation, not a sandbox: run races on untrusted code inside a container.
+Every answer's code runs in a sandbox of its own (:class:`phi_core.sandbox.Sandbox`: no network,
+no view of this machine's files or processes, rlimits, an empty environment), and only the
+results it reports leave it; the comparison happens here, outside, so no answer can see or
+change another's results. What is worth knowing about an answer without running it (its entry
+function, the literal inputs of its example calls, which statements are definitions) is read
+from its syntax tree here. Loading the definitions runs code too (class bodies, decorators,
+default arguments): that runs in the sandbox as well.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
-import logging
 import os
-import re
-import sys
-import tempfile
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import Emitter
+from ..sandbox import Sandbox, SandboxResult, default_sandbox
 from ..types import AgentMessage
+from ._code import Answer, analyse, extract_code
 from ._strategies import BaseEvaluation, cost_key, successful
 from ._types import EvaluationDecision, ParallelLoopOutcome
 
@@ -50,48 +49,11 @@ __all__ = [
     "runnable_python",
 ]
 
-logger = logging.getLogger("phi_core.parallel")
-_WORKER = Path(__file__).with_name("_exec_worker.py")
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.S)
-_PYTHON_TAGS = {"", "python", "py", "python3"}
-_CODE_START = re.compile(r"^(def |class |import |from \w[\w.]* import )")
-
-
-def _parses(code: str) -> bool:
-    with warnings.catch_warnings():
-        # Model code is full of "\d" in plain strings: not our warning to show.
-        warnings.simplefilter("ignore", category=SyntaxWarning)
-        warnings.simplefilter("ignore", category=DeprecationWarning)
-        try:
-            ast.parse(code)
-        except (SyntaxError, ValueError):
-            return False
-    return True
-
-
-def extract_code(text: str) -> str | None:
-    """The Python code of an answer, or None when it has none.
-
-    Fenced blocks tagged python/py/python3 or untagged that parse, joined; without such
-    blocks, the longest parseable run of lines starting at the first ``def``/``class``/import
-    line (some models answer with bare code). Blocks in other languages are not Python.
-    """
-    blocks = [body for tag, body in _FENCE.findall(text) if tag.lower() in _PYTHON_TAGS]
-    good = [b for b in blocks if b.strip() and _parses(b)]
-    if good:
-        joined = "\n\n".join(good)
-        return joined if _parses(joined) else good[0]
-    if _FENCE.search(text):
-        return None  # fenced, but not Python (or not valid Python)
-    lines = text.splitlines()
-    start = next((k for k, line in enumerate(lines) if _CODE_START.match(line)), None)
-    if start is None:
-        return None
-    for end in range(len(lines), start, -1):
-        chunk = "\n".join(lines[start:end])
-        if _parses(chunk):
-            return chunk if "def " in chunk or "class " in chunk else None
-    return None
+WORKER = Path(__file__).with_name("_exec_worker.py")
+"""The script that runs one answer's code inside the sandbox."""
+_MAX_REPR = 2000  # the worker cuts results to this many characters
+WATCHDOG_GRACE = 1.0  # seconds beyond a call's own timer before the supervisor kills the worker
+_PARALLEL = max(2, min(8, os.cpu_count() or 2))  # answers run at once, each in its sandbox
 
 
 @dataclass(frozen=True)
@@ -121,43 +83,24 @@ class BehaviourReport:
         return out
 
 
-def _request(answers: Sequence[str], call_timeout: float) -> tuple[bytes, list[str | None]]:
-    codes = [extract_code(a) for a in answers]
-    body = json.dumps({"codes": codes, "call_timeout": call_timeout}).encode()
-    return body, codes
-
-
-def _report(raw: bytes, codes: list[str | None]) -> BehaviourReport:
-    n = len(codes)
-    try:
-        reply = json.loads(raw)
-        candidates: list[dict[str, Any]] = reply["candidates"]
-        owners: list[int] = reply["owners"]
-        if len(candidates) != n:
-            raise ValueError(f"{len(candidates)} results for {n} answers")
-    except (ValueError, KeyError, TypeError) as exc:
-        logger.warning("code_agreement: unreadable reply from the worker (%s); nothing ran", exc)
-        return _report(_empty_reply(n), codes)
-    runnable = [bool(c["runnable"]) for c in candidates]
+def _compare(outputs: list[dict[int, str] | None], owners: list[int]) -> BehaviourReport:
+    """Pairwise agreement from each answer's results (None: the answer did not run)."""
+    n = len(outputs)
+    runnable = [o is not None for o in outputs]
     agree = [[False] * n for _ in range(n)]
     compared = [[0] * n for _ in range(n)]
     for a in range(n):
         agree[a][a] = runnable[a]
         for b in range(a + 1, n):
-            if not (runnable[a] and runnable[b]):
+            out_a, out_b = outputs[a], outputs[b]
+            if out_a is None or out_b is None:
                 continue
-            out_a, out_b = candidates[a]["outputs"], candidates[b]["outputs"]
-            shared = [key for key in out_a if key in out_b and owners[int(key)] in (a, b)]
+            shared = [k for k in out_a if k in out_b and owners[k] in (a, b)]
             same = bool(shared) and all(out_a[k] == out_b[k] for k in shared)
             returned = any(not out_a[k].startswith("!") for k in shared)
             agree[a][b] = agree[b][a] = same and returned
             compared[a][b] = compared[b][a] = len(shared)
     return BehaviourReport(runnable, agree, compared)
-
-
-def _env() -> dict[str, str]:
-    # Nothing of the caller's environment (API keys!) reaches model-written code.
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0"}
 
 
 def code_agreement_sync(
@@ -166,78 +109,157 @@ def code_agreement_sync(
     timeout: float = 30.0,
     call_timeout: float = 1.0,
     python: str | None = None,
+    sandbox: Sandbox | None = None,
 ) -> BehaviourReport:
     """:func:`code_agreement` for code without a running event loop (benchmarks, scripts);
     safe to call from several threads at once."""
     return asyncio.run(
-        code_agreement(answers, timeout=timeout, call_timeout=call_timeout, python=python)
+        code_agreement(
+            answers, timeout=timeout, call_timeout=call_timeout, python=python, sandbox=sandbox
+        )
     )
-
-
-def _empty_reply(n: int) -> bytes:
-    return json.dumps(
-        {"candidates": [{"runnable": False, "outputs": {}}] * n, "owners": []}
-    ).encode()
 
 
 async def code_agreement(
     answers: Sequence[str],
     *,
-    timeout: float = 30.0,  # noqa: ASYNC109 - a deadline for the child process, which is killed
+    timeout: float = 30.0,  # noqa: ASYNC109 - a deadline for each answer's sandbox
     call_timeout: float = 1.0,
     python: str | None = None,
+    sandbox: Sandbox | None = None,
 ) -> BehaviourReport:
-    """Run the answers' code in one isolated subprocess and compare behaviours pairwise.
+    """Run each answer's code in a sandbox of its own and compare behaviours pairwise.
 
     Args:
         answers: answer texts (markdown with fenced code, or bare code).
-        timeout: seconds for the whole subprocess; on expiry it is killed and no answer counts
-            as runnable (nothing agrees).
+        timeout: seconds for one answer's whole run (loading and every call); on expiry its
+            sandbox is killed and the answer counts as not runnable (it agrees with nothing).
         call_timeout: seconds for one call of one function on one input; a call that runs
             longer records ``!Timeout`` as its result.
-        python: interpreter to run the code with (default: this one).
+        python: interpreter to run the code with (default: the sandbox's, this one).
+        sandbox: where the code runs (default: :func:`phi_core.sandbox.default_sandbox`).
+
+    Raises:
+        SandboxUnavailableError: no sandbox can be made here and unsafe execution was not
+            allowed (see :class:`phi_core.sandbox.Sandbox`).
     """
     if timeout <= 0 or call_timeout <= 0:
         raise UserError(
             f"code_agreement timeouts must be > 0 seconds, got timeout={timeout}, "
             f"call_timeout={call_timeout}."
         )
-    body, codes = _request(answers, call_timeout)
-    if not any(codes):
-        return _report(_empty_reply(len(codes)), codes)
-    with tempfile.TemporaryDirectory(prefix="phi-exec-") as tmp:
-        process = await asyncio.create_subprocess_exec(
-            python or sys.executable,
-            "-I",
-            str(_WORKER),
-            cwd=tmp,
-            env=_env(),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            async with asyncio.timeout(timeout):
-                raw, _ = await process.communicate(body)
-        except TimeoutError:
-            raw = b""
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-    if process.returncode != 0 or not raw:
-        return _report(_empty_reply(len(codes)), codes)
-    return _report(raw, codes)
+    box = _sandbox(sandbox, python)
+    parsed = [analyse(extract_code(a)) for a in answers]
+    inputs: list[str] = []
+    owners: list[int] = []
+    for k, answer in enumerate(parsed):
+        for example in answer.examples if answer is not None else []:
+            inputs.append(example)
+            owners.append(k)
+    numbered = list(enumerate(inputs))
+    if any(a is not None and a.entry is not None for a in parsed):
+        await box.prepare()  # no sandbox: one clear error, before any answer runs
+    gate = asyncio.Semaphore(_PARALLEL)
+
+    async def one(answer: Answer | None) -> dict[int, str] | None:
+        if answer is None or answer.entry is None:
+            return None
+        async with gate:
+            return await _run_answer(box, answer, numbered, call_timeout, timeout)
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(one(answer)) for answer in parsed]
+    return _compare([t.result() for t in tasks], owners)
 
 
-async def runnable_python(text: str, *, timeout: float = 30.0) -> bool:  # noqa: ASYNC109
+def _sandbox(sandbox: Sandbox | None, python: str | None) -> Sandbox:
+    box = sandbox if sandbox is not None else default_sandbox()
+    box = box if python is None else box.replace(python=python)
+    box.check()
+    return box
+
+
+async def run_calls(
+    box: Sandbox,
+    answer: Answer,
+    inputs: list[tuple[int, str]],
+    call_timeout: float,
+    timeout: float,  # noqa: ASYNC109 - the sandbox is killed at the deadline
+) -> SandboxResult:
+    """One sandbox running the worker: load the answer's definitions, call its entry on each
+    input. The supervisor's watchdog allows a call its timeout plus a grace, whatever the code
+    does to the worker's own timer."""
+    request = {
+        "mode": "calls",
+        "definitions": answer.definitions,
+        "entry": answer.entry,
+        "inputs": inputs,
+        "call_timeout": call_timeout,
+    }
+    return await box.run(
+        WORKER,
+        json.dumps(request) + "\n",
+        timeout=timeout,
+        deadline=call_timeout + WATCHDOG_GRACE,
+    )
+
+
+async def _run_answer(
+    box: Sandbox,
+    answer: Answer,
+    inputs: list[tuple[int, str]],
+    call_timeout: float,
+    timeout: float,  # noqa: ASYNC109 - the answer's sandboxes are killed at the deadline
+) -> dict[int, str] | None:
+    """The answer's result per input number, or None when it does not load (or its runs took
+    longer than ``timeout``: nothing of a killed run is trusted).
+
+    A worker that stops reporting (its call ignored the timer, or the code ended the process)
+    loses only the input it was on: that input records ``!Timeout`` or ``!Exit`` and a fresh
+    sandbox runs the rest."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    outputs: dict[int, str] = {}
+    pending = inputs
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            return None
+        result = await run_calls(box, answer, pending, call_timeout, left)
+        if result.killed in ("timeout", "overflow") or result.error is not None:
+            return None
+        if not any(m.get("loaded") is True for m in result.messages):
+            return None
+        wanted = {n for n, _ in pending}
+        for m in result.messages:
+            n, out = m.get("n"), m.get("out")
+            if type(n) is int and n in wanted and (out is None or isinstance(out, str)):
+                if out is not None:
+                    outputs[n] = out[:_MAX_REPR]
+                wanted.discard(n)
+        rest = [(n, src) for n, src in pending if n in wanted]
+        if not rest:
+            return outputs
+        outputs[rest[0][0]] = "!Timeout" if result.killed == "watchdog" else "!Exit"
+        pending = rest[1:]
+        if not pending:
+            return outputs
+
+
+async def runnable_python(
+    text: str,
+    *,
+    timeout: float = 30.0,  # noqa: ASYNC109 - the sandbox is killed at the deadline
+    sandbox: Sandbox | None = None,
+) -> bool:
     """True when the answer contains Python whose function loads (its definitions execute).
 
     A cheap verifier for code answers (JavaScript, a syntax error or prose fail it); it says
-    nothing about whether the function is right. Runs the code like :func:`code_agreement`."""
+    nothing about whether the function is right. Runs the code in a sandbox like
+    :func:`code_agreement`."""
     if extract_code(text) is None:
         return False
-    report = await code_agreement([text], timeout=timeout)
+    report = await code_agreement([text], timeout=timeout, sandbox=sandbox)
     return report.runnable[0]
 
 
@@ -252,7 +274,13 @@ class ExecVoteEvaluation(BaseEvaluation):
 
     name = "exec-vote"
 
-    def __init__(self, *, timeout: float = 30.0, call_timeout: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        timeout: float = 30.0,
+        call_timeout: float = 1.0,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         if timeout <= 0 or call_timeout <= 0:
             raise UserError(
                 f"ExecVoteEvaluation timeouts must be > 0 seconds, got timeout={timeout}, "
@@ -260,6 +288,7 @@ class ExecVoteEvaluation(BaseEvaluation):
             )
         self.timeout = timeout
         self.call_timeout = call_timeout
+        self.sandbox = _sandbox(sandbox, None)  # no sandbox here: refuse before the race
 
     async def evaluate(
         self,
@@ -273,7 +302,10 @@ class ExecVoteEvaluation(BaseEvaluation):
         if not ok:
             return self.no_success(outcomes)
         report = await code_agreement(
-            [o.text for o in ok], timeout=self.timeout, call_timeout=self.call_timeout
+            [o.text for o in ok],
+            timeout=self.timeout,
+            call_timeout=self.call_timeout,
+            sandbox=self.sandbox,
         )
         classes = report.classes()
         sizes: dict[int, int] = {}

@@ -1,36 +1,43 @@
-"""Worker for behavioural agreement of code answers: run as a script in a separate process.
+"""Worker that runs ONE answer's code inside the sandbox (see ``phi_core.sandbox``).
 
-Reads ``{"codes": [str | null, ...], "call_timeout": float}`` as JSON on stdin and writes
-``{"candidates": [{"runnable": bool, "outputs": {input index: str}}], "owners": [int]}`` on
-stdout (``owners[n]`` is the candidate whose examples gave input ``n``). For each candidate it executes only the
-definitions (imports, functions, classes, constant assignments; never the example usage), picks
-the entry function, and collects the literal argument tuples of the calls its own example usage
-makes to its functions. Every candidate's entry function is then called on every collected
-argument tuple it accepts; the result (and the arguments afterwards, for in-place functions) is
-recorded as a canonical string, an exception as ``!ExceptionName``.
+Imports nothing from phi_core: the sandbox's supervisor starts it as ``python -S -s -B`` with an
+empty environment. It reads one JSON request line on stdin and reports JSON lines on fd 3; in calls mode each
+report re-arms the supervisor's watchdog (the parent sets it to a call's timeout plus a grace).
 
-This file imports nothing from phi_core: it runs as ``python -I <this file>`` with a clean
-environment, a temporary working directory, no stdin, and limits on memory and CPU time. It runs
-model-written code; isolation here is a process boundary, not a sandbox.
+``{"mode": "calls", "definitions", "entry", "inputs", "call_timeout"}`` (exec-vote,
+``code_agreement``): executes ``definitions`` (the answer's imports, functions, classes and
+literal assignments, picked out by the parent; never the example usage), then calls the function
+``entry`` on every input (``[n, "repr of a literal argument tuple"]``) it accepts,
+reporting ``{"loaded": bool}`` and then ``{"n": n, "out": str | None}`` per input: the canonical
+result (and the arguments afterwards, for in-place functions), ``!ExceptionName`` for an
+exception, None when ``entry`` does not take those arguments.
+
+``{"mode": "tests", "code", "tests"}`` (``PythonTestsCheck``): executes ``code`` as ``__main__``,
+reports ``{"ready": true}``, then reads a token line and executes the tests in the same module;
+when they end normally it reports ``{"passed": token}`` and exits 0. Code that exits early never
+sees the token. Code that runs *during* the tests (the functions they call) runs in this process
+and could still subvert them; the sandbox contains it, it cannot make it honest.
+
+Loading code *is* running code: class bodies, decorators, default arguments and imports all
+execute while "only the definitions" load. That is why this worker runs in the sandbox, one
+answer per sandbox, and why its reports are treated as the answer's own claims.
 """
 
 from __future__ import annotations
 
-import ast
 import copy
-import inspect
-import io
 import json
 import math
 import os
 import signal
 import sys
-from collections import Counter
-from typing import Any
+import types
+from typing import TYPE_CHECKING
 
-MAX_INPUTS_PER_CANDIDATE = 8
+if TYPE_CHECKING:  # imports are the worker's start-up time: only what every run needs
+    from typing import Any
+
 MAX_REPR = 2000
-_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 class _CallTimeout(BaseException):
@@ -42,81 +49,13 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise _CallTimeout
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
-    return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+class _Reporter:
+    def __init__(self) -> None:
+        self._out = os.fdopen(3, "w", encoding="utf-8")
 
-
-def _literal_names(tree: ast.Module) -> dict[str, Any]:
-    """Top-level ``name = <literal>`` assignments (example inputs are often bound first)."""
-    names: dict[str, Any] = {}
-    body = list(tree.body)
-    for node in tree.body:
-        if _is_main_guard(node):
-            body.extend(node.body)  # type: ignore[attr-defined]
-    for node in body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name):
-                value = _literal(node.value, names)
-                if value is not _MISSING:
-                    names[target.id] = value
-    return names
-
-
-_MISSING = object()
-
-
-def _literal(node: ast.expr, names: dict[str, Any]) -> Any:
-    if isinstance(node, ast.Name):
-        return copy.deepcopy(names[node.id]) if node.id in names else _MISSING
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _MISSING
-
-
-def _examples(tree: ast.Module, functions: set[str]) -> tuple[list[tuple[Any, ...]], Counter[str]]:
-    """Literal argument tuples of calls to this candidate's functions outside its definitions."""
-    names = _literal_names(tree)
-    calls: list[tuple[Any, ...]] = []
-    called: Counter[str] = Counter()
-    for stmt in tree.body:
-        if isinstance(stmt, _DEFINITIONS):
-            continue
-        for node in ast.walk(stmt):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-                continue
-            if node.func.id not in functions or node.keywords:
-                continue
-            if any(isinstance(a, ast.Starred) for a in node.args):
-                continue
-            args = tuple(_literal(a, names) for a in node.args)
-            if any(a is _MISSING for a in args):
-                continue
-            called[node.func.id] += 1
-            calls.append(args)
-    return calls[:MAX_INPUTS_PER_CANDIDATE], called
-
-
-def _entry(tree: ast.Module, called: Counter[str]) -> str | None:
-    """The function the answer is about: the one its examples call most, else the first
-    top-level function that no other top-level function calls."""
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    if not defs:
-        return None
-    if called:
-        return called.most_common(1)[0][0]
-    inner: set[str] = set()
-    for fn in defs:
-        for node in ast.walk(fn):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id != fn.name
-            ):
-                inner.add(node.func.id)
-    roots = [fn.name for fn in defs if fn.name not in inner]
-    return (roots or [defs[0].name])[0]
+    def __call__(self, **message: Any) -> None:
+        self._out.write(json.dumps(message) + "\n")
+        self._out.flush()
 
 
 def _canonical(value: Any, depth: int = 0) -> Any:
@@ -144,43 +83,54 @@ def _canonical(value: Any, depth: int = 0) -> Any:
     return repr(value)
 
 
-def _load(code: str, call_timeout: float) -> tuple[Any, list[tuple[Any, ...]]]:
-    """(entry function or None, example argument tuples) of one candidate."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None, []
-    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    examples, called = _examples(tree, functions)
-    entry = _entry(tree, called)
-    if entry is None:
-        return None, examples
-    keep: list[ast.stmt] = [
-        n
-        for n in tree.body
-        if isinstance(n, _DEFINITIONS)
-        or (isinstance(n, ast.Assign) and _literal(n.value, {}) is not _MISSING)
-    ]
+def _timed(seconds: float) -> None:
+    signal.signal(signal.SIGALRM, _on_alarm)  # again: model code may have replaced it
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def _load(request: dict[str, Any]) -> Any:
+    """The entry function of the answer, or None when its definitions do not load."""
     namespace: dict[str, Any] = {"__name__": "candidate"}
-    signal.setitimer(signal.ITIMER_REAL, call_timeout)  # definitions can run code too
+    _timed(float(request["call_timeout"]))
     try:
-        exec(compile(ast.Module(body=keep, type_ignores=[]), "<candidate>", "exec"), namespace)
+        exec(compile(request["definitions"], "<candidate>", "exec"), namespace)
     except BaseException:
-        return None, examples
+        return None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    fn = namespace.get(entry)
-    return (fn if callable(fn) else None), examples
+    fn = namespace.get(request["entry"])
+    return fn if callable(fn) else None
 
 
-def _run(fn: Any, args: tuple[Any, ...], call_timeout: float) -> str | None:
-    """Canonical result of ``fn(*args)``, or None when ``fn`` does not accept ``args``."""
+def _accepts(fn: Any, count: int) -> bool:
+    """Whether ``fn`` can be called with ``count`` positional arguments."""
+    if isinstance(fn, types.FunctionType):  # the usual case, without importing inspect
+        code, defaults = fn.__code__, len(fn.__defaults__ or ())
+        required_keywords = code.co_kwonlyargcount - len(fn.__kwdefaults__ or {})
+        varargs = bool(code.co_flags & 0x04)
+        fits = code.co_argcount - defaults <= count and (count <= code.co_argcount or varargs)
+        return fits and required_keywords <= 0
+    import inspect
+
     try:
-        inspect.signature(fn).bind(*args)
+        inspect.signature(fn).bind(*range(count))
     except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _literal(source: str) -> tuple[Any, ...]:
+    """An argument tuple from its repr (made by the parent from literals; no builtins needed)."""
+    value = eval(source, {"__builtins__": {}}, {})
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _call(fn: Any, args: tuple[Any, ...], call_timeout: float) -> str | None:
+    """Canonical result of ``fn(*args)``, or None when ``fn`` does not accept ``args``."""
+    if not _accepts(fn, len(args)):
         return None
     work = copy.deepcopy(args)
-    signal.setitimer(signal.ITIMER_REAL, call_timeout)
+    _timed(call_timeout)
     try:
         result = fn(*work)
         out = repr((_canonical(result), _canonical(work)))
@@ -195,48 +145,91 @@ def _run(fn: Any, args: tuple[Any, ...], call_timeout: float) -> str | None:
     return out[:MAX_REPR]
 
 
-def _limit(memory_bytes: int, cpu_seconds: int) -> None:
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-    except (ImportError, ValueError, OSError):  # not on this platform: the parent's timeout rules
+def _calls(request: dict[str, Any], report: _Reporter) -> None:
+    call_timeout = float(request["call_timeout"])
+    report(started=True)
+    fn = _load(request)
+    report(loaded=fn is not None)
+    if fn is None:
         return
+    for n, source in request["inputs"]:
+        out = _call(fn, _literal(source), call_timeout)
+        report(n=n, out=out)
+
+
+def _ended_by_unittest(exc: SystemExit) -> bool:
+    """``unittest.main()`` ends the tests with SystemExit; a function under test calling
+    ``sys.exit(0)`` does not count as passing. (Walks the traceback's C attributes only: the
+    answer's code may have replaced ``traceback``'s functions.)"""
+    tb = exc.__traceback__
+    from_unittest = False
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        from_unittest = from_unittest or name.endswith("/unittest/main.py")
+        tb = tb.tb_next
+    return exc.code in (0, None, False) and from_unittest
+
+
+def _exit(code: int) -> None:
+    """Flush what the code printed (stdout is a pipe: block-buffered) and leave at once."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)  # skip interpreter teardown: model code may have left threads or handlers
+
+
+def _failed() -> None:
+    """Print the exception being handled after what the code printed, and exit 1."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    import traceback
+
+    traceback.print_exc()
+    _exit(1)
+
+
+def _tests(request: dict[str, Any], report: _Reporter) -> None:
+    # What runs after the answer's code is bound now, to C functions: that code can rebind names
+    # in modules (``json.loads``, ``builtins.exec``, ``sys.stdin``), not these references.
+    read, write, run = os.read, os.write, exec
+    tests = compile(request["tests"], "tests.py", "exec")
+    for name, text in (("answer.py", request["code"]), ("tests.py", request["tests"])):
+        with open(name, "w", encoding="utf-8") as f:  # for the lines in tracebacks
+            f.write(text)
+    module = types.ModuleType("__main__")
+    module.__file__ = "answer.py"
+    sys.modules["__main__"] = module
+    try:
+        run(compile(request["code"], "answer.py", "exec"), module.__dict__)
+    except BaseException:
+        report(loaded=False)
+        _failed()
+    write(3, b'{"ready": true}\n')
+    token = read(0, 256).strip()  # sent only now, after the answer's code has run
+    try:
+        run(tests, module.__dict__)
+    except SystemExit as exc:
+        if not _ended_by_unittest(exc):
+            print(f"the code exited during the tests: SystemExit({exc.code!r})", file=sys.stderr)
+            _exit(1)
+    except BaseException:
+        _failed()
+    if token.isalnum():
+        write(3, b'{"passed": "' + token + b'"}\n')
 
 
 def main() -> None:
-    _limit(2 << 30, 60)
-    request = json.load(sys.stdin)
-    call_timeout = float(request.get("call_timeout", 1.0))
-    # The reply goes to a private copy of fd 1; fd 1 itself is pointed at /dev/null so that model
-    # code writing to it (print, os.write, C extensions) cannot corrupt the reply.
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    sys.stdout = io.StringIO()
-    signal.signal(signal.SIGALRM, _on_alarm)
-    loaded = []
-    inputs: list[tuple[Any, ...]] = []
-    owners: list[int] = []
-    for k, code in enumerate(request["codes"]):
-        fn, examples = (None, []) if code is None else _load(code, call_timeout)
-        loaded.append(fn)
-        for args in examples:
-            inputs.append(args)
-            owners.append(k)
-    candidates = []
-    for fn in loaded:
-        outputs: dict[str, str] = {}
-        if fn is not None:
-            for n, args in enumerate(inputs):
-                out = _run(fn, args, call_timeout)
-                if out is not None:
-                    outputs[str(n)] = out
-                sys.stdout = io.StringIO()
-        candidates.append({"runnable": fn is not None, "outputs": outputs})
-    reply.write(json.dumps({"candidates": candidates, "owners": owners}))
-    reply.flush()
-    os._exit(0)  # skip interpreter teardown: model code may have left threads or handlers
+    report = _Reporter()
+    request = json.loads(sys.stdin.readline())
+    if request["mode"] == "calls":
+        _calls(request, report)
+    else:
+        _tests(request, report)
+    _exit(0)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ the survivors).
 
 A check is anything with ``async check(outcome, *, cancel) -> CheckResult``. Built-in checks: a
 predicate over the answer text (sync or async), a regex, a JSON-schema check of the JSON in the
-answer, and Python unit tests run against the answer's code in a subprocess with a timeout.
+answer, and Python unit tests run against the answer's code in a sandbox with a timeout.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import asyncio
 import inspect
 import json
 import re
-import sys
-import tempfile
+import secrets
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import jsonschema
 
-from ..errors import UserError
+from ..errors import UserError, redact
+from ..sandbox import Sandbox, default_sandbox
 from ..types import AgentMessage
+from ._behaviour import WORKER as _WORKER
 from ._strategies import BaseEvaluation, PickFirstEvaluation, cost_key, latency_key, successful
 from ._types import EvaluationDecision, EvaluationStrategy, ParallelLoopOutcome
 
@@ -155,15 +155,26 @@ class JsonSchemaCheck:
 
 
 class PythonTestsCheck:
-    """Runs ``tests`` (Python code with asserts) after the answer's code, in a subprocess.
+    """Runs ``tests`` (Python code with asserts, or ``unittest.main()``) after the answer's code,
+    in a sandbox (:class:`phi_core.sandbox.Sandbox`).
 
-    The answer's code is its last fenced ``python`` (or untagged) block, else its whole text.
-    The answer passes when the script exits with status 0 within ``timeout`` seconds. The
-    subprocess runs isolated (``python -I``) in a temporary directory, and is killed on timeout
-    or cancellation. This runs model-written code on your machine: use it in a sandbox.
+    The answer's code is its last fenced ``python`` (or untagged) block, else its whole text. It
+    runs as ``__main__`` first; the tests then run in the same module and the answer passes when
+    they end normally within ``timeout`` seconds. Code that exits early (``sys.exit(0)`` while
+    loading, or from a function the tests call) fails. The reason of a failure carries the end
+    of the output, with anything that looks like a key redacted. The tests run in the same
+    process as the answer's code, so code written to cheat (patching what the tests use) can
+    still pass them: the sandbox contains what it does, it cannot make it honest.
     """
 
-    def __init__(self, tests: str, *, timeout: float = 10.0, python: str | None = None) -> None:
+    def __init__(
+        self,
+        tests: str,
+        *,
+        timeout: float = 10.0,
+        python: str | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         if timeout <= 0:
             raise UserError(f"PythonTestsCheck timeout must be > 0 seconds, got {timeout}.")
         try:
@@ -172,7 +183,9 @@ class PythonTestsCheck:
             raise UserError(f"PythonTestsCheck tests do not compile: {exc}") from exc
         self.tests = tests
         self.timeout = timeout
-        self.python = python or sys.executable
+        box = sandbox if sandbox is not None else default_sandbox()
+        self.sandbox = box if python is None else box.replace(python=python)
+        self.sandbox.check()  # no sandbox here: refuse now, before any model is called
         self.name = "python-tests"
 
     @staticmethod
@@ -181,32 +194,24 @@ class PythonTestsCheck:
         return fenced if fenced is not None else text
 
     async def check(self, outcome: ParallelLoopOutcome, *, cancel: CancelToken) -> CheckResult:
-        script = f"{self.code_of(outcome.text)}\n\n# --- tests ---\n{self.tests}\n"
-        with tempfile.TemporaryDirectory(prefix="phi-verify-") as tmp:
-            path = Path(tmp) / "check.py"
-            path.write_text(script, encoding="utf-8")
-            process = await asyncio.create_subprocess_exec(
-                self.python,
-                "-I",
-                str(path),
-                cwd=tmp,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-            try:
-                async with asyncio.timeout(self.timeout):
-                    output, _ = await process.communicate()
-            except TimeoutError:
-                return CheckResult(False, f"tests timed out after {self.timeout}s")
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
-        tail = output.decode("utf-8", "replace").strip()[-500:]
-        if process.returncode == 0:
+        token = secrets.token_hex(16)
+        result = await self.sandbox.run(
+            _WORKER,
+            json.dumps({"mode": "tests", "code": self.code_of(outcome.text), "tests": self.tests})
+            + "\n",
+            timeout=self.timeout,
+            after_ready=token + "\n",
+            capture_output=True,
+        )
+        if result.killed == "timeout":
+            return CheckResult(False, f"tests timed out after {self.timeout}s")
+        passed = any(m.get("passed") == token for m in result.messages)
+        if passed and result.exit_code == 0 and result.killed is None:
             return CheckResult(True, "tests passed")
-        return CheckResult(False, f"tests failed (exit {process.returncode}): {tail}")
+        tail = redact(result.output.strip()[-500:] or (result.error or ""))
+        if not any(m.get("ready") is True for m in result.messages):
+            return CheckResult(False, f"the answer's code failed to load: {tail}")
+        return CheckResult(False, f"tests failed (exit {result.exit_code}): {tail}")
 
 
 def as_check(item: Check | Predicate) -> Check:
