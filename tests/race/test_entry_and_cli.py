@@ -119,3 +119,22 @@ def test_parallel_agents_rejects_bad_flags_with_usage_errors(tmp_path: Path):
         ["q", "--agent-models", "nosuch:model", "--bandit-state", str(tmp_path / "s.sqlite")],
     )
     assert unknown.exit_code == 2 and "nosuch" in unknown.output
+
+
+async def test_verify_python_is_refused_before_any_call_when_no_sandbox_can_be_made(tmp_path: Path):
+    from phi_core.errors import SandboxUnavailableError
+    from phi_core.sandbox import Sandbox, set_default_sandbox
+
+    provider = ScriptedProvider(default="def f(): return 1")
+    set_default_sandbox(Sandbox(search_path=""))
+    try:
+        with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
+            await run_bandit_race(
+                "Write f.",
+                ["m"],
+                BanditOptions(state=str(tmp_path / "s.sqlite"), verify="python"),
+                configs={"m": config("m", provider)},
+            )
+    finally:
+        set_default_sandbox(None)
+    assert provider.calls == 0

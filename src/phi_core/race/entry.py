@@ -25,6 +25,7 @@ from ..routing.features import EmbeddingFeatures, FeatureExtractor, HashedFeatur
 from ..routing.reward import LatencyTracker, RewardPolicy
 from ..routing.state import open_route_state
 from ..routing.stores import RouterStateStore
+from ..sandbox import default_sandbox
 from .pipeline import Arm, BanditRace, BanditRaceResult, RaceSettings, Verifier
 
 __all__ = [
@@ -174,6 +175,8 @@ def build_bandit_race(
     )
     budget = options.budget()
     verify = verifier_from_spec(options.verify) if options.verify is not None else None
+    if verify is runnable_python:
+        default_sandbox().check()  # refuse before the race when model code could not be contained
     router = LinUCBRouter(features.dim, alpha=options.alpha, ridge=options.ridge)
     namespace = features.schema
     cache = None
