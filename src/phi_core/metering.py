@@ -30,10 +30,10 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import BudgetExceededError, UserError
 from .types import Usage
@@ -47,8 +47,10 @@ __all__ = [
     "Meter",
     "Reservation",
     "active_meters",
+    "call_metered_here",
     "estimate_request_tokens",
     "estimate_tokens",
+    "metered_here",
     "metering",
     "record_everywhere",
     "reserve",
@@ -379,3 +381,39 @@ def record_everywhere(call: CallRecord, meters: tuple[Meter, ...] | None = None)
     """Record a call that needed no reservation (a cache hit) on every active meter."""
     for meter in active_meters() if meters is None else meters:
         meter.record(call)
+
+
+_T = TypeVar("_T")
+_metered_here: ContextVar[bool] = ContextVar("phi_call_metered_here", default=False)
+
+
+def call_metered_here() -> bool:
+    """Whether the code running now is a call path that meters its own calls (``ModelCall``).
+
+    Interception of SDK calls (selection) leaves HTTP requests sent from such code alone, so a
+    call is never counted twice.
+    """
+    return _metered_here.get()
+
+
+async def metered_here(stream: AsyncIterator[_T]) -> AsyncIterator[_T]:
+    """Iterate ``stream`` with :func:`call_metered_here` true while each of its steps runs — and
+    only then: the flag is reset before every item is handed on, so the consumer never sees it."""
+    try:
+        while True:
+            token = _metered_here.set(True)
+            try:
+                item = await anext(stream)
+            except StopAsyncIteration:
+                return
+            finally:
+                _metered_here.reset(token)
+            yield item
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            token = _metered_here.set(True)
+            try:
+                await close()
+            finally:
+                _metered_here.reset(token)

@@ -38,6 +38,7 @@ from ..metering import (
     active_meters,
     estimate_request_tokens,
     estimate_tokens,
+    metered_here,
     record_everywhere,
     reserve,
     settle,
@@ -218,8 +219,8 @@ class ModelCall:
         started = time.perf_counter()
         error: BaseException | None = None
         try:
-            async for item in stream_with_retry(
-                self.provider, request, self.retry, limiter=self.limiter
+            async for item in metered_here(
+                stream_with_retry(self.provider, request, self.retry, limiter=self.limiter)
             ):
                 if isinstance(item, StreamDone):
                     self.message = item.message

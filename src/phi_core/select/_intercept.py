@@ -1,0 +1,575 @@
+"""Interception of the model calls an agent makes itself, through the vendors' SDKs or httpx.
+
+Inside ``with intercepting(scope):`` every HTTP request sent by an ``httpx`` or ``httpx2`` client
+(the official ``openai`` and ``anthropic`` SDKs use ``httpx2``, ``google-genai`` either, plain
+``httpx`` agents ``httpx``) from code running in the block's context is checked; a model call
+(:mod:`._intercept_wire`) then takes the same path as a :class:`~phi_core.select.MeteredModel`
+call:
+
+1. **identity**: a key from the request actually sent — method, URL path, query (credential
+   parameters dropped), body; never headers — plus the occurrence of the same request within
+   the current (combination, datapoint) cell, so repeated samples stay apart;
+2. **cache** (any :class:`~phi_core.providers.call.CallCache`): a hit is answered at once,
+   recorded as cached (free) with its original latency;
+3. **budget**: the worst case is reserved on every active meter before sending (the body's
+   output limit, else the model's; lowered in the body when a budget needs it); a refused call
+   is answered ``402`` with ``x-should-retry: false``, which the SDKs raise as a status error
+   without retrying;
+4. **limiter**: a slot of the shared :class:`~phi_core.providers.Limiter` per provider and
+   model, held until the body has been read (sync clients in worker threads borrow it from the
+   run's event loop), cut on 429s;
+5. **meter**: the usage the response reports (whole or streamed), priced by the user's
+   ``model_prices`` or the price table, recorded on every active meter and in the scope's log
+   with the cell it belongs to.
+
+Attribution follows context variables, so it is right under any concurrency: the cell's meter and
+labels are set where the evaluation runs, and copied into worker threads with the context.
+
+The patch of the clients' ``send`` methods is installed when the first scope opens and removed
+when the last one closes; outside a scope's context (other threads, other tasks) requests pass
+through untouched. Calls made by phi-core's own providers through ``ModelCall`` are metered
+there and left alone here (:func:`~phi_core.metering.call_metered_here`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import importlib
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+from ..errors import BudgetExceededError
+from ..metering import (
+    CallRecord,
+    Reservation,
+    active_meters,
+    call_metered_here,
+    record_everywhere,
+    reserve,
+    settle,
+)
+from ..providers.call import CachedResponse, CallCache
+from ..providers.limiter import Limiter, LimiterSlot, default_limiter
+from ..providers.retry import DEFAULT_LIMITER
+from ..types import AssistantMessage, Pricing, TextContent, Usage
+from ._intercept_wire import (
+    ModelPrices,
+    WireCall,
+    classify,
+    estimated_usage,
+    model_max_output,
+    normalise_prices,
+    parse_usage,
+    price_of,
+    with_output_limit,
+)
+
+__all__ = ["InterceptScope", "InterceptedCall", "attribute", "intercepting"]
+
+logger = logging.getLogger("phi_core.select.intercept")
+_T = TypeVar("_T")
+
+_SECRET_PARAMS = {
+    "key",
+    "api_key",
+    "apikey",
+    "api-key",
+    "token",
+    "access_token",
+    "sig",
+    "signature",
+}
+_ERROR_KINDS = {401: "auth", 403: "auth", 408: "timeout", 413: "bad_request", 429: "rate_limited"}
+
+
+@dataclass(frozen=True, slots=True)
+class InterceptedCall:
+    """One intercepted model call, with the cell it was made for."""
+
+    combination: str | None
+    datapoint: Any
+    model: str
+    """``provider:model`` (the provider from the host when it is a known vendor's)."""
+    usage: Usage
+    cost_usd: float
+    latency_s: float
+    cached: bool = False
+    estimated: bool = False
+    status: int = 200
+    error_kind: str | None = None
+    priced: bool = True
+
+    # AgentOpt's names for the same facts
+    @property
+    def data_id(self) -> Any:
+        return self.datapoint
+
+    @property
+    def combo_id(self) -> str | None:
+        return self.combination
+
+    @property
+    def input_tokens(self) -> int:
+        return self.usage.input + self.usage.cache_read + self.usage.cache_write
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output
+
+    @property
+    def latency_seconds(self) -> float:
+        return self.latency_s
+
+
+@dataclass(slots=True)
+class _Cell:
+    combination: str | None
+    datapoint: Any
+    seen: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def occurrence(self, key: str) -> int:
+        with self.lock:
+            n = self.seen[key]
+            self.seen[key] += 1
+            return n
+
+
+_cell: ContextVar[_Cell | None] = ContextVar("phi_intercept_cell", default=None)
+_scope: ContextVar[InterceptScope | None] = ContextVar("phi_intercept_scope", default=None)
+
+
+@contextlib.contextmanager
+def attribute(combination: str | None, datapoint: Any) -> Iterator[None]:
+    """Attribute the calls made in this block to ``(combination, datapoint)``."""
+    token = _cell.set(_Cell(combination, datapoint))
+    try:
+        yield
+    finally:
+        _cell.reset(token)
+
+
+class InterceptScope:
+    """What interception does inside one run: its cache, limiter, prices, and the calls it saw.
+
+    Args:
+        cache: answer from / store into this cache (``None``: no caching).
+        limiter: the limiter (default: the process-wide one; ``None``: no limiting).
+        model_prices: the user's prices (see :data:`._intercept_wire.ModelPrices`); they win over
+            the price table.
+        loop: the run's event loop, which sync clients in worker threads borrow the limiter and
+            the cache from (default: the loop running when the scope opens, if any).
+    """
+
+    def __init__(
+        self,
+        *,
+        cache: CallCache | None = None,
+        limiter: Limiter | None = DEFAULT_LIMITER,
+        model_prices: ModelPrices | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.cache = cache
+        self.limiter: Limiter | None = default_limiter() if limiter is DEFAULT_LIMITER else limiter
+        self.prices: dict[str, Pricing] = normalise_prices(model_prices)
+        self.loop = loop
+        self.calls: list[InterceptedCall] = []
+        self._lock = threading.Lock()
+        self._outside = _Cell(None, None)
+
+    @property
+    def unpriced(self) -> set[str]:
+        """Models called that have no price (their dollars count as 0)."""
+        with self._lock:
+            return {c.model for c in self.calls if not c.priced and c.usage.total}
+
+    def usage(self, combination: str | None = None, datapoint: Any = None) -> dict[str, Usage]:
+        """Tokens per model of the calls made for ``combination`` / ``datapoint`` (all by default)."""
+        out: dict[str, Usage] = {}
+        with self._lock:
+            for c in self.calls:
+                if combination is not None and c.combination != combination:
+                    continue
+                if datapoint is not None and c.datapoint != datapoint:
+                    continue
+                out[c.model] = out.get(c.model, Usage()) + c.usage
+        return out
+
+    def _log(self, call: InterceptedCall) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    # ------------------------------------------------------------------ one call
+
+    def _prepare(self, request: Any) -> _Pending | None:
+        try:
+            content = bytes(request.content)
+        except Exception:  # a streamed request body (not a model call an SDK sends): leave it
+            return None
+        call = classify(request.method, str(request.url), content)
+        if call is None:
+            return None
+        cell = _cell.get() or self._outside
+        identity = _identity(request, content)
+        occurrence = cell.occurrence(identity)
+        pricing = price_of(call, self.prices)
+        return _Pending(self, call, cell, identity, occurrence, pricing, active_meters())
+
+    def _limiter_keys(self, call: WireCall) -> tuple[str, str]:
+        return call.provider, call.spec
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One intercepted call on its way: cache, reservation, limiter slot, metering."""
+
+    scope: InterceptScope
+    call: WireCall
+    cell: _Cell
+    identity: str
+    occurrence: int
+    pricing: Pricing | None
+    meters: tuple[Any, ...]
+    reservation: Reservation | None = None
+    started: float = 0.0
+    finished: bool = False
+    status: int = 0
+    content_type: str = "application/json"
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.identity}|{self.occurrence}".encode()).hexdigest()
+
+    def hit(self, cached: CachedResponse | None) -> tuple[int, dict[str, str], bytes] | None:
+        """The response to answer from a cache entry (``None``: not usable), recorded."""
+        decoded = _decode(cached)
+        if decoded is None:
+            return None
+        content_type, body = decoded
+        usage = cached.message.usage if cached is not None else Usage()
+        latency = cached.latency if cached is not None else 0.0
+        self._record(usage, latency, cached=True)
+        return 200, {"content-type": content_type, "x-phi-cache": "hit"}, body
+
+    def reserve(self) -> bytes | None:
+        """Reserve the worst case; the lowered body when a budget capped the output.
+
+        Raises:
+            BudgetExceededError: after recording the refusal.
+        """
+        call = self.call
+        try:
+            self.reservation = reserve(
+                input_tokens=call.input_estimate,
+                max_output=call.max_output,
+                model_max_output=model_max_output(call.model),
+                pricing=self.pricing,
+                meters=self.meters,
+            )
+        except BudgetExceededError as refused:
+            record_everywhere(
+                CallRecord(call.spec, Usage(), 0.0, 0.0, error_kind="budget", error=str(refused)),
+                self.meters,
+            )
+            self.scope._log(self._entry(Usage(), 0.0, status=402, error_kind="budget"))
+            raise
+        limit = self.reservation.max_output
+        if limit is not None and limit != call.max_output:
+            body = with_output_limit(call, limit)
+            self.identity = hashlib.sha256(
+                f"{self.identity}|max_output={limit}".encode()
+            ).hexdigest()
+            return body
+        return None
+
+    def finish(self, status: int, body: bytes | None, *, complete: bool) -> CachedResponse | None:
+        """Settle the call with what the response reported; what to cache (``None``: nothing)."""
+        if self.finished:
+            return None
+        self.finished = True
+        latency = time.perf_counter() - self.started
+        usage: Usage | None = None
+        text = ""
+        if status == 200 and body is not None:
+            usage, text = parse_usage(self.call, body)
+        estimated = usage is None and status == 200
+        if usage is None:
+            usage = estimated_usage(self.call, text) if status == 200 else Usage()
+        kind = None if status == 200 else _error_kind(status)
+        cost = usage.cost(self.pricing)
+        record = CallRecord(
+            self.call.spec,
+            usage,
+            cost,
+            latency,
+            estimated=estimated and usage.total > 0,
+            error_kind=kind,
+            error=None if kind is None else f"HTTP {status}",
+        )
+        if self.reservation is not None:
+            settle(self.reservation, record)
+        else:
+            record_everywhere(record, self.meters)
+        self.scope._log(
+            self._entry(usage, latency, status=status, error_kind=kind, estimated=estimated)
+        )
+        if status != 200 or body is None or not complete:
+            return None
+        try:
+            text_body = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        message = AssistantMessage(
+            content=[TextContent(text=text_body)],
+            model=self.call.spec,
+            provider=f"http {self.content_type}",
+            usage=usage,
+        )
+        return CachedResponse(message, latency)
+
+    def fail(self, error: BaseException) -> None:
+        """The request raised before a response (network error, cancellation)."""
+        if self.finished:
+            return
+        self.finished = True
+        latency = time.perf_counter() - self.started
+        kind = "cancelled" if isinstance(error, asyncio.CancelledError) else "network"
+        record = CallRecord(
+            self.call.spec, Usage(), 0.0, latency, error_kind=kind, error=type(error).__name__
+        )
+        if self.reservation is not None:
+            settle(self.reservation, record)
+        else:
+            record_everywhere(record, self.meters)
+        self.scope._log(self._entry(Usage(), latency, status=0, error_kind=kind))
+
+    def _record(self, usage: Usage, latency: float, *, cached: bool) -> None:
+        cost = usage.cost(self.pricing)
+        record_everywhere(
+            CallRecord(self.call.spec, usage, cost, latency, cached=cached), self.meters
+        )
+        self.scope._log(self._entry(usage, latency, cached=cached))
+
+    def _entry(
+        self,
+        usage: Usage,
+        latency: float,
+        *,
+        cached: bool = False,
+        status: int = 200,
+        error_kind: str | None = None,
+        estimated: bool = False,
+    ) -> InterceptedCall:
+        return InterceptedCall(
+            combination=self.cell.combination,
+            datapoint=self.cell.datapoint,
+            model=self.call.spec,
+            usage=usage,
+            cost_usd=usage.cost(self.pricing),
+            latency_s=latency,
+            cached=cached,
+            estimated=estimated,
+            status=status,
+            error_kind=error_kind,
+            priced=self.pricing is not None,
+        )
+
+
+def _identity(request: Any, content: bytes) -> str:
+    """Method, path, query without credentials, canonical body: what the request asks for."""
+    url = urlsplit(str(request.url))
+    query = sorted(
+        (k, v)
+        for k, v in parse_qsl(url.query, keep_blank_values=True)
+        if k.lower() not in _SECRET_PARAMS
+    )
+    try:
+        body: Any = json.loads(content)
+    except ValueError:
+        body = hashlib.sha256(content).hexdigest()
+    blob = json.dumps(
+        {"method": request.method, "path": url.path, "query": query, "body": body},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _decode(cached: CachedResponse | None) -> tuple[str, bytes] | None:
+    if cached is None or not cached.message.provider.startswith("http "):
+        return None
+    return cached.message.provider[5:], cached.message.text.encode()
+
+
+def _error_kind(status: int) -> str:
+    if status in _ERROR_KINDS:
+        return _ERROR_KINDS[status]
+    if status == 529 or status == 503:
+        return "overloaded"
+    return "server" if status >= 500 else "bad_request"
+
+
+def refusal_body(error: BudgetExceededError) -> bytes:
+    """An error body every SDK reads (OpenAI's, Anthropic's and Google's error shapes at once)."""
+    return json.dumps(
+        {
+            "type": "error",
+            "error": {
+                "type": "budget_exceeded",
+                "code": 402,
+                "status": "RESOURCE_EXHAUSTED",
+                "message": f"phi-core refused this call before sending it: {error}",
+            },
+        }
+    ).encode()
+
+
+# --------------------------------------------------------------------------- installation
+
+_install_lock = threading.Lock()
+_installed = 0
+_restore: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def intercepting(scope: InterceptScope) -> Iterator[InterceptScope]:
+    """Intercept the model calls made in this block's context (see the module docstring)."""
+    if scope.loop is None:
+        with contextlib.suppress(RuntimeError):
+            scope.loop = asyncio.get_running_loop()
+    _install()
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
+        _uninstall()
+
+
+def active_scope() -> InterceptScope | None:
+    """The interception scope of this context, unless the call path meters its own calls."""
+    scope = _scope.get()
+    return None if scope is None or call_metered_here() else scope
+
+
+def _install() -> None:
+    global _installed
+    with _install_lock:
+        _installed += 1
+        if _installed > 1:
+            return
+        from ._intercept_http import patch_module
+
+        for name in ("httpx", "httpx2"):
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            _restore.append(patch_module(module))
+        _restore.append(_patch_google())
+
+
+def _uninstall() -> None:
+    global _installed
+    with _install_lock:
+        _installed -= 1
+        if _installed > 0:
+            return
+        while _restore:
+            _restore.pop()()
+
+
+def _patch_google() -> Callable[[], None]:
+    """google-genai sends async calls through aiohttp when it is installed: inside a scope, make
+    it use its httpx client instead (which is intercepted)."""
+    try:
+        api_client: ModuleType = importlib.import_module("google.genai._api_client")
+    except ImportError:
+        return lambda: None
+    cls = getattr(api_client, "BaseApiClient", None)
+    original = getattr(cls, "_use_aiohttp", None)
+    if cls is None or original is None:
+        return lambda: None
+
+    def _use_aiohttp(self: Any) -> bool:
+        if active_scope() is not None and getattr(self, "_async_httpx_client", None) is not None:
+            return False
+        return bool(original(self))
+
+    cls._use_aiohttp = _use_aiohttp
+
+    def restore() -> None:
+        cls._use_aiohttp = original
+
+    return restore
+
+
+# --------------------------------------------------------------------------- sync helpers
+
+
+def run_on_loop(scope: InterceptScope, coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` for a sync caller: on the scope's loop from another thread, else in a
+    private loop (a sync agent outside any running loop)."""
+    loop = scope.loop
+    if loop is not None and loop.is_running() and not _on_loop_thread(loop):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+    return asyncio.run(coro)
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+class SyncSlot:
+    """A limiter slot held for a sync client: acquired on the scope's loop, released from the
+    worker thread. Without a usable loop (or on the loop's own thread) there is no slot."""
+
+    def __init__(self, scope: InterceptScope, provider: str, model: str) -> None:
+        self._release: asyncio.Event | None = None
+        self._done: Any = None
+        self._outcome: Callable[[LimiterSlot], None] | None = None
+        loop = scope.loop
+        limiter = scope.limiter
+        if limiter is None or loop is None or not loop.is_running() or _on_loop_thread(loop):
+            return
+        self._loop = loop
+        acquired: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        async def hold() -> None:
+            self._release = asyncio.Event()
+            async with limiter.slot(provider, model) as slot:
+                acquired.set_result(None)
+                await self._release.wait()
+                if self._outcome is not None:
+                    self._outcome(slot)
+
+        self._done = asyncio.run_coroutine_threadsafe(hold(), loop)
+        concurrent.futures.wait([acquired, self._done], return_when="FIRST_COMPLETED")
+        if not acquired.done():
+            self._done.result()  # raises what stopped the acquisition
+
+    def release(self, outcome: Callable[[LimiterSlot], None] | None) -> None:
+        if self._done is None:
+            return
+        self._outcome = outcome
+        release = self._release
+        if release is not None:
+            self._loop.call_soon_threadsafe(release.set)
+        with contextlib.suppress(Exception):
+            self._done.result(timeout=30)
+        self._done = None
