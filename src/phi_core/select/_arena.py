@@ -14,7 +14,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,8 +23,18 @@ import numpy.typing as npt
 from ..errors import BudgetExhausted, UserError
 from ..metering import Budget
 from ..outcome import Outcome
+from ..types import Usage
 
-__all__ = ["Arena", "Evaluation", "Evaluator", "latency_band"]
+__all__ = [
+    "LATENCY_FLOOR_S",
+    "LATENCY_RESOLUTION",
+    "Arena",
+    "Evaluation",
+    "Evaluator",
+    "Objective",
+    "clearly_faster",
+    "latency_band",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -44,6 +54,8 @@ class Evaluation(Outcome):
     calls: int = 0
     spent_usd: float | None = None
     """Dollars actually paid for this run (``None``: the same as ``cost_usd``)."""
+    model_usage: dict[str, Usage] = field(default_factory=dict)
+    """Tokens per model (``provider:model``) of this run's calls."""
 
     @property
     def cost(self) -> float:
@@ -91,6 +103,67 @@ def latency_band(latency: Any) -> Any:
     return band if band.ndim else float(band)
 
 
+LATENCY_RESOLUTION = 0.25
+"""Mean latencies closer than this fraction (plus :data:`LATENCY_FLOOR_S`) are a tie: wall-clock
+timing of identical runs differs by noise, and noise must not decide which combination wins."""
+LATENCY_FLOOR_S = 0.05
+
+
+def clearly_faster(a: float, b: float) -> bool:
+    """Whether mean latency ``a`` beats ``b`` by more than timing noise (a quarter and 50 ms)."""
+    return a * (1.0 + LATENCY_RESOLUTION) + LATENCY_FLOOR_S < b
+
+
+def _cheaper(a: float, b: float) -> bool:
+    """Whether cost ``a`` is below ``b`` beyond floating-point noise."""
+    return a < b - (1e-12 + 1e-9 * max(abs(a), abs(b)))
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """What the search maximises: the score, less weighted cost and latency.
+
+    Per cell, ``score - cost_weight * norm(cost) - latency_weight * norm(latency)``, where ``norm``
+    maps the cheapest (fastest) cell recorded so far to 0 and the dearest (slowest) to 1 — the
+    weights are comparable to one point of score. The algorithms rank by it during the search (it
+    is recomputed for every recorded cell after each batch), rescaled into [0, 1] (same order) so
+    their bounds for scores in [0, 1] still hold. All weights 0: the score alone.
+    """
+
+    cost_weight: float = 0.0
+    latency_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("cost_weight", "latency_weight"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise UserError(f"{name} must be a number >= 0 (0 ignores it), got {value!r}.")
+
+    @property
+    def active(self) -> bool:
+        return self.cost_weight > 0 or self.latency_weight > 0
+
+    def utility(self, scores: FloatArray, costs: FloatArray, latencies: FloatArray) -> FloatArray:
+        """The objective of cells (arrays of their scores, dollars and seconds), in [0, 1]."""
+        cw, lw = self.cost_weight, self.latency_weight
+        value = scores + cw * (1.0 - _norm(costs)) + lw * (1.0 - _norm(latencies))
+        return np.asarray(value / (1.0 + cw + lw), dtype=np.float64)
+
+
+def _norm(values: FloatArray) -> FloatArray:
+    if values.size == 0:
+        return values
+    lo, hi = float(values.min()), float(values.max())
+    if hi <= lo:
+        return np.zeros_like(values)
+    return (values - lo) / (hi - lo)
+
+
 class Arena:
     """Recorded evaluations of ``n_combos`` combinations on ``n_datapoints`` shuffled datapoints.
 
@@ -107,6 +180,7 @@ class Arena:
         cost_check_every: with a dollar or token budget, batches run in slices of this many
             datapoints per combination so the budget is checked between slices.
         on_batch: called after every batch with the arena (progress reporting).
+        objective: what the algorithms maximise (:attr:`scores`); the score alone by default.
     """
 
     def __init__(
@@ -122,6 +196,7 @@ class Arena:
         cost_check_every: int = 5,
         on_batch: Callable[[Arena], None] | None = None,
         shuffle: bool = True,
+        objective: Objective | None = None,
     ) -> None:
         if max_evaluations is not None and max_evaluations < 1:
             raise UserError(f"max_evaluations must be >= 1, got {max_evaluations!r}.")
@@ -149,8 +224,12 @@ class Arena:
         self.started = time.monotonic()
         self.on_batch = on_batch
         shape = (n_combos, n_datapoints)
+        self.objective = objective if objective is not None and objective.active else None
         self.observed = np.zeros(shape, dtype=bool)
+        self.accuracy = np.zeros(shape)
+        """The scorer's score of every recorded cell (failures 0)."""
         self.scores = np.zeros(shape)
+        """What the algorithms rank by: :attr:`accuracy`, or the :class:`Objective` of each cell."""
         self.costs = np.zeros(shape)
         self.latencies = np.zeros(shape)
         self.input_tokens = np.zeros(shape, dtype=np.int64)
@@ -158,6 +237,8 @@ class Arena:
         self.paid = np.zeros(shape)
         self.calls = np.zeros(shape, dtype=np.int64)
         self.errors: dict[tuple[int, int], str] = {}
+        self.cells: dict[tuple[int, int], Evaluation] = {}
+        """Every recorded evaluation by ``(combination, position)``."""
         self.batches = 0
 
     # ------------------------------------------------------------------ evaluation
@@ -246,7 +327,9 @@ class Arena:
                     continue
                 failed = ev.error is not None or not ev.ok
                 self.observed[k, p] = True
-                self.scores[k, p] = 0.0 if failed else min(max(ev.score, 0.0), 1.0)
+                self.accuracy[k, p] = 0.0 if failed else min(max(ev.score, 0.0), 1.0)
+                self.scores[k, p] = self.accuracy[k, p]
+                self.cells[(k, p)] = ev
                 self.costs[k, p] = ev.cost_usd
                 self.paid[k, p] = ev.paid
                 self.calls[k, p] = ev.calls
@@ -255,11 +338,20 @@ class Arena:
                 self.output_tokens[k, p] = ev.output_tokens
                 if failed:
                     self.errors[(k, p)] = ev.error or ev.status
+        self._apply_objective()
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(self)
         if refused:
             raise BudgetExhausted
+
+    def _apply_objective(self) -> None:
+        if self.objective is None:
+            return
+        seen = self.observed
+        self.scores[seen] = self.objective.utility(
+            self.accuracy[seen], self.costs[seen], self.latencies[seen]
+        )
 
     async def evaluate_prefix(self, combos: Iterable[int], n: int) -> None:
         """Make sure every combination in ``combos`` has seen positions ``0 .. n-1`` (paired)."""
@@ -307,7 +399,13 @@ class Arena:
         )
 
     def best(self, combos: Iterable[int] | None = None) -> int:
-        """The best evaluated combination among ``combos`` (all by default) by :meth:`rank_key`."""
+        """The best evaluated combination among ``combos`` (all by default).
+
+        The top score (objective); among equal scores the cheapest; among equally cheap ones,
+        those not clearly slower than the fastest (:func:`clearly_faster`: timing noise never
+        decides); then the name. No combination of the pool with at least as much evidence
+        dominates the result (see :meth:`dominates`).
+        """
         pool = np.arange(self.n_combos) if combos is None else np.fromiter(combos, dtype=np.int64)
         if pool.size == 0:
             raise ValueError("best() of an empty set of combinations")
@@ -318,9 +416,55 @@ class Arena:
         mask = self.observed[pool]
         mean = (self.scores[pool] * mask).sum(axis=1) / safe
         cost = (self.costs[pool] * mask).sum(axis=1) / safe
-        latency = latency_band((self.latencies[pool] * mask).sum(axis=1) / safe)
-        order = np.lexsort((self._name_rank[pool], latency, cost, -mean))
-        return int(pool[order[0]])
+        latency = (self.latencies[pool] * mask).sum(axis=1) / safe
+        keep = mean >= mean.max() - 1e-12
+        pool, cost, latency = pool[keep], cost[keep], latency[keep]
+        cheapest = float(cost.min())
+        keep = np.array([not _cheaper(cheapest, float(c)) for c in cost])
+        pool, latency = pool[keep], latency[keep]
+        fastest = float(latency.min())
+        if self.objective is None or self.objective.latency_weight == 0:
+            keep = np.array([not clearly_faster(fastest, float(t)) for t in latency])
+            pool = pool[keep]
+        return int(pool[np.argmin(self._name_rank[pool])])
+
+    def summary(self, k: int) -> tuple[int, float, float, float]:
+        """``(count, mean accuracy, mean cost, mean latency)`` of combination ``k``."""
+        mask = self.observed[k]
+        n = int(mask.sum())
+        if n == 0:
+            return 0, math.nan, math.nan, math.nan
+        return (
+            n,
+            float(self.accuracy[k][mask].mean()),
+            float(self.costs[k][mask].mean()),
+            float(self.latencies[k][mask].mean()),
+        )
+
+    def dominates(self, a: int, b: int) -> bool:
+        """Whether ``a`` is at least as good as ``b`` on accuracy, cost and latency, better on one,
+        and was evaluated on every datapoint ``b`` was (less evidence never dominates).
+
+        Latency is compared at the resolution of :func:`clearly_faster` unless the objective
+        weighs latency (then it is compared as measured, like the objective does).
+        """
+        if a == b or not (self.observed[a] >= self.observed[b]).all():
+            return False
+        na, acc_a, cost_a, lat_a = self.summary(a)
+        nb, acc_b, cost_b, lat_b = self.summary(b)
+        if na == 0 or nb == 0:
+            return False
+        exact = self.objective is not None and self.objective.latency_weight > 0
+        slower = lat_a > lat_b if exact else clearly_faster(lat_b, lat_a)
+        if acc_a < acc_b - 1e-12 or _cheaper(cost_b, cost_a) or slower:
+            return False
+        faster = lat_a < lat_b if exact else clearly_faster(lat_a, lat_b)
+        return acc_a > acc_b + 1e-12 or _cheaper(cost_a, cost_b) or faster
+
+    def pareto(self, combos: Iterable[int]) -> list[int]:
+        """The combinations of ``combos`` no other one of them dominates."""
+        pool = [k for k in combos if self.count(k) > 0]
+        return [k for k in pool if not any(self.dominates(j, k) for j in pool)]
 
     def stats(self) -> tuple[npt.NDArray[np.int64], FloatArray, FloatArray]:
         """Per combination: sample count, mean score and a shrunk standard error.

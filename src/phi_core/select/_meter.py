@@ -66,6 +66,7 @@ class MeteredModel:
         self.name = name or self.config.spec
         """The candidate's label in results (defaults to ``provider:model``); must be unique per step."""
         self._provider = provider
+        self._given_provider = provider is not None
         self.cache = cache
         self.retry = retry or RetryPolicy()
         self.temperature = temperature
@@ -78,6 +79,17 @@ class MeteredModel:
     @property
     def spec(self) -> str:
         return self.config.spec
+
+    def __getstate__(self) -> dict[str, object]:
+        """A pickled handle (shipped to a Ray worker) leaves behind what belongs to this process:
+        its event loop, its cache connection and a provider built from the registry; the worker
+        attaches its own."""
+        state = dict(self.__dict__)
+        state["loop"] = None
+        state["cache"] = None
+        if not self._given_provider:
+            state["_provider"] = None
+        return state
 
     def __repr__(self) -> str:
         return f"MeteredModel({self.name!r})"

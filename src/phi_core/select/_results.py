@@ -13,10 +13,17 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..errors import MissingExtraError, UserError
-from ._arena import Arena
+from ..types import Usage
+from ._arena import Arena, Objective
 from ._space import SearchSpace
 
-__all__ = ["CombinationResult", "FailureRecord", "SelectionResult", "build_result"]
+__all__ = [
+    "CombinationResult",
+    "DatapointResult",
+    "FailureRecord",
+    "SelectionResult",
+    "build_result",
+]
 
 
 class FailureRecord(BaseModel):
@@ -25,6 +32,25 @@ class FailureRecord(BaseModel):
     combination: str
     datapoint: int
     error: str
+
+
+class DatapointResult(BaseModel):
+    """One combination on one datapoint."""
+
+    combination: str
+    datapoint: int
+    """The item's index in the dataset."""
+    position: int
+    """Its place in this run's (seeded, shuffled) order."""
+    score: float
+    objective: float | None = None
+    """The search objective of this cell, when cost or latency were weighted."""
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    error: str | None = None
 
 
 class CombinationResult(BaseModel):
@@ -52,6 +78,12 @@ class CombinationResult(BaseModel):
     is_best: bool = False
     in_contention: bool = True
     """False when the algorithm eliminated or never chose to finish this combination."""
+    pareto: bool = False
+    """On the Pareto front (accuracy, cost, latency) of the combinations in contention."""
+    objective: float | None = None
+    """The mean search objective, when cost or latency were weighted."""
+    usage_by_model: dict[str, Usage] = Field(default_factory=dict)
+    """Tokens per model (``provider:model``) over its evaluations."""
 
 
 class SelectionResult(BaseModel):
@@ -71,6 +103,18 @@ class SelectionResult(BaseModel):
     wall_time_s: float
     failures: list[FailureRecord] = Field(default_factory=list)
     budget_exhausted: bool = False
+    datapoints: list[DatapointResult] = Field(default_factory=list)
+    """Every evaluated (combination, datapoint) cell, in combination then position order."""
+    metered_calls: int = 0
+    """Model calls counted (handles and intercepted SDK calls, cache hits included)."""
+    warnings: list[str] = Field(default_factory=list)
+    """What the caller should know (no call metered, models without a price...)."""
+    unpriced_models: list[str] = Field(default_factory=list)
+    """Models called that have no price: their dollars count as 0."""
+    resumed: int = 0
+    """Cells taken from the run journal instead of being run again."""
+    cost_weight: float = 0.0
+    latency_weight: float = 0.0
 
     def best_models(self) -> dict[str, str]:
         """``{step: model}`` of the winner."""
@@ -80,15 +124,19 @@ class SelectionResult(BaseModel):
         return [c for c in self.combinations if c.accuracy is not None]
 
     def pareto_front(self) -> list[CombinationResult]:
-        """Evaluated combinations not dominated on (higher accuracy, lower cost, lower latency)."""
-        pts = self.evaluated()
+        """The combinations in contention no other one dominates on (higher accuracy, lower cost,
+        lower latency), best first. Latencies closer than timing noise count as equal, and a
+        combination evaluated on fewer datapoints never dominates one evaluated on more, so the
+        best is always on the front."""
+        return [c for c in self.combinations if c.pareto]
 
-        def dominates(a: CombinationResult, b: CombinationResult) -> bool:
-            ka = (a.accuracy or 0.0, -(a.cost_per_datapoint or 0.0), -(a.latency_mean or 0.0))
-            kb = (b.accuracy or 0.0, -(b.cost_per_datapoint or 0.0), -(b.latency_mean or 0.0))
-            return all(x >= y for x, y in zip(ka, kb, strict=True)) and ka != kb
+    def get_best(self) -> CombinationResult:
+        """The winner (AgentOpt's name for :attr:`best`)."""
+        return self.best
 
-        return [p for p in pts if not any(dominates(q, p) for q in pts if q is not p)]
+    def get_best_combo(self) -> dict[str, str]:
+        """``{step: model}`` of the winner (AgentOpt's name for :meth:`best_models`)."""
+        return self.best_models()
 
     def weighted(
         self, accuracy: float = 1.0, cost: float = 0.0, latency: float = 0.0
@@ -150,8 +198,42 @@ class SelectionResult(BaseModel):
             for c in self.combinations:
                 writer.writerow([getattr(c, k) for k in fields] + [json.dumps(c.models)])
 
-    def plot_pareto(self, path: str | Path) -> None:
-        """Accuracy against cost and against latency; the Pareto front joined, the best starred."""
+    def summary(self, limit: int | None = 20) -> str:
+        """A plain-text ranking (best first), with the run's totals and warnings."""
+        from ._export import summary_text
+
+        return summary_text(self, limit)
+
+    def print_summary(self, limit: int | None = 20) -> None:
+        print(self.summary(limit))
+
+    def export_config(
+        self,
+        path: str | Path,
+        format: str = "litellm",
+        *,
+        step: str | None = None,
+        api_key_env_vars: dict[str, str] | None = None,
+    ) -> str:
+        """Write the winner as a LiteLLM ``model_list`` (YAML, one entry per step) or as a
+        ``phi race --config`` file (TOML racing the Pareto front's models for ``step``); returns
+        the text. ``api_key_env_vars`` maps a provider to the variable holding its key."""
+        from ._export import litellm_config, race_config
+
+        if format == "litellm":
+            text = litellm_config(self, api_key_env_vars)
+        elif format in ("phi-race", "race", "toml"):
+            text = race_config(self, step)
+        else:
+            raise UserError(f"Unknown config format {format!r}; use 'litellm' or 'phi-race'.")
+        Path(path).write_text(text)
+        return text
+
+    def plot_pareto(self, path: str | Path | None = None) -> Any:
+        """Accuracy against cost and against latency; the Pareto front joined, the best starred.
+
+        Saves to ``path``, or returns the matplotlib figure when no path is given.
+        """
         try:
             import matplotlib
 
@@ -195,8 +277,11 @@ class SelectionResult(BaseModel):
             ax.legend(fontsize=7)
         fig.suptitle(f"{self.algorithm}: {self.evaluations}/{self.grid_evaluations} evaluations")
         fig.tight_layout()
+        if path is None:
+            return fig
         fig.savefig(path, dpi=120)
         plt.close(fig)
+        return None
 
 
 def wilson_interval(mean: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -224,27 +309,45 @@ def build_result(
     spent: float,
     wall_time: float,
     budget_exhausted: bool = False,
-    datapoint_ids: Sequence[int] | None = None,
+    warnings: Sequence[str] = (),
+    unpriced: Sequence[str] = (),
+    resumed: int = 0,
+    objective: Objective | None = None,
 ) -> SelectionResult:
-    """Summarise an arena after a run."""
+    """Summarise an arena after a run; ``best`` is the algorithm's recommendation.
+
+    A combination in contention that dominates the recommendation with at least as much
+    evidence is at least as good on every axis, so it replaces it: the reported best is always on
+    the Pareto front.
+    """
     total = arena.n_datapoints
+    contenders = {
+        k for k in (range(arena.n_combos) if pool is None else pool) if arena.count(k) > 0
+    }
+    for _ in range(arena.n_combos):
+        better = [k for k in contenders if arena.dominates(k, best)]
+        if not better:
+            break
+        best = arena.best(better)
+    contenders.add(best)
+    front = set(arena.pareto(contenders))
+    weighted = arena.objective is not None
     combos: list[CombinationResult] = []
     for k in range(arena.n_combos):
         mask = arena.observed[k]
         n = int(mask.sum())
-        scores = arena.scores[k][mask]
-        latencies = arena.latencies[k][mask]
-        failures = sum(1 for (kk, _) in arena.errors if kk == k)
         item = CombinationResult(
             name=space.name(k),
             models=space.labels(k),
             evaluations=n,
-            failures=failures,
+            failures=sum(1 for (kk, _) in arena.errors if kk == k),
             is_best=k == best,
             in_contention=pool is None or k in pool,
+            pareto=k in front,
         )
         if n:
-            mean = float(scores.mean())
+            mean = float(arena.accuracy[k][mask].mean())
+            latencies = arena.latencies[k][mask]
             item.accuracy = mean
             item.ci_low, item.ci_high = wilson_interval(mean, n)
             item.cost_usd = float(arena.costs[k][mask].sum())
@@ -254,9 +357,31 @@ def build_result(
             item.latency_p95 = _quantile(latencies, 0.95)
             item.input_tokens = int(arena.input_tokens[k][mask].sum())
             item.output_tokens = int(arena.output_tokens[k][mask].sum())
+            if weighted:
+                item.objective = float(arena.scores[k][mask].mean())
         combos.append(item)
-    keyed = sorted(range(arena.n_combos), key=arena.rank_key)
-    ordered = [combos[k] for k in keyed]
+    rows: list[DatapointResult] = []
+    for (k, p), ev in sorted(arena.cells.items()):
+        item = combos[k]
+        for model, usage in ev.model_usage.items():
+            item.usage_by_model[model] = item.usage_by_model.get(model, Usage()) + usage
+        rows.append(
+            DatapointResult(
+                combination=item.name,
+                datapoint=arena.order[p],
+                position=p,
+                score=float(arena.accuracy[k, p]),
+                objective=float(arena.scores[k, p]) if weighted else None,
+                cost_usd=float(arena.costs[k, p]),
+                latency_s=float(arena.latencies[k, p]),
+                input_tokens=int(arena.input_tokens[k, p]),
+                output_tokens=int(arena.output_tokens[k, p]),
+                calls=int(arena.calls[k, p]),
+                error=arena.errors.get((k, p)),
+            )
+        )
+    rest = sorted((k for k in range(arena.n_combos) if k != best), key=arena.rank_key)
+    ordered = [combos[best]] + [combos[k] for k in rest]
     failure_records = [
         FailureRecord(combination=space.name(k), datapoint=arena.order[p], error=msg)
         for (k, p), msg in sorted(arena.errors.items())
@@ -273,4 +398,11 @@ def build_result(
         wall_time_s=wall_time,
         failures=failure_records,
         budget_exhausted=budget_exhausted,
+        datapoints=rows,
+        metered_calls=int(arena.calls[arena.observed].sum()),
+        warnings=list(warnings),
+        unpriced_models=sorted(unpriced),
+        resumed=resumed,
+        cost_weight=objective.cost_weight if objective else 0.0,
+        latency_weight=objective.latency_weight if objective else 0.0,
     )

@@ -3,45 +3,50 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
+import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal
 
 from .._paths import user_path
 from ..errors import BudgetExhausted, UserError
 from ..metering import Budget, Meter, metering
-from ..outcome import ErrorKind
 from ..providers.base import ModelConfig
 from ..providers.registry import split_model_settings
 from ..providers.retry import RetryPolicy
-from ._algorithms import SelectionAlgorithm, make_algorithm, run_algorithm
-from ._arena import Arena, Evaluation
+from ._algorithms import SelectionAlgorithm, make_algorithm
+from ._arena import Arena, Evaluation, Objective
 from ._cache import ResponseCache
+from ._cells import AgentEvaluator, BatchEvaluator, CellRunner, Scorer, concurrency_split
+from ._intercept import InterceptScope, intercepting
+from ._intercept_wire import ModelPrices, normalise_prices
+from ._journal import RunJournal, default_journal_path, run_fingerprint
 from ._meter import MeteredModel
 from ._results import SelectionResult, build_result
 from ._space import SearchSpace
 
-__all__ = ["AgentEvaluator", "ModelSelector", "concurrency_split", "default_cache_path"]
+__all__ = [
+    "AgentEvaluator",
+    "ModelSelector",
+    "candidate_label",
+    "concurrency_split",
+    "default_cache_path",
+]
+
+logger = logging.getLogger("phi_core.select")
 
 Candidate = str | ModelConfig | MeteredModel
-Scorer = Callable[[Any, Any], float | bool | Awaitable[float | bool]]
 ProgressCallback = Callable[[Arena], None]
+Executor = Literal["local", "ray"]
 
-
-def concurrency_split(max_concurrent: int, batch_size: int) -> tuple[int, int]:
-    """``(n_combo, dp_concurrent)`` for a batch giving each combination ``batch_size`` datapoints.
-
-    Datapoint parallelism comes first: ``dp_concurrent = min(max_concurrent, batch_size)`` and
-    ``n_combo = max_concurrent // dp_concurrent``, so ``n_combo * dp_concurrent <= max_concurrent``.
-    """
-    if max_concurrent < 1:
-        raise UserError(f"max_concurrent must be >= 1, got {max_concurrent!r}.")
-    dp = max(1, min(max_concurrent, batch_size))
-    return max(1, max_concurrent // dp), dp
+NO_CALLS_WARNING = (
+    "No model call was metered in this selection run, so its tokens and dollars are 0. Calls "
+    "through MeteredModel handles and through httpx-based clients (the openai, anthropic and "
+    "google-genai SDKs, plain httpx) made by the agent in the run are counted; calls from other "
+    "HTTP libraries, subprocesses or other processes are not."
+)
 
 
 def default_cache_path() -> Path:
@@ -49,144 +54,34 @@ def default_cache_path() -> Path:
     return user_path("select-cache.sqlite")
 
 
-class AgentEvaluator:
-    """Runs the user's agent on (combination, datapoint) cells with two-level concurrency.
-
-    For each batch handed over by the algorithm, at most ``n_combo`` combinations run at once and
-    each runs at most ``dp_concurrent`` datapoints at once (:func:`concurrency_split`, recomputed
-    for every batch, i.e. at each algorithm's own granularity). Model calls additionally share
-    the process-wide provider limiter. Sync agents run in a thread pool sized ``max_concurrent``
-    (not the default executor's handful of threads).
-    """
-
-    def __init__(
-        self, selector: ModelSelector, space: SearchSpace, executor: ThreadPoolExecutor
-    ) -> None:
-        self.selector = selector
-        self.space = space
-        self.executor = executor
-        self.spent = 0.0
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self.splits: list[tuple[int, int]] = []
-        self.completed: list[tuple[int, int, Evaluation]] = []
-        """Every finished cell as ``(combination, datapoint, evaluation)``, in finishing order —
-        also those of a batch that was interrupted before the arena recorded it."""
-
-    async def evaluate(self, batch: Mapping[int, Sequence[int]]) -> dict[int, list[Evaluation]]:
-        batch_size = max(len(v) for v in batch.values())
-        n_combo, dp_concurrent = concurrency_split(self.selector.max_concurrent, batch_size)
-        self.splits.append((n_combo, dp_concurrent))
-        combo_gate = asyncio.Semaphore(n_combo)
-        results: dict[int, list[Evaluation]] = {}
-
-        async def run_combo(k: int, datapoints: Sequence[int]) -> None:
-            async with combo_gate:
-                dp_gate = asyncio.Semaphore(dp_concurrent)
-                out: list[Evaluation | None] = [None] * len(datapoints)
-
-                async def run_one(j: int, i: int) -> None:
-                    async with dp_gate:
-                        out[j] = await self._evaluate_one(k, i)
-
-                async with asyncio.TaskGroup() as tg:
-                    for j, i in enumerate(datapoints):
-                        tg.create_task(run_one(j, i))
-                results[k] = [e for e in out if e is not None]
-
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for k, datapoints in batch.items():
-                    tg.create_task(run_combo(k, datapoints))
-        except BaseExceptionGroup as group:
-            # a usage mistake (bad score, missing key, ...) aborts the run with its own message
-            user_error = _first_user_error(group)
-            if user_error is not None:
-                raise user_error from None
-            raise
-        return results
-
-    async def _evaluate_one(self, k: int, i: int) -> Evaluation:
-        sel = self.selector
-        models = {step: sel._handles[step][label] for step, label in self.space.labels(k).items()}
-        inputs, expected = sel._datapoint(i)
-        meter = Meter(seed=sel.seed)
-        error: str | None = None
-        score = 0.0
-        self.in_flight += 1
-        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        started = time.perf_counter()
-        try:
-            with metering(meter):
-                try:
-                    actual = await self._run_agent(models, inputs)
-                except UserError:
-                    raise
-                except Exception as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-                else:
-                    try:
-                        score = await sel._score(expected, actual)
-                    except UserError:
-                        raise
-                    except Exception as exc:
-                        error = f"scorer raised {type(exc).__name__}: {exc}"
-        finally:
-            self.in_flight -= 1
-        wall = time.perf_counter() - started
-        # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
-        latency = wall + sum(c.latency_s for c in meter.calls if c.cached)
-        self.spent += meter.spent
-        refused = next((c for c in meter.calls if c.error_kind == "budget"), None)
-        failed = next((c for c in meter.calls if c.error_kind is not None), None)
-        evaluation = Evaluation(
-            config_id=self.space.name(k),
-            status="over_budget" if refused is not None else ("error" if error else "ok"),
-            score=0.0 if error else score,
-            cost_usd=meter.cost,
-            spent_usd=meter.spent,
-            latency_s=latency,
-            usage=meter.usage,
-            error=refused.error if refused is not None else error,
-            error_kind=(
-                cast("ErrorKind", failed.error_kind) if failed is not None and error else None
-            ),
-            calls=len(meter.calls),
+def candidate_label(candidate: Any) -> str:
+    """The name of a candidate in results: a string itself, else its ``model``, ``model_name``,
+    ``id`` or ``name`` (attribute or key), else ``Type@id``."""
+    if isinstance(candidate, str):
+        return candidate
+    if isinstance(candidate, MeteredModel):
+        return candidate.name
+    for key in ("model", "model_name", "id", "name"):
+        value = (
+            candidate.get(key) if isinstance(candidate, Mapping) else getattr(candidate, key, None)
         )
-        self.completed.append((k, i, evaluation))
-        return evaluation
-
-    async def _run_agent(self, models: dict[str, MeteredModel], inputs: Any) -> Any:
-        agent: Any = self.selector.agent
-        if inspect.isclass(agent):
-            factory: Callable[..., Any] = agent
-            instance: Any = factory(models)
-            run: Any = instance.run
-            if inspect.iscoroutinefunction(run):
-                return await run(inputs)
-            return await self._in_thread(run, inputs)
-        if inspect.iscoroutinefunction(agent):
-            return await agent(models, inputs)
-        result = await self._in_thread(agent, models, inputs)
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
-    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        ctx = contextvars.copy_context()
-        return await loop.run_in_executor(self.executor, lambda: ctx.run(fn, *args))
+        if isinstance(value, str) and value:
+            return value
+    return f"{type(candidate).__name__}@{id(candidate):x}"
 
 
 class ModelSelector:
     """Find the best model per step of a multi-step agent on a small dataset.
 
     Args:
-        agent: a class built from ``{step: MeteredModel}`` with a sync or async ``run(input)``, or
-            a function ``(models, input)`` (sync or async). Steps call
-            ``await models["solver"].complete(prompt)`` (sync agents: ``complete_sync``).
-        models: ``{step: [candidate, ...]}``; a candidate is a ``provider:model`` string, a
-            :class:`ModelConfig` or a ready :class:`MeteredModel`.
+        agent: a class built from ``{step: model}`` with a sync or async ``run(input)``, or a
+            function ``(models, input)`` (sync or async). With handles (the default) a step calls
+            ``await models["solver"].complete(prompt)`` (sync agents: ``complete_sync``); the
+            agent may also call vendors' SDKs or httpx itself: those calls are intercepted,
+            metered, cached, limited and budgeted the same way.
+        models: ``{step: [candidate, ...]}``; with handles a candidate is a ``provider:model``
+            string, a :class:`ModelConfig` or a ready :class:`MeteredModel`; with
+            ``model_handles=False`` any value, given to the agent as it is.
         dataset: a sequence of ``(input, expected)`` pairs.
         scorer: ``(expected, actual) -> float`` in [0, 1] (or bool), sync or async.
         algorithm: a name (``"auto"`` = ``"regret_race"``, ``"paired_race"``, ``"arm_elimination"``,
@@ -201,12 +96,25 @@ class ModelSelector:
             :class:`ResponseCache`.
         retry: retry policy for each model call.
         algorithm_params: keyword arguments for the named algorithm.
+        model_prices: ``{model: {"input_price": ..., "output_price": ...}}`` in $ per million
+            tokens for intercepted calls (they win over the price table).
+        cost_weight, latency_weight: the search maximises ``score - cost_weight * norm(cost) -
+            latency_weight * norm(latency)`` per datapoint (see :class:`Objective`).
+        model_handles: ``False`` gives the agent each candidate as it is (AgentOpt's way);
+            its calls are then counted through interception only.
+        executor: ``"local"`` (this event loop) or ``"ray"`` (evaluation batches as Ray tasks;
+            extra ``ray``).
+        ray_address: the Ray cluster to connect to (``None``: the one already initialised, else
+            a local one started for the run and stopped after it).
+        ray_options: options for the Ray tasks (default ``{"num_cpus": 1}``).
+        journal: record every finished cell so an interrupted run can resume: ``True``
+            (``$PHI_HOME/select-runs.sqlite``), ``False`` or a path.
     """
 
     def __init__(
         self,
         agent: Any,
-        models: Mapping[str, Sequence[Candidate]],
+        models: Mapping[str, Sequence[Any]],
         dataset: Sequence[Any],
         scorer: Scorer,
         algorithm: str | SelectionAlgorithm = "auto",
@@ -218,6 +126,14 @@ class ModelSelector:
         cache: bool | str | Path | ResponseCache = True,
         retry: RetryPolicy | None = None,
         algorithm_params: Mapping[str, Any] | None = None,
+        model_prices: ModelPrices | None = None,
+        cost_weight: float = 0.0,
+        latency_weight: float = 0.0,
+        model_handles: bool = True,
+        executor: Executor = "local",
+        ray_address: str | None = None,
+        ray_options: Mapping[str, Any] | None = None,
+        journal: bool | str | Path = True,
     ) -> None:
         if not callable(agent):
             raise UserError(
@@ -230,6 +146,8 @@ class ModelSelector:
         concurrency_split(max_concurrent, 1)
         if len(dataset) == 0:
             raise UserError("The dataset is empty; give at least one (input, expected) pair.")
+        if executor not in ("local", "ray"):
+            raise UserError(f"`executor` must be 'local' or 'ray', got {executor!r}.")
         self.agent = agent
         self.dataset = dataset
         self.scorer = scorer
@@ -244,17 +162,38 @@ class ModelSelector:
         self._cache_setting = cache
         self.cache: ResponseCache | None = cache if isinstance(cache, ResponseCache) else None
         """The response cache (opened on the first run, so constructing a selector touches no file)."""
+        self.model_prices = normalise_prices(model_prices)
+        self.objective = Objective(cost_weight, latency_weight)
+        self.executor: Executor = executor
+        self.ray_address = ray_address
+        self.ray_options = dict(ray_options or {})
+        if not isinstance(journal, bool | str | Path):
+            raise UserError(f"`journal` must be True, False or a path, got {journal!r}.")
+        self._journal_setting = journal
         self._algorithm = algorithm
         self._algorithm_params = dict(algorithm_params or {})
         make_algorithm(algorithm, **self._algorithm_params)  # fail fast on a bad name or parameter
+        self.model_handles = model_handles
         self._handles: dict[str, dict[str, MeteredModel]] = {}
+        self._candidates: dict[str, dict[str, Any]] = {}
         steps: dict[str, list[str]] = {}
         for step, candidates in models.items():
-            handles = [self._handle(c) for c in candidates]
-            steps[step] = [h.name for h in handles]
-            self._handles[step] = {h.name: h for h in handles}
+            if isinstance(candidates, str | bytes) or not isinstance(candidates, Sequence):
+                raise UserError(
+                    f"models[{step!r}] must be a list of candidates, got {candidates!r}."
+                )
+            values = [self._handle(c) if model_handles else c for c in candidates]
+            steps[step] = [candidate_label(v) for v in values]
+            self._candidates[step] = dict(zip(steps[step], values, strict=True))
+            self._handles[step] = {
+                label: v
+                for label, v in self._candidates[step].items()
+                if isinstance(v, MeteredModel)
+            }
         self.space = SearchSpace(steps)
-        self.last_evaluator: AgentEvaluator | None = None
+        self.last_evaluator: BatchEvaluator | None = None
+        self.last_scope: InterceptScope | None = None
+        """The interception scope of the last run (its ``calls`` log every intercepted call)."""
 
     def _handle(self, candidate: Candidate) -> MeteredModel:
         if isinstance(candidate, MeteredModel):
@@ -264,7 +203,8 @@ class ModelSelector:
         if isinstance(candidate, str):
             return self._handle_from_string(candidate)
         raise UserError(
-            f"A candidate model must be a `provider:model` string, a ModelConfig or a MeteredModel, got {candidate!r}."
+            f"A candidate model must be a `provider:model` string, a ModelConfig or a MeteredModel, got {candidate!r} "
+            "(pass model_handles=False to give the agent candidates as they are)."
         )
 
     def _handle_from_string(self, candidate: str) -> MeteredModel:
@@ -295,27 +235,40 @@ class ModelSelector:
                 ) from None
         return MeteredModel(model, retry=self.retry, name=candidate, **values)
 
-    def _datapoint(self, i: int) -> tuple[Any, Any]:
-        item = self.dataset[i]
-        try:
-            inputs, expected = item
-        except (TypeError, ValueError):
-            raise UserError(
-                f"Dataset item {i} is not an (input, expected) pair: {item!r}."
-            ) from None
-        return inputs, expected
+    def candidates(self) -> dict[str, dict[str, Any]]:
+        """``{step: {label: candidate as given to the agent}}``."""
+        return {s: dict(c) for s, c in self._candidates.items()}
 
-    async def _score(self, expected: Any, actual: Any) -> float:
-        value = self.scorer(expected, actual)
-        if inspect.isawaitable(value):
-            value = await value
-        score = float(value)
-        if not 0.0 <= score <= 1.0 or score != score:
-            raise UserError(f"The scorer returned {value!r}; scores must be in [0, 1] (or bool).")
-        return score
+    def _runner(self) -> CellRunner:
+        return CellRunner(
+            self.agent, self._candidates, self.dataset, self.scorer, self.space, self.seed
+        )
 
-    async def select_best(self, *, on_progress: ProgressCallback | None = None) -> SelectionResult:
-        """Run the algorithm and return the results (the winner is ``result.best``)."""
+    def _journal(self, algorithm: SelectionAlgorithm) -> RunJournal | None:
+        setting = self._journal_setting
+        if setting is False:
+            return None
+        path = default_journal_path() if setting is True else Path(setting)
+        run = run_fingerprint(
+            combinations=[self.space.name(k) for k in range(len(self.space))],
+            dataset=self.dataset,
+            agent=self.agent,
+            scorer=self.scorer,
+            seed=self.seed,
+            algorithm=algorithm.name,
+            params=algorithm.params(),
+            objective=(self.objective.cost_weight, self.objective.latency_weight),
+        )
+        return RunJournal(path, run)
+
+    async def select_best(
+        self, *, on_progress: ProgressCallback | None = None, resume: bool = False
+    ) -> SelectionResult:
+        """Run the algorithm and return the results (the winner is ``result.best``).
+
+        ``resume=True`` continues an interrupted run with the same settings: the cells its
+        journal recorded are not run again.
+        """
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
         loop = asyncio.get_running_loop()
         if self.cache is None:
@@ -325,78 +278,108 @@ class ModelSelector:
                 h.loop = loop
                 if h.cache is None:
                     h.cache = self.cache
+        journal = self._journal(algorithm)
+        if resume and journal is None:
+            raise UserError("resume=True needs the run journal; do not pass journal=False.")
+        recorded = journal.load() if journal is not None and resume else {}
         started = time.perf_counter()
-        executor = ThreadPoolExecutor(
-            max_workers=self.max_concurrent, thread_name_prefix="phi-select"
-        )
+        scope = InterceptScope(cache=self.cache, model_prices=self.model_prices, loop=loop)
+        run_meter = Meter(self.budget)
+        evaluator = self._evaluator(recorded, journal)
+        self.last_evaluator = evaluator
         try:
-            evaluator = AgentEvaluator(self, self.space, executor)
-            self.last_evaluator = evaluator
-            names = [self.space.name(k) for k in range(len(self.space))]
             arena = Arena(
                 len(self.space),
                 len(self.dataset),
                 evaluator,
                 seed=self.seed,
-                names=names,
+                names=[self.space.name(k) for k in range(len(self.space))],
                 budget=self.budget,
                 max_evaluations=self.max_evaluations,
                 on_batch=on_progress,
+                objective=self.objective,
             )
             exhausted = False
-            try:
-                with metering(Meter(self.budget)):
-                    best = await algorithm.run(arena, self.space)
-            except BudgetExhausted:
-                exhausted = True
-                best = await run_algorithm(_Recommend(algorithm.pool), arena, self.space)
+            with intercepting(scope), metering(run_meter):
+                try:
+                    recommended = await algorithm.run(arena, self.space)
+                except BudgetExhausted:
+                    exhausted = True
+                    recommended = arena.best(algorithm.pool)
         finally:
-            executor.shutdown(wait=False, cancel_futures=True)
+            await evaluator.aclose()
+            if journal is not None:
+                journal.close()
+        self.last_scope = scope
+        unpriced = scope.unpriced | evaluator.unpriced
+        warnings = _warnings(arena, unpriced)
+        for warning in warnings:
+            logger.warning("%s", warning)
         return build_result(
             arena,
             self.space,
-            best,
+            recommended,
             algorithm=algorithm.name,
             params=algorithm.params(),
             pool=algorithm.pool,
             spent=evaluator.spent,
             wall_time=time.perf_counter() - started,
             budget_exhausted=exhausted,
+            warnings=warnings,
+            unpriced=sorted(unpriced),
+            resumed=evaluator.resumed,
+            objective=self.objective,
         )
 
-    def select_best_sync(self, *, on_progress: ProgressCallback | None = None) -> SelectionResult:
+    def _evaluator(
+        self, recorded: Mapping[tuple[str, int], Evaluation], journal: RunJournal | None
+    ) -> BatchEvaluator:
+        on_cell = None
+        if journal is not None:
+
+            async def on_cell(k: int, i: int, evaluation: Evaluation) -> None:
+                await journal.record(self.space.name(k), i, evaluation)
+
+        if self.executor == "ray":
+            from ._ray import RayEvaluator
+
+            return RayEvaluator(
+                self._runner(),
+                self.max_concurrent,
+                recorded,
+                on_cell,
+                cache_path=self.cache.path if self.cache is not None else None,
+                model_prices=self.model_prices,
+                budget=self.budget,
+                address=self.ray_address,
+                options=self.ray_options,
+            )
+        return AgentEvaluator(self._runner(), self.max_concurrent, recorded, on_cell)
+
+    def select_best_sync(
+        self, *, on_progress: ProgressCallback | None = None, resume: bool = False
+    ) -> SelectionResult:
         """Blocking :meth:`select_best` (must not be called from a running event loop)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.select_best(on_progress=on_progress))
+            return asyncio.run(self.select_best(on_progress=on_progress, resume=resume))
         raise UserError(
             "select_best_sync() was called inside an event loop; use `await select_best()`."
         )
 
 
-class _Recommend(SelectionAlgorithm):
-    """Recommend from what is recorded (after the budget ran out)."""
-
-    name = "recommend"
-
-    def __init__(self, pool: set[int] | None) -> None:
-        super().__init__()
-        self.pool = pool
-
-    async def run(self, arena: Arena, space: SearchSpace) -> int:
-        return arena.best(self.pool)
-
-
-def _first_user_error(group: BaseExceptionGroup[BaseException]) -> UserError | None:
-    for error in group.exceptions:
-        if isinstance(error, UserError):
-            return error
-        if isinstance(error, BaseExceptionGroup):
-            found = _first_user_error(error)
-            if found is not None:
-                return found
-    return None
+def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
+    out: list[str] = []
+    if arena.evaluations and int(arena.calls[arena.observed].sum()) == 0:
+        out.append(NO_CALLS_WARNING)
+    if unpriced:
+        out.append(
+            f"No price for {', '.join(sorted(unpriced))}: their calls count as $0. Pass "
+            'model_prices={"<model>": {"input_price": ..., "output_price": ...}} ($ per '
+            "million tokens) to price them."
+        )
+    return out
 
 
 def _budget(

@@ -1,0 +1,401 @@
+"""AgentOpt's selection API on phi-core's engine: an AgentOpt user changes one import.
+
+::
+
+    from phi_core.agentopt import ModelSelector        # was: from agentopt import ModelSelector
+
+    selector = ModelSelector(agent=MyAgent, models={"planner": [...], "solver": [...]},
+                             eval_fn=eval_fn, dataset=dataset, method="auto")
+    results = selector.select_best(parallel=True, max_concurrent=20)
+    results.print_summary()
+    best = results.get_best_combo()
+
+The agent is AgentOpt's: a class built from ``{step: candidate}`` (candidates given as they are)
+with a sync or async ``run(input)``, calling its models through the official SDKs or httpx; those
+calls are intercepted, metered, priced (``model_prices`` first, in $ per million tokens), cached
+and limited by :class:`~phi_core.select.ModelSelector`. What changes for the better: ``"auto"``
+is phi-core's default algorithm; the dataset order is seeded and shuffled; failures score 0
+instead of being dropped; ties are broken by cost, then latency beyond timing noise, then name
+(so a seed reproduces the pick); the cache lives in ``$PHI_HOME``, not in the working directory;
+the best is always on the Pareto front; and the openai SDK's ``httpx2`` transport is metered too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import inspect
+import io
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .select._cache import ResponseCache
+from .select._intercept import InterceptedCall, InterceptScope, attribute, intercepting
+from .select._intercept_wire import ModelPrices
+from .select._results import CombinationResult, SelectionResult
+from .select._selector import ModelSelector as _NativeSelector
+from .types import Usage
+
+__all__ = [
+    "CallRecord",
+    "DatapointResult",
+    "LLMTracker",
+    "ModelResult",
+    "ModelSelector",
+    "SelectionResults",
+]
+
+CallRecord = InterceptedCall
+"""One tracked model call (``data_id``/``combo_id``, tokens, latency, ``cached``)."""
+
+# AgentOpt parameter names -> ours, per algorithm.
+_RENAMES: dict[str, dict[str, str]] = {
+    "hill_climbing": {"batch_size": "neighbours_per_step"},
+    "matrix_ucb": {
+        "observation_budget_fraction": "budget_fraction",
+        "sample_fraction": "budget_fraction",
+    },
+}
+_SELECTOR_KEYS = {
+    "model_prices",
+    "tracker",
+    "seed",
+    "lambda_cost",
+    "lambda_latency",
+    "node_descriptions",
+}
+
+
+class LLMTracker:
+    """Tracks the model calls made inside it: ``start()``/``stop()``, or ``with tracker.track(
+    data_id=..., combo_id=...)`` around the calls of one datapoint.
+
+    Args:
+        cache: answer repeated requests from the response cache.
+        cache_dir: where the cache lives (default: ``$PHI_HOME/select-cache.sqlite``; ``None``
+            with ``cache=True`` — AgentOpt's in-memory form — keeps it in memory only when
+            ``cache_dir=":memory:"``).
+        model_prices: ``{model: {"input_price": ..., "output_price": ...}}`` ($ per million
+            tokens).
+    """
+
+    def __init__(
+        self,
+        cache: bool = True,
+        cache_dir: str | Path | None = None,
+        model_prices: ModelPrices | None = None,
+    ) -> None:
+        self.cache = cache
+        self.cache_dir = cache_dir
+        self.model_prices = dict(model_prices or {})
+        self._records: list[InterceptedCall] = []
+        self._lock = threading.Lock()
+        self._stack: contextlib.ExitStack | None = None
+        self._scope: InterceptScope | None = None
+
+    def cache_setting(self) -> bool | str | Path:
+        """What :class:`ModelSelector`'s ``cache`` argument becomes."""
+        if not self.cache:
+            return False
+        if self.cache_dir is None:
+            return True
+        if str(self.cache_dir) == ":memory:":
+            return ":memory:"
+        return Path(self.cache_dir) / "cache.sqlite"
+
+    def start(self) -> None:
+        """Track calls made from here on in this context (tasks and copied contexts follow it)."""
+        if self._stack is not None:
+            return
+        setting = self.cache_setting()
+        cache = None
+        if setting is not False:
+            from .select._selector import default_cache_path
+
+            cache = ResponseCache(default_cache_path() if setting is True else setting)
+        self._scope = InterceptScope(cache=cache, model_prices=self.model_prices)
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(intercepting(self._scope))
+        if cache is not None:
+            self._stack.callback(cache.close)
+
+    def stop(self) -> None:
+        """Stop tracking (the records stay)."""
+        if self._stack is None:
+            return
+        scope = self._scope
+        self._stack.close()
+        self._stack = None
+        if scope is not None:
+            self.add_records(scope.calls)
+            self._scope = None
+
+    @contextlib.contextmanager
+    def track(self, data_id: Any = None, combo_id: str | None = None, **_: Any) -> Iterator[None]:
+        """Attribute the calls made in the block to ``(combo_id, data_id)``."""
+        with attribute(combo_id, data_id):
+            yield
+
+    def add_records(self, records: Sequence[InterceptedCall]) -> None:
+        with self._lock:
+            self._records.extend(records)
+
+    def get_records(self) -> list[InterceptedCall]:
+        with self._lock:
+            live = list(self._scope.calls) if self._scope is not None else []
+            return list(self._records) + live
+
+    def get_usage(
+        self, data_id: Any = None, combo_id: str | None = None
+    ) -> dict[str, tuple[int, int]]:
+        """``{model: (input tokens, output tokens)}`` of the matching calls."""
+        out: dict[str, Usage] = {}
+        for r in self.get_records():
+            if (data_id is None or r.datapoint == data_id) and (
+                combo_id is None or r.combination == combo_id
+            ):
+                out[r.model] = out.get(r.model, Usage()) + r.usage
+        return {m: (_input(u), u.output) for m, u in out.items()}
+
+    def get_cached_latency(self, data_id: Any = None) -> float:
+        """Seconds the cache hits of ``data_id`` took originally."""
+        return sum(
+            r.latency_s
+            for r in self.get_records()
+            if r.cached and (data_id is None or r.datapoint == data_id)
+        )
+
+
+def _input(usage: Usage) -> int:
+    return usage.input + usage.cache_read + usage.cache_write
+
+
+@dataclass
+class DatapointResult:
+    datapoint_index: int
+    score: float
+    latency_seconds: float
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class ModelResult:
+    """One combination, in AgentOpt's shape."""
+
+    model_name: str
+    accuracy: float
+    latency_seconds: float
+    input_tokens: dict[str, int]
+    output_tokens: dict[str, int]
+    price: float | None
+    """Dollars per datapoint; ``None`` when a model it used has no price."""
+    is_best: bool = False
+    attribute: str = "combination"
+    datapoint_results: list[DatapointResult] = field(default_factory=list)
+    combined_objective: float | None = None
+    models: dict[str, str] = field(default_factory=dict)
+    eliminated: bool = False
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.datapoint_results) or 1
+
+    @property
+    def total_input_tokens(self) -> int:
+        return sum(self.input_tokens.values())
+
+    @property
+    def total_output_tokens(self) -> int:
+        return sum(self.output_tokens.values())
+
+
+class SelectionResults:
+    """AgentOpt's result object over phi-core's :class:`~phi_core.select.SelectionResult`
+    (``native``), with the candidates as the agent received them."""
+
+    def __init__(
+        self, native: SelectionResult, candidates: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        self.native = native
+        self._candidates = candidates
+        unpriced = set(native.unpriced_models)
+        rows: dict[str, list[DatapointResult]] = {}
+        for row in native.datapoints:
+            rows.setdefault(row.combination, []).append(
+                DatapointResult(
+                    row.datapoint, row.score, row.latency_s, row.input_tokens, row.output_tokens,
+                    row.cost_usd, row.error,
+                )
+            )  # fmt: skip
+        self.results = [
+            _model_result(c, rows.get(c.name, []), unpriced) for c in native.evaluated()
+        ]
+        self.selection_wall_time_seconds = native.wall_time_s
+        self.selection_cost = native.cost_usd
+
+    def __iter__(self) -> Iterator[ModelResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __str__(self) -> str:
+        return self.native.summary(limit=None)
+
+    def get_best(self, attribute: str | None = None) -> ModelResult:
+        del attribute  # AgentOpt's only attribute is "combination"
+        return next(r for r in self.results if r.is_best)
+
+    def get_best_combo(self) -> dict[str, Any]:
+        """``{step: candidate}`` of the winner, as the agent received it."""
+        return {
+            step: self._candidates[step][label] for step, label in self.native.best.models.items()
+        }
+
+    def get_by_attribute(self) -> dict[str, list[ModelResult]]:
+        return {"combination": list(self.results)}
+
+    def print_summary(self) -> None:
+        print(self.native.summary(limit=None))
+
+    def to_csv(self, path: str | Path) -> None:
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer)
+        writer.writerow(
+            ["model_name", "accuracy", "latency_seconds", "input_tokens", "output_tokens",
+             "price", "attribute", "is_best", "num_samples"]
+        )  # fmt: skip
+        for r in self.results:
+            writer.writerow(
+                [r.model_name, r.accuracy, r.latency_seconds, json.dumps(r.input_tokens),
+                 json.dumps(r.output_tokens), r.price, r.attribute, r.is_best, r.num_samples]
+            )  # fmt: skip
+        Path(path).write_text(buffer.getvalue())
+
+    def export_config(
+        self,
+        path: str | Path,
+        api_key_env_vars: dict[str, str] | None = None,
+        format: str = "litellm",
+    ) -> str:
+        return self.native.export_config(path, format, api_key_env_vars=api_key_env_vars)
+
+    def plot_pareto(self, path: str | Path | None = None) -> Any:
+        return self.native.plot_pareto(path)
+
+
+def _model_result(
+    c: CombinationResult, rows: list[DatapointResult], unpriced: set[str]
+) -> ModelResult:
+    models = list(c.usage_by_model)
+    return ModelResult(
+        model_name=c.name,
+        accuracy=c.accuracy or 0.0,
+        latency_seconds=c.latency_mean or 0.0,
+        input_tokens={m: _input(u) for m, u in c.usage_by_model.items()},
+        output_tokens={m: u.output for m, u in c.usage_by_model.items()},
+        price=None if unpriced.intersection(models) else (c.cost_per_datapoint or 0.0),
+        is_best=c.is_best,
+        datapoint_results=rows,
+        combined_objective=c.objective,
+        models=dict(c.models),
+        eliminated=not c.in_contention,
+    )
+
+
+class ModelSelector:
+    """AgentOpt's ``ModelSelector(agent, models, eval_fn, dataset, method="auto", **kwargs)``.
+
+    ``kwargs``: ``model_prices``, ``tracker`` (an :class:`LLMTracker`), ``seed``,
+    ``lambda_cost`` / ``lambda_latency`` (weights of normalised cost and latency in the objective
+    the search maximises), ``node_descriptions``, and the method's own parameters under
+    AgentOpt's names (``n_initial``, ``growth_factor``, ``confidence``, ``sample_fraction``, ...).
+    Any other keyword of :class:`phi_core.select.ModelSelector` (``budget``, ``executor``,
+    ``cache``, ...) is passed through.
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        models: Mapping[str, Sequence[Any]],
+        eval_fn: Any,
+        dataset: Sequence[Any],
+        method: str = "auto",
+        **kwargs: Any,
+    ) -> None:
+        tracker = kwargs.pop("tracker", None)
+        if tracker is not None and not isinstance(tracker, LLMTracker):
+            raise UserError(f"`tracker` must be a phi_core.agentopt.LLMTracker, got {tracker!r}.")
+        self.tracker = tracker or LLMTracker()
+        prices = {**self.tracker.model_prices, **(kwargs.pop("model_prices", None) or {})}
+        self.node_descriptions = kwargs.pop("node_descriptions", None)
+        native_keys = set(inspect.signature(_NativeSelector).parameters)
+        native = {
+            k: kwargs.pop(k) for k in list(kwargs) if k in native_keys and k not in _SELECTOR_KEYS
+        }
+        renames = _RENAMES.get(method, {})
+        params = {renames.get(k, k): v for k, v in kwargs.items() if k not in _SELECTOR_KEYS}
+        native.setdefault("cache", self.tracker.cache_setting())
+        self._native = _NativeSelector(
+            agent,
+            models,
+            dataset,
+            eval_fn,
+            algorithm=method,
+            seed=kwargs.get("seed"),
+            algorithm_params=params,
+            model_prices=prices,
+            cost_weight=float(kwargs.get("lambda_cost", 0.0)),
+            latency_weight=float(kwargs.get("lambda_latency", 0.0)),
+            model_handles=False,
+            **native,
+        )
+
+    @property
+    def native(self) -> _NativeSelector:
+        """The phi-core selector underneath."""
+        return self._native
+
+    def select_best(self, parallel: bool = False, max_concurrent: int = 20) -> SelectionResults:
+        """Run the selection (blocking): ``max_concurrent`` agent runs in flight with
+        ``parallel=True``, one at a time otherwise."""
+        self._native.max_concurrent = max_concurrent if parallel else 1
+        if self._native.max_concurrent < 1:
+            raise UserError(f"max_concurrent must be >= 1, got {max_concurrent!r}.")
+        result = _run_blocking(self._native)
+        scope = self._native.last_scope
+        if scope is not None:
+            self.tracker.add_records(scope.calls)
+        return SelectionResults(result, self._native.candidates())
+
+
+def _run_blocking(selector: _NativeSelector) -> SelectionResult:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(selector.select_best())
+    # Called from a running loop (a notebook): run on a private loop in a worker thread.
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = asyncio.run(selector.select_best())
+        except BaseException as error:  # handed to the caller's thread below
+            box["error"] = error
+
+    worker = threading.Thread(target=target, name="phi-agentopt")
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    result: SelectionResult = box["result"]
+    return result

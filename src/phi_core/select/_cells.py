@@ -1,0 +1,314 @@
+"""Running the user's agent on (combination, datapoint) cells.
+
+:class:`CellRunner` runs one cell: it builds the agent for the combination, runs it on the
+datapoint with a fresh :class:`~phi_core.metering.Meter` active and the cell's attribution set
+(so calls through :class:`~phi_core.select.MeteredModel` handles and intercepted SDK calls are
+both counted, and counted for this cell only), scores the answer, and returns an
+:class:`~phi_core.select.Evaluation`. It holds nothing that cannot be pickled, so the Ray
+executor ships it to its workers. :class:`AgentEvaluator` runs the batches an algorithm asks for
+on the local event loop with two-level concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+from ..errors import UserError
+from ..metering import Meter, metering
+from ..outcome import ErrorKind
+from ..types import Usage
+from ._arena import Evaluation
+from ._intercept import attribute
+from ._space import SearchSpace
+
+__all__ = ["AgentEvaluator", "BatchEvaluator", "CellRunner", "concurrency_split", "run_cells"]
+
+Scorer = Callable[[Any, Any], float | bool | Awaitable[float | bool]]
+
+
+def concurrency_split(max_concurrent: int, batch_size: int) -> tuple[int, int]:
+    """``(n_combo, dp_concurrent)`` for a batch giving each combination ``batch_size`` datapoints.
+
+    Datapoint parallelism comes first: ``dp_concurrent = min(max_concurrent, batch_size)`` and
+    ``n_combo = max_concurrent // dp_concurrent``, so ``n_combo * dp_concurrent <= max_concurrent``.
+    """
+    if max_concurrent < 1:
+        raise UserError(f"max_concurrent must be >= 1, got {max_concurrent!r}.")
+    dp = max(1, min(max_concurrent, batch_size))
+    return max(1, max_concurrent // dp), dp
+
+
+class CellRunner:
+    """Runs the agent on one cell. Picklable when the agent, scorer, dataset and candidates are.
+
+    Args:
+        agent: a class built from ``{step: model}`` with a sync or async ``run(input)``, or a
+            function ``(models, input)``.
+        candidates: ``{step: {label: what the agent gets}}`` (a handle, or the user's object).
+        dataset: ``(input, expected)`` pairs.
+        scorer: ``(expected, actual) -> score in [0, 1]``.
+        space: the search space (combination names and labels).
+        seed: the run's seed (calls without their own seed derive one from it).
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        candidates: Mapping[str, Mapping[str, Any]],
+        dataset: Sequence[Any],
+        scorer: Scorer,
+        space: SearchSpace,
+        seed: int | None,
+    ) -> None:
+        self.agent = agent
+        self.candidates = {s: dict(c) for s, c in candidates.items()}
+        self.dataset = dataset
+        self.scorer = scorer
+        self.space = space
+        self.seed = seed
+
+    def datapoint(self, i: int) -> tuple[Any, Any]:
+        item = self.dataset[i]
+        try:
+            inputs, expected = item
+        except (TypeError, ValueError):
+            raise UserError(
+                f"Dataset item {i} is not an (input, expected) pair: {item!r}."
+            ) from None
+        return inputs, expected
+
+    async def score(self, expected: Any, actual: Any) -> float:
+        value = self.scorer(expected, actual)
+        if inspect.isawaitable(value):
+            value = await value
+        try:
+            score = float(value)
+        except (TypeError, ValueError):
+            raise UserError(
+                f"The scorer returned {value!r}; it must return a number in [0, 1] (or a bool)."
+            ) from None
+        if not 0.0 <= score <= 1.0 or math.isnan(score):
+            raise UserError(f"The scorer returned {value!r}; scores must be in [0, 1] (or bool).")
+        return score
+
+    async def run(self, k: int, i: int, executor: ThreadPoolExecutor) -> Evaluation:
+        """Run combination ``k`` on dataset item ``i`` (sync agents in ``executor``'s threads)."""
+        models = {s: self.candidates[s][label] for s, label in self.space.labels(k).items()}
+        name = self.space.name(k)
+        inputs, expected = self.datapoint(i)
+        meter = Meter(seed=self.seed)
+        error: str | None = None
+        score = 0.0
+        started = time.perf_counter()
+        with metering(meter), attribute(name, i):
+            try:
+                actual = await self._run_agent(models, inputs, executor)
+            except UserError:
+                raise
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                try:
+                    score = await self.score(expected, actual)
+                except UserError:
+                    raise
+                except Exception as exc:
+                    error = f"scorer raised {type(exc).__name__}: {exc}"
+        wall = time.perf_counter() - started
+        calls = list(meter.calls)
+        # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
+        latency = wall + sum(c.latency_s for c in calls if c.cached)
+        refused = next((c for c in calls if c.error_kind == "budget"), None)
+        failed = next((c for c in calls if c.error_kind is not None), None)
+        per_model: dict[str, Usage] = {}
+        for c in calls:
+            per_model[c.model] = per_model.get(c.model, Usage()) + c.usage
+        return Evaluation(
+            config_id=name,
+            status="over_budget" if refused is not None else ("error" if error else "ok"),
+            score=0.0 if error else score,
+            cost_usd=meter.cost,
+            spent_usd=meter.spent,
+            latency_s=latency,
+            usage=meter.usage,
+            error=refused.error if refused is not None else error,
+            error_kind=(
+                cast("ErrorKind", failed.error_kind) if failed is not None and error else None
+            ),
+            calls=len(calls),
+            model_usage=per_model,
+        )
+
+    async def _run_agent(
+        self, models: dict[str, Any], inputs: Any, executor: ThreadPoolExecutor
+    ) -> Any:
+        agent: Any = self.agent
+        if inspect.isclass(agent):
+            factory: Callable[..., Any] = agent
+            instance: Any = factory(models)
+            run: Any = instance.run
+            if inspect.iscoroutinefunction(run):
+                return await run(inputs)
+            result = await _in_thread(executor, run, inputs)
+        elif inspect.iscoroutinefunction(agent):
+            return await agent(models, inputs)
+        else:
+            result = await _in_thread(executor, agent, models, inputs)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+async def _in_thread(executor: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    ctx = contextvars.copy_context()
+    return await loop.run_in_executor(executor, lambda: ctx.run(fn, *args))
+
+
+async def run_cells(
+    runner: CellRunner,
+    batch: Mapping[int, Sequence[int]],
+    max_concurrent: int,
+    executor: ThreadPoolExecutor,
+    on_cell: Callable[[int, int, Evaluation], Awaitable[None]] | None = None,
+) -> dict[int, list[Evaluation]]:
+    """Run a batch with at most ``n_combo`` combinations and ``dp_concurrent`` datapoints each in
+    flight (:func:`concurrency_split`); results in the order of the requested datapoints."""
+    batch_size = max(len(v) for v in batch.values())
+    n_combo, dp_concurrent = concurrency_split(max_concurrent, batch_size)
+    combo_gate = asyncio.Semaphore(n_combo)
+    results: dict[int, list[Evaluation]] = {}
+
+    async def run_combo(k: int, datapoints: Sequence[int]) -> None:
+        async with combo_gate:
+            dp_gate = asyncio.Semaphore(dp_concurrent)
+            out: list[Evaluation | None] = [None] * len(datapoints)
+
+            async def run_one(j: int, i: int) -> None:
+                async with dp_gate:
+                    out[j] = evaluation = await runner.run(k, i, executor)
+                    if on_cell is not None:
+                        await on_cell(k, i, evaluation)
+
+            async with asyncio.TaskGroup() as tg:
+                for j, i in enumerate(datapoints):
+                    tg.create_task(run_one(j, i))
+            results[k] = [e for e in out if e is not None]
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for k, datapoints in batch.items():
+                tg.create_task(run_combo(k, datapoints))
+    except BaseExceptionGroup as group:
+        # a usage mistake (bad score, missing key, ...) aborts the run with its own message
+        user_error = first_user_error(group)
+        if user_error is not None:
+            raise user_error from None
+        raise
+    return results
+
+
+def first_user_error(group: BaseExceptionGroup[BaseException]) -> UserError | None:
+    for error in group.exceptions:
+        if isinstance(error, UserError):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            found = first_user_error(error)
+            if found is not None:
+                return found
+    return None
+
+
+class BatchEvaluator:
+    """What every executor shares: cells a resumed run already recorded are handed back instead
+    of being run again; finished cells are counted and reported (``on_cell``: the journal)."""
+
+    def __init__(
+        self,
+        runner: CellRunner,
+        max_concurrent: int,
+        recorded: Mapping[tuple[str, int], Evaluation] | None = None,
+        on_cell: Callable[[int, int, Evaluation], Awaitable[None]] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.space = runner.space
+        self.max_concurrent = max_concurrent
+        self.recorded = dict(recorded or {})
+        self.on_cell = on_cell
+        self.spent = 0.0
+        self.resumed = 0
+        self.unpriced: set[str] = set()
+        self.splits: list[tuple[int, int]] = []
+        self.completed: list[tuple[int, int, Evaluation]] = []
+        """Every finished cell as ``(combination, datapoint, evaluation)``, in finishing order —
+        also those of a batch that was interrupted before the arena recorded it."""
+
+    async def evaluate(self, batch: Mapping[int, Sequence[int]]) -> dict[int, list[Evaluation]]:
+        known: dict[tuple[int, int], Evaluation] = {}
+        todo: dict[int, list[int]] = {}
+        for k, datapoints in batch.items():
+            for i in datapoints:
+                found = self.recorded.get((self.space.name(k), i))
+                if found is not None:
+                    known[(k, i)] = found
+                else:
+                    todo.setdefault(k, []).append(i)
+        self.resumed += len(known)
+        fresh: dict[int, list[Evaluation]] = {}
+        if todo:
+            self.splits.append(concurrency_split(self.max_concurrent, max(map(len, todo.values()))))
+            fresh = await self.run(todo)
+        out: dict[int, list[Evaluation]] = {}
+        for k, datapoints in batch.items():
+            queue = iter(fresh.get(k, ()))
+            out[k] = [known[(k, i)] if (k, i) in known else next(queue) for i in datapoints]
+        return out
+
+    async def run(self, batch: Mapping[int, Sequence[int]]) -> dict[int, list[Evaluation]]:
+        """Run cells nobody recorded yet; call :meth:`done` for each as it finishes."""
+        raise NotImplementedError
+
+    async def done(self, k: int, i: int, evaluation: Evaluation) -> None:
+        self.spent += evaluation.paid
+        self.completed.append((k, i, evaluation))
+        if self.on_cell is not None:
+            await self.on_cell(k, i, evaluation)
+
+    async def aclose(self) -> None:
+        """Release what the executor holds (threads, a cluster it started)."""
+
+
+class AgentEvaluator(BatchEvaluator):
+    """Runs batches on the local event loop.
+
+    For each batch, at most ``n_combo`` combinations run at once and each runs at most
+    ``dp_concurrent`` datapoints at once (:func:`concurrency_split`, recomputed for every batch,
+    i.e. at each algorithm's own granularity). Model calls additionally share the process-wide
+    limiter. Sync agents run in a thread pool sized ``max_concurrent`` (not the default
+    executor's handful of threads).
+    """
+
+    def __init__(
+        self,
+        runner: CellRunner,
+        max_concurrent: int,
+        recorded: Mapping[tuple[str, int], Evaluation] | None = None,
+        on_cell: Callable[[int, int, Evaluation], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(runner, max_concurrent, recorded, on_cell)
+        self.executor = ThreadPoolExecutor(
+            max_workers=max_concurrent, thread_name_prefix="phi-select"
+        )
+
+    async def run(self, batch: Mapping[int, Sequence[int]]) -> dict[int, list[Evaluation]]:
+        return await run_cells(self.runner, batch, self.max_concurrent, self.executor, self.done)
+
+    async def aclose(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

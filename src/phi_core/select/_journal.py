@@ -1,0 +1,148 @@
+"""The run journal: every finished cell of a selection run, so an interrupted run can resume.
+
+A run is identified by what decides its cells — the combinations, the dataset, the scorer and
+agent (by name), the seed, the algorithm and its parameters, and the objective. Each finished
+cell is written (in a worker thread) as it completes; ``select_best(resume=True)`` hands the
+recorded cells back instead of running them again, so the algorithm retraces its steps for free
+and continues where the run stopped — the same result as an uninterrupted run, also with the
+response cache off and for cells whose cost was not a model call. A journal that cannot be read
+or written is a warning, never a failed run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from .._paths import user_path
+from .._sqlite import init_wal
+from ._arena import Evaluation
+
+__all__ = ["RunJournal", "default_journal_path", "run_fingerprint"]
+
+logger = logging.getLogger("phi_core.select.journal")
+_EVALUATION = TypeAdapter(Evaluation)
+
+
+def default_journal_path() -> Path:
+    """``$PHI_HOME/select-runs.sqlite``."""
+    return user_path("select-runs.sqlite")
+
+
+def _name(obj: Any) -> str:
+    target = obj if isinstance(obj, type) or callable(obj) else type(obj)
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+
+
+def run_fingerprint(
+    *,
+    combinations: Sequence[str],
+    dataset: Sequence[Any],
+    agent: Any,
+    scorer: Any,
+    seed: int | None,
+    algorithm: str,
+    params: dict[str, Any],
+    objective: tuple[float, float],
+) -> str:
+    """The identity of a run: a SHA-256 over what decides its cells and its path."""
+    digest = hashlib.sha256()
+    head = {
+        "combinations": list(combinations),
+        "agent": _name(agent),
+        "scorer": _name(scorer),
+        "seed": seed,
+        "algorithm": algorithm,
+        "params": params,
+        "objective": list(objective),
+        "n": len(dataset),
+    }
+    digest.update(json.dumps(head, sort_keys=True, default=repr).encode())
+    for item in dataset:
+        digest.update(repr(item).encode())
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+class RunJournal:
+    """The cells of one run (``run``) in a SQLite file shared by all runs."""
+
+    def __init__(self, path: str | Path, run: str) -> None:
+        self.path = str(path)
+        self.run = run
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0)
+            init_wal(
+                db,
+                "CREATE TABLE IF NOT EXISTS cells (run TEXT NOT NULL, combination TEXT NOT NULL,"
+                " datapoint INTEGER NOT NULL, evaluation TEXT NOT NULL,"
+                " PRIMARY KEY (run, combination, datapoint))",
+                timeout=5.0,
+            )
+            self._db = db
+        except (sqlite3.Error, OSError) as error:
+            logger.warning(
+                "Selection run journal %s cannot be opened (%s): this run cannot be resumed.",
+                self.path,
+                error,
+            )
+
+    def load(self) -> dict[tuple[str, int], Evaluation]:
+        """The recorded cells of this run, by ``(combination name, dataset index)``."""
+        if self._db is None:
+            return {}
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT combination, datapoint, evaluation FROM cells WHERE run = ?",
+                    (self.run,),
+                ).fetchall()
+        except sqlite3.Error as error:
+            logger.warning("Selection run journal %s unreadable (%s).", self.path, error)
+            return {}
+        out: dict[tuple[str, int], Evaluation] = {}
+        for combination, datapoint, data in rows:
+            try:
+                out[(str(combination), int(datapoint))] = _EVALUATION.validate_json(data)
+            except ValueError:
+                logger.warning(
+                    "Selection run journal: a damaged cell of %s is run again.", combination
+                )
+        return out
+
+    def record_sync(self, combination: str, datapoint: int, evaluation: Evaluation) -> None:
+        if self._db is None:
+            return
+        data = _EVALUATION.dump_json(evaluation).decode()
+        try:
+            with self._lock:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO cells (run, combination, datapoint, evaluation)"
+                    " VALUES (?, ?, ?, ?)",
+                    (self.run, combination, datapoint, data),
+                )
+                self._db.commit()
+        except sqlite3.Error as error:
+            logger.warning("Selection run journal %s not written (%s).", self.path, error)
+
+    async def record(self, combination: str, datapoint: int, evaluation: Evaluation) -> None:
+        await asyncio.to_thread(self.record_sync, combination, datapoint, evaluation)
+
+    def close(self) -> None:
+        if self._db is not None:
+            with self._lock:
+                self._db.close()
+            self._db = None

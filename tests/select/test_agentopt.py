@@ -1,0 +1,207 @@
+"""The AgentOpt-compatible API: AgentOpt code runs with one changed import."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import runpy
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+
+from phi_core.agentopt import LLMTracker, ModelSelector, SelectionResults
+from phi_core.errors import UserError
+from tests.providers.fakes import FakeServer, Recorded, Respond
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Australia": "Canberra", "Canada": "Ottawa",
+            "Italy": "Rome", "Brazil": "Brasilia"}  # fmt: skip
+USAGE = {"gpt-4o-mini": (40, 8), "gpt-4.1-nano": (30, 6), "gpt-4o": (50, 9)}
+
+
+def capitals_server(record: Recorded) -> Respond:
+    """gpt-4o knows every capital; the small models mistake Australia's and Brazil's."""
+    body = record.json
+    model = body["model"]
+    question = body["messages"][-1]["content"]
+    country = next((c for c in CAPITALS if c in question), None)
+    if country is None:
+        text = "First find the country, then recall its capital."
+    elif model != "gpt-4o" and country in ("Australia", "Brazil"):
+        text = "Sydney" if country == "Australia" else "Rio de Janeiro"
+    else:
+        text = f"The capital is {CAPITALS[country]}."
+    prompt, completion = USAGE[model]
+    return Respond(200, {
+        "id": "c", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion},
+    })  # fmt: skip
+
+
+async def test_the_agentopt_quick_start_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with FakeServer(default=capitals_server) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-agentopt-test")
+        monkeypatch.chdir(tmp_path)
+        # the example is sync (select_best blocks): run it off this loop, which serves the fake API
+        await asyncio.to_thread(runpy.run_path, str(EXAMPLES / "agentopt_quickstart.py"))
+        sent = len(server.requests)
+    out = capsys.readouterr().out
+    assert "best: {'planner': " in out and "'solver': 'gpt-4o'}" in out
+    # three select_best calls; the second and third were answered from the cache: free
+    assert 0 < sent <= 4 * 6 * 2
+    assert "selection cost: $0.000000" in out
+    rows = list(csv.DictReader((tmp_path / "agentopt_results.csv").open()))
+    best = next(r for r in rows if r["is_best"] == "True")
+    assert best["model_name"].endswith("solver=gpt-4o") and float(best["accuracy"]) == 1.0
+    config = yaml.safe_load((tmp_path / "litellm_config.yaml").read_text())
+    assert {e["model_name"] for e in config["model_list"]} == {"planner", "solver"}
+    solver = next(e for e in config["model_list"] if e["model_name"] == "solver")
+    assert solver["litellm_params"] == {
+        "model": "openai/gpt-4o",
+        "api_key": "os.environ/OPENAI_API_KEY",
+    }
+
+
+def test_results_carry_agentopt_fields_and_prices_from_model_prices() -> None:
+    async def main() -> SelectionResults:
+        async with FakeServer(default=capitals_server) as server:
+            client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+
+            class Agent:
+                def __init__(self, models: dict[str, str]) -> None:
+                    self.model = models["solver"]
+
+                async def run(self, question: str) -> str:
+                    r = await client.chat.completions.create(
+                        model=self.model, messages=[{"role": "user", "content": question}]
+                    )
+                    return r.choices[0].message.content or ""
+
+            selector = ModelSelector(
+                Agent,
+                {"solver": ["gpt-4o-mini", "gpt-4o"]},
+                lambda expected, actual: float(expected in actual),
+                [(f"What is the capital of {c}?", a) for c, a in CAPITALS.items()],
+                method="brute_force",
+                model_prices={"gpt-4o": {"input_price": 10.0, "output_price": 30.0}},
+                tracker=LLMTracker(cache=False),
+                seed=3,
+            )
+            return await asyncio.to_thread(selector.select_best, True, 4)
+
+    results = asyncio.run(main())
+    assert len(results) == 2 and results.results[0].model_name == "solver=gpt-4o"
+    best = results.get_best()
+    assert best.is_best and best.accuracy == 1.0 and best.num_samples == 6
+    assert best.input_tokens == {"openai:gpt-4o": 6 * 50} and best.output_tokens == {
+        "openai:gpt-4o": 6 * 9
+    }
+    assert best.price == pytest.approx((50 * 10.0 + 9 * 30.0) / 1e6)  # model_prices win
+    mini = next(r for r in results if r.model_name == "solver=gpt-4o-mini")
+    assert mini.price == pytest.approx((40 * 0.15 + 8 * 0.60) / 1e6)  # the price table
+    assert mini.accuracy == pytest.approx(4 / 6)
+    assert sorted(d.datapoint_index for d in best.datapoint_results) == list(range(6))
+    assert all(d.score == 1.0 and d.input_tokens == 50 for d in best.datapoint_results)
+    assert results.get_best_combo() == {"solver": "gpt-4o"}
+    assert results.selection_cost == pytest.approx(6 * (best.price + mini.price))
+
+
+def test_candidates_reach_the_agent_as_given_and_the_best_combo_returns_them() -> None:
+    class Llm:
+        def __init__(self, model: str, skill: float) -> None:
+            self.model = model
+            self.skill = skill
+
+    strong, weak = Llm("strong-llm", 1.0), Llm("weak-llm", 0.0)
+    seen: list[Any] = []
+
+    class Agent:
+        def __init__(self, models: dict[str, Llm]) -> None:
+            seen.append(models["solver"])
+            self.llm = models["solver"]
+
+        def run(self, x: int) -> int:
+            return x if self.llm.skill else -1
+
+    results = ModelSelector(
+        Agent,
+        {"solver": [weak, strong]},
+        lambda e, a: float(e == a),
+        [(i, i) for i in range(4)],
+        method="arm_elimination",
+        tracker=LLMTracker(cache=False),
+    ).select_best(parallel=True)
+    assert all(m in (strong, weak) for m in seen)
+    assert results.get_best_combo() == {"solver": strong}
+    assert results.get_best().model_name == "solver=strong-llm"
+    assert any("No model call was metered" in w for w in results.native.warnings)
+
+
+def test_agentopt_parameter_names_reach_the_algorithm() -> None:
+    selector = ModelSelector(
+        lambda models, x: x,
+        {"solver": ["a", "b", "c"]},
+        lambda e, a: 1.0,
+        [(1, 1)] * 5,
+        method="matrix_ucb",
+        observation_budget_fraction=0.4,
+        lambda_cost=0.5,
+    )
+    native = selector.native
+    assert native._algorithm_params == {"budget_fraction": 0.4}
+    assert native.objective.cost_weight == 0.5
+    with pytest.raises(UserError, match="Unknown selection algorithm"):
+        ModelSelector(lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)], method="nope")
+
+
+def test_a_tracker_tracks_calls_outside_a_selection() -> None:
+    async def main() -> LLMTracker:
+        async with FakeServer(default=capitals_server) as server:
+            client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+            tracker = LLMTracker(
+                cache=False, model_prices={"gpt-4o": {"input_price": 1, "output_price": 1}}
+            )
+            tracker.start()
+            try:
+                for dp in range(2):
+                    with tracker.track(data_id=dp, combo_id="solver=gpt-4o"):
+                        await client.chat.completions.create(
+                            model="gpt-4o", messages=[{"role": "user", "content": "France?"}]
+                        )
+            finally:
+                tracker.stop()
+            await client.chat.completions.create(  # after stop(): not tracked
+                model="gpt-4o", messages=[{"role": "user", "content": "Japan?"}]
+            )
+            return tracker
+
+    tracker = asyncio.run(main())
+    assert tracker.get_usage(combo_id="solver=gpt-4o") == {"openai:gpt-4o": (100, 18)}
+    assert tracker.get_usage(data_id=1) == {"openai:gpt-4o": (50, 9)}
+    assert [r.data_id for r in tracker.get_records()] == [0, 1]
+
+
+def test_csv_columns_follow_agentopt(tmp_path: Path) -> None:
+    results = ModelSelector(
+        lambda models, x: x,
+        {"solver": ["a", "b"]},
+        lambda e, a: float(e == a),
+        [(1, 1), (2, 2)],
+        method="brute_force",
+        tracker=LLMTracker(cache=False),
+    ).select_best()
+    results.to_csv(tmp_path / "r.csv")
+    header = (tmp_path / "r.csv").read_text().splitlines()[0].split(",")
+    assert header[:3] == ["model_name", "accuracy", "latency_seconds"]
+    row = next(csv.DictReader((tmp_path / "r.csv").open()))
+    assert json.loads(row["input_tokens"]) == {} and row["price"] == "0.0"
