@@ -39,8 +39,9 @@ def default_journal_path() -> Path:
 
 
 def _name(obj: Any) -> str:
-    target = obj if isinstance(obj, type) or callable(obj) else type(obj)
-    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+    """``module.qualname`` of a class or function, or of an object's class (never an address)."""
+    target = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(target, '__module__', '?')}.{target.__qualname__}"
 
 
 def run_fingerprint(

@@ -12,8 +12,9 @@ each machine keeps its own), price intercepted calls with the run's ``model_pric
 their calls to the dollars and wall-clock time the run has left when the task starts (token and
 call budgets are checked by the driver between batches).
 
-``address=None`` uses the Ray runtime already initialised in this process, or starts a local
-one for the run (no dashboard, usage statistics off: it works offline) and stops it after.
+A Ray runtime already initialised in this process is used as it is. Otherwise the run connects
+to the cluster at ``address``, or starts a local one (no dashboard, usage statistics off: it works
+offline), and disconnects (stopping the local one) when it ends.
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ class RayEvaluator(BatchEvaluator):
         self.budget = budget
         self.address = address
         self.options = {"num_cpus": 1, **(options or {})}
-        self.started_cluster = False
+        self.connected_here = False
+        """Whether this run initialised Ray (so it shuts it down: stops the local cluster it
+        started, or disconnects from the cluster at ``address``)."""
         self.tasks = 0
         self._ray: Any = None
         self._remote: Any = None
@@ -118,7 +121,7 @@ class RayEvaluator(BatchEvaluator):
             if self.address is not None:
                 kwargs["address"] = self.address
             await asyncio.to_thread(ray.init, **kwargs)
-            self.started_cluster = self.address is None
+            self.connected_here = True
         self._ray = ray
         self._remote = ray.remote(_evaluate_chunk).options(**self.options)
         self._runner_ref = ray.put(self.runner)
@@ -180,6 +183,6 @@ class RayEvaluator(BatchEvaluator):
         return results
 
     async def aclose(self) -> None:
-        if self._ray is not None and self.started_cluster:
+        if self._ray is not None and self.connected_here:
             await asyncio.to_thread(self._ray.shutdown)
         self._ray = None
