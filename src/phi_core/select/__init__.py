@@ -3,7 +3,9 @@
 ``select/`` owns the search space of step -> candidate models, the evaluation arena that the
 best-arm identification algorithms run against, the algorithms themselves (AgentOpt's baselines
 with their defects fixed, plus our :class:`RegretRace`, the default, and :class:`PairedRace`),
-the metered model handle agents call, the response cache and the result tables. It builds on ``providers/`` and never imports the CLI.
+the metered model handle agents call, the interception of the calls an agent makes itself
+through vendors' SDKs or httpx, the response cache, the run journal, the local and Ray executors
+and the result tables. It builds on ``providers/`` and never imports the CLI.
 """
 
 from ..errors import BudgetExhausted
@@ -24,11 +26,12 @@ from ._algorithms import (
     make_algorithm,
     run_algorithm,
 )
-from ._arena import Arena, Evaluation, Evaluator
+from ._arena import Arena, Evaluation, Evaluator, Objective
 from ._cache import ResponseCache
+from ._intercept import InterceptedCall, InterceptScope, intercepting
 from ._meter import MeteredModel, current_meter
 from ._race import PairedRace, RegretRace
-from ._results import CombinationResult, FailureRecord, SelectionResult
+from ._results import CombinationResult, DatapointResult, FailureRecord, SelectionResult
 from ._selector import AgentEvaluator, ModelSelector, default_cache_path
 from ._space import SearchSpace
 
@@ -44,15 +47,19 @@ __all__ = [
     "CachedResponse",
     "CallRecord",
     "CombinationResult",
+    "DatapointResult",
     "EpsilonLUCB",
     "Evaluation",
     "Evaluator",
     "FailureRecord",
     "HillClimbing",
+    "InterceptScope",
+    "InterceptedCall",
     "MatrixUCB",
     "Meter",
     "MeteredModel",
     "ModelSelector",
+    "Objective",
     "PairedRace",
     "RandomSearch",
     "RegretRace",
@@ -63,6 +70,7 @@ __all__ = [
     "ThresholdSuccessiveElimination",
     "current_meter",
     "default_cache_path",
+    "intercepting",
     "make_algorithm",
     "metered",
     "run_algorithm",
