@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phi_core.cli._spec import load_race_file
+from phi_core.config import load_race_spec
 from phi_core.errors import UserError
 from phi_core.select import (
     ALGORITHMS,
@@ -215,7 +215,7 @@ async def test_results_export_a_race_file_phi_race_reads_and_a_litellm_config(
     costs = np.array([[0.001] * 8, [0.01] * 8, [0.0] * 8])
     result, _ = await run("brute_force", space, World(scores, costs, np.full((3, 8), 0.5)), 0)
     text = result.export_config(tmp_path / "race.toml", "phi-race")
-    race = load_race_file(tmp_path / "race.toml")
+    race = load_race_spec(tmp_path / "race.toml")
     assert [(b.name, b.model, b.temperature) for b in race.branches] == [
         ("openai:gpt-4o-mini@temperature=0.2", "openai:gpt-4o-mini", 0.2),
         ("local:smollm2", "local:smollm2", None),
@@ -239,7 +239,7 @@ async def test_a_bare_model_no_vendor_lists_cannot_be_exported(tmp_path: Path) -
     result, _ = await run(
         "brute_force", space, World(np.ones((1, 2)), np.zeros((1, 2)), np.ones((1, 2))), 0
     )
-    with pytest.raises(UserError, match="name candidates as `provider:model`"):
+    with pytest.raises(UserError, match="No known provider offers the model 'my-finetune-v3'"):
         result.export_config(tmp_path / "x.yaml")
 
 

@@ -1,9 +1,10 @@
 """``phi select SPEC``: find the best model per step of an agent on a JSONL dataset.
 
 The spec (TOML, YAML or JSON) is read and checked by :func:`phi_core.config.load_select_spec`
-before any model is called; see :mod:`phi_core.config._select` for its keys. Ctrl-C stops the run,
-prints what was evaluated so far and where the responses are cached: running the same command
-again resumes from that cache (every call already answered costs nothing and takes no time).
+before any model is called; see :mod:`phi_core.config._select` for its keys. Ctrl-C stops the run
+and prints what was evaluated so far and where it was saved: ``--resume`` continues the run where
+it stopped (every finished evaluation is taken from the run journal, not run again), and any
+re-run answers the calls already made from the response cache (free and instant).
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ def command(
     plot_path: Annotated[
         Path | None, typer.Option("--plot", help="Write the Pareto plot (PNG).")
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue an interrupted run of the same spec: finished evaluations are not run again.",
+        ),
+    ] = False,
 ) -> None:
     """Find the best model per agent step on a dataset, with a fraction of a grid search."""
     console = Console(stderr=True, highlight=False)
@@ -139,7 +147,7 @@ def command(
             def on_batch(arena: Arena) -> None:
                 progress.update(task, completed=arena.evaluations, cost=arena.cost_spent)
 
-            result = asyncio.run(selector.select_best(on_progress=on_batch))
+            result = asyncio.run(selector.select_best(on_progress=on_batch, resume=resume))
     except KeyboardInterrupt:
         _interrupted(console, loaded, selector, time.perf_counter() - started)
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -149,6 +157,13 @@ def command(
         _error(console, str(error))
         raise typer.Exit(EXIT_FAILED) from None
     _export(console, result, csv_path, json_path, plot_path)
+    if result.resumed:
+        console.print(
+            f"{result.resumed} evaluations were resumed from the run journal (not run again).",
+            soft_wrap=True,
+        )
+    for warning in result.warnings:
+        console.print(Text("Warning: ", style="yellow") + Text(warning), soft_wrap=True)
     if selector.cache is not None and selector.cache.hits:
         console.print(
             f"{selector.cache.hits} model calls were answered from the cache at "
@@ -227,15 +242,18 @@ def _interrupted(
                 f"${sum(e.cost_usd for e in mine):.4f}",
             )
         console.print(table)
+    console.print(
+        "Run the same command with --resume to continue where it stopped: the finished "
+        "evaluations are taken from the run journal, not run again.",
+        soft_wrap=True,
+    )
     cache = spec.cache_path
     if cache is None:
-        console.print(
-            "Nothing was cached (cache = false / --no-cache): a re-run starts over.", soft_wrap=True
-        )
+        console.print("No response was cached (cache = false / --no-cache).", soft_wrap=True)
     else:
         console.print(
             f"Every model response so far is saved in {cache.resolve()}; run the same command "
-            "again to resume: answered calls come from the cache, free and instant.",
+            "again and answered calls come from the cache, free and instant.",
             highlight=False,
             soft_wrap=True,
         )

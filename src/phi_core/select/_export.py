@@ -9,8 +9,7 @@ import yaml
 
 from ..errors import UserError
 from ..providers.catalog import VENDORS
-from ..providers.registry import split_model_settings
-from ._intercept_wire import vendor_of
+from ..providers.registry import qualify_model_name, split_model_settings
 
 if TYPE_CHECKING:
     from ._results import CombinationResult, SelectionResult
@@ -24,22 +23,20 @@ _SETTINGS = ("temperature", "top_p", "seed", "max_tokens")
 
 
 def qualified_model(label: str) -> tuple[str, dict[str, str]]:
-    """``(provider:model, settings)`` of a candidate label; a bare model name gets the vendor
-    whose price table lists it (``gpt-4o-mini`` -> ``openai:gpt-4o-mini``).
+    """``(provider:model, settings)`` of a candidate label; a bare model name is looked up in the
+    catalog (``gpt-4o-mini`` -> ``openai:gpt-4o-mini``), an OpenRouter-style ``vendor/model``
+    goes to OpenRouter.
 
     Raises:
-        UserError: a bare name no vendor lists.
+        UserError: a bare name no provider (or several) offers, naming the fix.
     """
     model, settings = split_model_settings(label)
-    if ":" in model and not model.startswith(("http:", "https:")):
-        return model, settings
-    vendor = vendor_of(model)
-    if vendor is None:
-        raise UserError(
-            f"Cannot tell which provider serves {model!r}; name candidates as `provider:model` "
-            "(e.g. `openai:gpt-4o-mini`) to export them."
-        )
-    return f"{vendor}:{model.removeprefix(vendor + '/')}", settings
+    try:
+        return qualify_model_name(model), settings
+    except UserError:
+        if "/" in model and ":" not in model:
+            return f"openrouter:{model}", settings
+        raise
 
 
 def litellm_config(result: SelectionResult, api_key_env_vars: dict[str, str] | None = None) -> str:

@@ -36,7 +36,6 @@ __all__ = [
     "normalise_prices",
     "parse_usage",
     "price_of",
-    "vendor_of",
     "with_output_limit",
 ]
 
@@ -183,15 +182,6 @@ def with_output_limit(call: WireCall, limit: int) -> bytes:
         field = next((f for f in fields if body.get(f) is not None), fields[0])
         body[field] = limit
     return json.dumps(body, separators=(",", ":")).encode()
-
-
-def vendor_of(model: str) -> str | None:
-    """The vendor whose price table lists ``model`` (``None`` when none does)."""
-    if "/" in model:
-        vendor = model.split("/", 1)[0]
-        if vendor in PRICES:
-            return vendor
-    return next((v for v in PRICES if price_for(v, model) is not None), None)
 
 
 def model_max_output(model: str) -> int | None:
