@@ -277,3 +277,26 @@ async def test_a_recommendation_dominated_by_a_combination_with_as_much_evidence
                           spent=0.0, wall_time=0.0)  # fmt: skip
     assert result.best.name == "solver=better" and result.best.pareto
     assert not next(c for c in result.combinations if c.name == "solver=weaker").pareto
+
+
+def test_sampling_seeds_follow_what_a_request_says_not_its_bookkeeping_fields() -> None:
+    from phi_core.providers.base import ModelConfig, StreamRequest
+    from phi_core.select._meter import _derived_seed
+    from phi_core.types import UserMessage
+
+    model = ModelConfig(provider="local", id="smollm2", api="local_gguf")
+
+    def seed(text: str, *, run: int = 0, sample: int = 0, **fields: object) -> int:
+        message = UserMessage.text(text).model_copy(update=fields)
+        request = StreamRequest(model=model, messages=[message], temperature=1.0)
+        return _derived_seed(run, request, sample)
+
+    base = seed("What is the capital of France?")
+    # metadata a message carries (when, which turn, where it came from) does not move the seed
+    assert (
+        seed("What is the capital of France?", timestamp=123, turn_id="t9", provenance="memo")
+        == base
+    )
+    assert seed("What is the capital of Spain?") != base
+    assert seed("What is the capital of France?", sample=1) != base
+    assert seed("What is the capital of France?", run=1) != base

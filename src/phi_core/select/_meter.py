@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import RunError
 from ..metering import Meter, active_meters
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
-from ..providers.call import CallCache, ModelCall, request_key
+from ..providers.call import CallCache, ModelCall
 from ..providers.registry import get_provider, resolve_model
 from ..providers.retry import RetryPolicy
 from ..types import AssistantMessage, Message, UserMessage
@@ -32,9 +34,43 @@ def current_meter() -> Meter | None:
 
 
 def _derived_seed(run_seed: int, request: StreamRequest, sample: int) -> int:
-    """A sampling seed fixed by the run's seed, the request's content and the sample index."""
-    digest = hashlib.sha256(f"{run_seed}|{request_key(request, sample)}".encode()).digest()
+    """A sampling seed fixed by the run's seed, what the request asks (model, system prompt, the
+    messages' roles and content, tools, sampling settings, response format) and the sample index.
+
+    Only what a request says counts — not the bookkeeping fields messages carry (timestamps, turn
+    ids, provenance...) — so the same seed samples the same answers across phi-core versions that
+    add such fields, and a published run reproduces.
+    """
+    parts: list[str] = [
+        str(run_seed),
+        request.model.spec,
+        request.system_prompt or "",
+        repr((request.temperature, request.top_p, request.max_tokens, request.thinking)),
+        json.dumps(request.response_format.model_dump(mode="json"), sort_keys=True)
+        if request.response_format
+        else "",
+        json.dumps([t.model_dump(mode="json") for t in request.tools], sort_keys=True),
+        str(sample),
+    ]
+    for message in request.messages:
+        parts.append(message.role + ":" + str(getattr(message, "tool_name", "")))
+        parts.extend(_block_text(block) for block in message.content)
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def _block_text(block: Any) -> str:
+    for attr in ("text", "thinking"):
+        value = getattr(block, attr, None)
+        if isinstance(value, str):
+            return value
+    if getattr(block, "type", "") == "tool_call":
+        arguments = json.dumps(getattr(block, "arguments", {}), sort_keys=True, default=str)
+        return f"{getattr(block, 'name', '')}({arguments})"
+    data = getattr(block, "data", None)
+    if isinstance(data, str):  # an image: its bytes decide
+        return hashlib.sha256(data.encode()).hexdigest()
+    return repr(block)
 
 
 class MeteredModel:
