@@ -34,20 +34,17 @@ there and left alone here (:func:`~phi_core.metering.call_metered_here`).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import hashlib
 import importlib
 import json
-import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import BudgetExceededError
@@ -61,7 +58,7 @@ from ..metering import (
     settle,
 )
 from ..providers.call import CachedResponse, CallCache
-from ..providers.limiter import Limiter, LimiterSlot, default_limiter
+from ..providers.limiter import Limiter, default_limiter
 from ..providers.retry import DEFAULT_LIMITER
 from ..types import AssistantMessage, Pricing, TextContent, Usage
 from ._intercept_wire import (
@@ -78,8 +75,6 @@ from ._intercept_wire import (
 
 __all__ = ["InterceptScope", "InterceptedCall", "attribute", "intercepting"]
 
-logger = logging.getLogger("phi_core.select.intercept")
-_T = TypeVar("_T")
 
 _SECRET_PARAMS = {
     "key",
@@ -195,18 +190,6 @@ class InterceptScope:
         with self._lock:
             return {c.model for c in self.calls if not c.priced and c.usage.total}
 
-    def usage(self, combination: str | None = None, datapoint: Any = None) -> dict[str, Usage]:
-        """Tokens per model of the calls made for ``combination`` / ``datapoint`` (all by default)."""
-        out: dict[str, Usage] = {}
-        with self._lock:
-            for c in self.calls:
-                if combination is not None and c.combination != combination:
-                    continue
-                if datapoint is not None and c.datapoint != datapoint:
-                    continue
-                out[c.model] = out.get(c.model, Usage()) + c.usage
-        return out
-
     def _log(self, call: InterceptedCall) -> None:
         with self._lock:
             self.calls.append(call)
@@ -226,9 +209,6 @@ class InterceptScope:
         occurrence = cell.occurrence(identity)
         pricing = price_of(call, self.prices)
         return _Pending(self, call, cell, identity, occurrence, pricing, active_meters())
-
-    def _limiter_keys(self, call: WireCall) -> tuple[str, str]:
-        return call.provider, call.spec
 
 
 @dataclass(slots=True)
@@ -470,7 +450,7 @@ def _install() -> None:
         _installed += 1
         if _installed > 1:
             return
-        from ._intercept_http import patch_module
+        from ._intercept_http import patch_google, patch_module
 
         for name in ("httpx", "httpx2"):
             try:
@@ -478,7 +458,7 @@ def _install() -> None:
             except ImportError:
                 continue
             _restore.append(patch_module(module))
-        _restore.append(_patch_google())
+        _restore.append(patch_google())
 
 
 def _uninstall() -> None:
@@ -489,87 +469,3 @@ def _uninstall() -> None:
             return
         while _restore:
             _restore.pop()()
-
-
-def _patch_google() -> Callable[[], None]:
-    """google-genai sends async calls through aiohttp when it is installed: inside a scope, make
-    it use its httpx client instead (which is intercepted)."""
-    try:
-        api_client: ModuleType = importlib.import_module("google.genai._api_client")
-    except ImportError:
-        return lambda: None
-    cls = getattr(api_client, "BaseApiClient", None)
-    original = getattr(cls, "_use_aiohttp", None)
-    if cls is None or original is None:
-        return lambda: None
-
-    def _use_aiohttp(self: Any) -> bool:
-        if active_scope() is not None and getattr(self, "_async_httpx_client", None) is not None:
-            return False
-        return bool(original(self))
-
-    cls._use_aiohttp = _use_aiohttp
-
-    def restore() -> None:
-        cls._use_aiohttp = original
-
-    return restore
-
-
-# --------------------------------------------------------------------------- sync helpers
-
-
-def run_on_loop(scope: InterceptScope, coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` for a sync caller: on the scope's loop from another thread, else in a
-    private loop (a sync agent outside any running loop)."""
-    loop = scope.loop
-    if loop is not None and loop.is_running() and not _on_loop_thread(loop):
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-    return asyncio.run(coro)
-
-
-def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
-class SyncSlot:
-    """A limiter slot held for a sync client: acquired on the scope's loop, released from the
-    worker thread. Without a usable loop (or on the loop's own thread) there is no slot."""
-
-    def __init__(self, scope: InterceptScope, provider: str, model: str) -> None:
-        self._release: asyncio.Event | None = None
-        self._done: Any = None
-        self._outcome: Callable[[LimiterSlot], None] | None = None
-        loop = scope.loop
-        limiter = scope.limiter
-        if limiter is None or loop is None or not loop.is_running() or _on_loop_thread(loop):
-            return
-        self._loop = loop
-        acquired: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        async def hold() -> None:
-            self._release = asyncio.Event()
-            async with limiter.slot(provider, model) as slot:
-                acquired.set_result(None)
-                await self._release.wait()
-                if self._outcome is not None:
-                    self._outcome(slot)
-
-        self._done = asyncio.run_coroutine_threadsafe(hold(), loop)
-        concurrent.futures.wait([acquired, self._done], return_when="FIRST_COMPLETED")
-        if not acquired.done():
-            self._done.result()  # raises what stopped the acquisition
-
-    def release(self, outcome: Callable[[LimiterSlot], None] | None) -> None:
-        if self._done is None:
-            return
-        self._outcome = outcome
-        release = self._release
-        if release is not None:
-            self._loop.call_soon_threadsafe(release.set)
-        with contextlib.suppress(Exception):
-            self._done.result(timeout=30)
-        self._done = None

@@ -1,4 +1,5 @@
-"""The seam of interception in ``httpx`` and its fork ``httpx2``: their clients' ``send``.
+"""The seams of interception: the ``send`` of ``httpx`` and ``httpx2`` clients (and google-genai's
+choice of transport), and how sync clients in worker threads borrow the run's event loop.
 
 :func:`patch_module` replaces ``Client.send`` and ``AsyncClient.send`` of one module with versions
 that hand model calls made inside an interception scope to :mod:`._intercept` and pass every
@@ -9,20 +10,27 @@ calls are metered and cached when their last byte has arrived — never before.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import functools
+import importlib
+import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextvars import ContextVar
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import BudgetExceededError
 from ..providers.call import CachedResponse, CallCache
 from ..providers.limiter import LimiterSlot
-from ._intercept import SyncSlot, _Pending, active_scope, refusal_body, run_on_loop
+from ._intercept import InterceptScope, _Pending, active_scope, refusal_body
 
-__all__ = ["patch_module"]
+__all__ = ["SyncSlot", "patch_google", "patch_module", "run_on_loop"]
+
+_T = TypeVar("_T")
+logger = logging.getLogger("phi_core.select.intercept")
 
 _inside: ContextVar[bool] = ContextVar("phi_intercept_inside", default=False)
 """True while an intercepted request is being sent (a client nested in a transport passes)."""
@@ -105,20 +113,33 @@ def _prepared(module: ModuleType, request: Any, lowered: bytes | None) -> Any:
     return request
 
 
+def _cache_failed(action: str, error: Exception) -> None:
+    logger.warning(
+        "response cache %s failed for an intercepted call (%s: %s); %s",
+        action,
+        type(error).__name__,
+        error,
+        "calling the model" if action == "read" else "the answer is kept, not cached",
+    )
+
+
 async def _cache_get(cache: CallCache | None, key: str) -> CachedResponse | None:
     if cache is None:
         return None
     try:
         return await cache.get(key)
-    except Exception:  # a broken cache is a miss, never a failed call
+    except Exception as error:  # a broken cache is a miss, never a failed call
+        _cache_failed("read", error)
         return None
 
 
 async def _cache_put(cache: CallCache | None, key: str, entry: CachedResponse | None) -> None:
     if cache is None or entry is None:
         return
-    with contextlib.suppress(Exception):  # the call is paid for: keep its answer either way
+    try:
         await cache.put(key, entry.message, entry.latency)
+    except Exception as error:  # the call is paid for: keep its answer either way
+        _cache_failed("write", error)
 
 
 def _cache_get_sync(pending: _Pending) -> CachedResponse | None:
@@ -126,13 +147,14 @@ def _cache_get_sync(pending: _Pending) -> CachedResponse | None:
     if cache is None:
         return None
     direct = getattr(cache, "get_sync", None)
-    try:
-        if callable(direct):
-            result: CachedResponse | None = direct(pending.key)
-            return result
+    if not callable(direct):
         return run_on_loop(pending.scope, _cache_get(cache, pending.key))
-    except Exception:
+    try:
+        result: CachedResponse | None = direct(pending.key)
+    except Exception as error:
+        _cache_failed("read", error)
         return None
+    return result
 
 
 def _cache_put_sync(pending: _Pending, entry: CachedResponse | None) -> None:
@@ -140,11 +162,97 @@ def _cache_put_sync(pending: _Pending, entry: CachedResponse | None) -> None:
     if cache is None or entry is None:
         return
     direct = getattr(cache, "put_sync", None)
-    with contextlib.suppress(Exception):
-        if callable(direct):
-            direct(pending.key, entry.message, entry.latency)
-        else:
-            run_on_loop(pending.scope, _cache_put(cache, pending.key, entry))
+    if not callable(direct):
+        run_on_loop(pending.scope, _cache_put(cache, pending.key, entry))
+        return
+    try:
+        direct(pending.key, entry.message, entry.latency)
+    except Exception as error:
+        _cache_failed("write", error)
+
+
+def patch_google() -> Callable[[], None]:
+    """google-genai sends async calls through aiohttp when it is installed: inside a scope, make
+    it use its httpx client instead (which is intercepted)."""
+    try:
+        api_client: ModuleType = importlib.import_module("google.genai._api_client")
+    except ImportError:
+        return lambda: None
+    cls = getattr(api_client, "BaseApiClient", None)
+    original = getattr(cls, "_use_aiohttp", None)
+    if cls is None or original is None:
+        return lambda: None
+
+    def _use_aiohttp(self: Any) -> bool:
+        if active_scope() is not None and getattr(self, "_async_httpx_client", None) is not None:
+            return False
+        return bool(original(self))
+
+    cls._use_aiohttp = _use_aiohttp
+
+    def restore() -> None:
+        cls._use_aiohttp = original
+
+    return restore
+
+
+# --------------------------------------------------------------------------- sync helpers
+
+
+def run_on_loop(scope: InterceptScope, coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` for a sync caller: on the scope's loop from another thread, else in a
+    private loop (a sync agent outside any running loop)."""
+    loop = scope.loop
+    if loop is not None and loop.is_running() and not _on_loop_thread(loop):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+    return asyncio.run(coro)
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+class SyncSlot:
+    """A limiter slot held for a sync client: acquired on the scope's loop, released from the
+    worker thread. Without a usable loop (or on the loop's own thread) there is no slot."""
+
+    def __init__(self, scope: InterceptScope, provider: str, model: str) -> None:
+        self._release: asyncio.Event | None = None
+        self._done: Any = None
+        self._outcome: Callable[[LimiterSlot], None] | None = None
+        loop = scope.loop
+        limiter = scope.limiter
+        if limiter is None or loop is None or not loop.is_running() or _on_loop_thread(loop):
+            return
+        self._loop = loop
+        acquired: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        async def hold() -> None:
+            self._release = asyncio.Event()
+            async with limiter.slot(provider, model) as slot:
+                acquired.set_result(None)
+                await self._release.wait()
+                if self._outcome is not None:
+                    self._outcome(slot)
+
+        self._done = asyncio.run_coroutine_threadsafe(hold(), loop)
+        concurrent.futures.wait([acquired, self._done], return_when="FIRST_COMPLETED")
+        if not acquired.done():
+            self._done.result()  # raises what stopped the acquisition
+
+    def release(self, outcome: Callable[[LimiterSlot], None] | None) -> None:
+        if self._done is None:
+            return
+        self._outcome = outcome
+        release = self._release
+        if release is not None:
+            self._loop.call_soon_threadsafe(release.set)
+        with contextlib.suppress(Exception):
+            self._done.result(timeout=30)
+        self._done = None
 
 
 # --------------------------------------------------------------------------- async
