@@ -484,3 +484,35 @@ async def test_gemini_api_keys_in_the_query_never_reach_the_cache(tmp_path: Path
     assert len(server.requests) == 1 and [c.cached for c in scope.calls] == [False, True]
     rows = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT * FROM responses").fetchall()
     assert rows and "secret" not in repr(rows)
+
+
+async def test_an_api_key_an_sdk_error_echoes_never_reaches_results_or_the_journal(
+    tmp_path: Path,
+) -> None:
+    key = "zz-custom-key-83749201"  # shaped like no known key format
+
+    def unauthorised(record: Any) -> Any:
+        from tests.providers.fakes import Respond
+
+        return Respond(401, {"error": {"message": f"Incorrect API key provided: {key}.",
+                                       "type": "invalid_request_error"}})  # fmt: skip
+
+    from tests.providers.fakes import FakeServer
+
+    async with FakeServer(default=unauthorised) as server:
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+
+        async def agent(models: dict[str, str], question: str) -> str:
+            reply = await client.chat.completions.create(
+                model=models["solver"], messages=[{"role": "user", "content": question}]
+            )
+            return reply.choices[0].message.content or ""
+
+        journal = tmp_path / "runs.sqlite"
+        result = await ModelSelector(
+            agent, {"solver": ["gpt-4o-mini"]}, DATASET[:2], exact, algorithm="brute_force",
+            cache=False, model_handles=False, journal=journal,
+        ).select_best()  # fmt: skip
+    assert len(result.failures) == 2 and "AuthenticationError" in result.failures[0].error
+    assert key not in result.to_json() and "[REDACTED]" in result.failures[0].error
+    assert key.encode() not in journal.read_bytes()

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from ..errors import UserError
+from ..errors import UserError, redact
 from ..metering import Meter, metering
 from ..outcome import ErrorKind
 from ..types import Usage
@@ -113,14 +113,14 @@ class CellRunner:
             except UserError:
                 raise
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = redact(f"{type(exc).__name__}: {exc}")
             else:
                 try:
                     score = await self.score(expected, actual)
                 except UserError:
                     raise
                 except Exception as exc:
-                    error = f"scorer raised {type(exc).__name__}: {exc}"
+                    error = redact(f"scorer raised {type(exc).__name__}: {exc}")
         wall = time.perf_counter() - started
         calls = list(meter.calls)
         # a cache hit answers instantly; count the original call's latency so cached runs compare fairly

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import BudgetExceededError
+from ..errors import BudgetExceededError, register_secret
 from ..metering import (
     CallRecord,
     Reservation,
@@ -86,6 +86,7 @@ _SECRET_PARAMS = {
     "sig",
     "signature",
 }
+_SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 _ERROR_KINDS = {401: "auth", 403: "auth", 408: "timeout", 413: "bad_request", 429: "rate_limited"}
 
 
@@ -204,6 +205,7 @@ class InterceptScope:
         call = classify(request.method, str(request.url), content)
         if call is None:
             return None
+        _register_credentials(request)
         cell = _cell.get() or self._outside
         identity = _identity(request, content)
         occurrence = cell.occurrence(identity)
@@ -365,6 +367,18 @@ class _Pending:
             error_kind=error_kind,
             priced=self.pricing is not None,
         )
+
+
+def _register_credentials(request: Any) -> None:
+    """The keys a model call carries become known secrets: whatever echoes them later (an SDK's
+    error message, an agent's exception) is redacted in results, logs and the journal."""
+    for name in _SECRET_HEADERS:
+        value = request.headers.get(name)
+        if value:
+            register_secret(value.removeprefix("Bearer ").removeprefix("bearer ").strip())
+    for key, value in parse_qsl(urlsplit(str(request.url)).query):
+        if key.lower() in _SECRET_PARAMS:
+            register_secret(value)
 
 
 def _identity(request: Any, content: bytes) -> str:
