@@ -516,3 +516,47 @@ async def test_an_api_key_an_sdk_error_echoes_never_reaches_results_or_the_journ
     assert len(result.failures) == 2 and "AuthenticationError" in result.failures[0].error
     assert key not in result.to_json() and "[REDACTED]" in result.failures[0].error
     assert key.encode() not in journal.read_bytes()
+
+
+async def test_a_429_is_metered_as_rate_limited_and_cuts_the_limiter() -> None:
+    from tests.providers.fakes import FakeServer, Respond
+
+    limiter = Limiter(per_model=8)
+    script = [Respond(429, {"error": {"message": "slow down", "type": "rate_limit"}})]
+    async with FakeServer(script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        with (
+            intercepting(InterceptScope(limiter=limiter)),
+            metering(Meter()) as meter,
+            pytest.raises(openai.RateLimitError),
+        ):
+            await client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "q"}]
+            )
+    (call,) = meter.calls
+    assert call.error_kind == "rate_limited" and call.usage.total == 0
+    stats = limiter.gate_stats("model:openai:gpt-4o-mini")
+    assert stats is not None and stats.rate_limited == 1 and stats.cap == 4.0
+
+
+async def test_an_abandoned_stream_is_metered_estimated_releases_its_slot_and_is_not_cached() -> (
+    None
+):
+    limiter = Limiter(per_model=1)
+    cache = ResponseCache()
+    async with LlmServer() as server:
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        with intercepting(InterceptScope(cache=cache, limiter=limiter)), metering(Meter()) as meter:
+            stream = await client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "q1"}], stream=True
+            )
+            async for _ in stream:
+                break
+            await stream.close()
+            # the one slot is free again: a second call goes through
+            await client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "q2"}]
+            )
+    first, second = meter.calls
+    assert first.estimated and not second.estimated
+    assert len(cache) == 1  # only the whole answer was cached
