@@ -52,6 +52,24 @@ class LlmServer:
     content, so concurrent requests interleave)."""
     reported: list[Billed] = field(default_factory=list)
     server: FakeServer | None = None
+    clients: list[Any] = field(default_factory=list)
+    """SDK clients made by :meth:`openai` / :meth:`openai_sync`, closed with the server."""
+
+    def openai(self, **kwargs: Any) -> Any:
+        """An ``openai.AsyncOpenAI`` client of this server (closed when the server stops)."""
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=self.url + "/v1", **{"api_key": "k", **kwargs})
+        self.clients.append(client)
+        return client
+
+    def openai_sync(self, **kwargs: Any) -> Any:
+        """An ``openai.OpenAI`` client of this server (closed when the server stops)."""
+        import openai
+
+        client = openai.OpenAI(base_url=self.url + "/v1", **{"api_key": "k", **kwargs})
+        self.clients.append(client)
+        return client
 
     @property
     def url(self) -> str:
@@ -64,6 +82,10 @@ class LlmServer:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self.server is not None
+        for client in self.clients:
+            closed = client.close()
+            if hasattr(closed, "__await__"):
+                await closed
         await self.server.__aexit__(*exc)
 
     @property

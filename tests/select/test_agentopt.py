@@ -75,14 +75,15 @@ async def test_the_agentopt_quick_start_runs_as_written(
 def test_results_carry_agentopt_fields_and_prices_from_model_prices() -> None:
     async def main() -> SelectionResults:
         async with FakeServer(default=capitals_server) as server:
-            client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+            # a sync agent: select_best() is blocking, so it runs on its own loop in a thread
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="k")
 
             class Agent:
                 def __init__(self, models: dict[str, str]) -> None:
                     self.model = models["solver"]
 
-                async def run(self, question: str) -> str:
-                    r = await client.chat.completions.create(
+                def run(self, question: str) -> str:
+                    r = client.chat.completions.create(
                         model=self.model, messages=[{"role": "user", "content": question}]
                     )
                     return r.choices[0].message.content or ""
@@ -97,7 +98,10 @@ def test_results_carry_agentopt_fields_and_prices_from_model_prices() -> None:
                 tracker=LLMTracker(cache=False),
                 seed=3,
             )
-            return await asyncio.to_thread(selector.select_best, True, 4)
+            try:
+                return await asyncio.to_thread(selector.select_best, True, 4)
+            finally:
+                client.close()
 
     results = asyncio.run(main())
     assert len(results) == 2 and results.results[0].model_name == "solver=gpt-4o"
@@ -166,8 +170,10 @@ def test_agentopt_parameter_names_reach_the_algorithm() -> None:
 
 def test_a_tracker_tracks_calls_outside_a_selection() -> None:
     async def main() -> LLMTracker:
-        async with FakeServer(default=capitals_server) as server:
-            client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        async with (
+            FakeServer(default=capitals_server) as server,
+            openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k") as client,
+        ):
             tracker = LLMTracker(
                 cache=False, model_prices={"gpt-4o": {"input_price": 1, "output_price": 1}}
             )

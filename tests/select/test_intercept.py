@@ -44,7 +44,7 @@ def by_name(result: Any) -> dict[str, Any]:
 
 async def test_concurrent_combinations_are_metered_exactly_as_the_server_billed_each() -> None:
     async with LlmServer(delay=0.005) as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0)
+        client = server.openai(api_key="sk-test", max_retries=0)
 
         class Agent:
             def __init__(self, models: dict[str, str]) -> None:
@@ -97,7 +97,7 @@ async def test_concurrent_combinations_are_metered_exactly_as_the_server_billed_
 
 async def test_sync_agents_in_worker_threads_are_attributed_to_their_own_cell() -> None:
     async with LlmServer(delay=0.002) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        client = server.openai_sync(api_key="k", max_retries=0)
 
         class SyncAgent:
             def __init__(self, models: dict[str, str]) -> None:
@@ -147,7 +147,7 @@ async def test_cached_calls_are_free_shared_across_combinations_and_a_rerun_send
 ) -> None:
     cache_path = tmp_path / "cache.sqlite"
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-secret-123")
+        client = server.openai(api_key="sk-secret-123")
 
         class TwoSteps:
             def __init__(self, models: dict[str, str]) -> None:
@@ -205,7 +205,7 @@ async def test_cached_calls_are_free_shared_across_combinations_and_a_rerun_send
 
 async def test_repeated_identical_requests_in_one_cell_are_separate_samples() -> None:
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        client = server.openai(api_key="k")
         scope = InterceptScope(cache=ResponseCache(), limiter=None)
         messages = [{"role": "user", "content": "same q1"}]
         with intercepting(scope):
@@ -222,6 +222,7 @@ async def test_anthropic_streamed_and_whole_messages_are_metered() -> None:
     anthropic = pytest.importorskip("anthropic")
     async with LlmServer() as server:
         client = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
+        server.clients.append(client)
         with intercepting(InterceptScope(limiter=None)), metering(Meter()) as meter:
             whole = await client.messages.create(
                 model="claude-haiku-4-5",
@@ -259,6 +260,8 @@ async def test_google_genai_calls_sync_and_async_streamed_and_whole_are_metered(
             b = await asyncio.to_thread(
                 lambda: client.models.generate_content(model="gemini-2.0-flash", contents="hey q3")
             )
+        await client.aio.aclose()
+        client.close()
     assert a.text and b.text and "".join(chunks)
     billed = [(r.input, r.output) for r in server.reported]
     assert [(c.usage.input, c.usage.output) for c in meter.calls] == billed
@@ -283,7 +286,7 @@ async def test_plain_httpx_and_the_responses_api_are_metered() -> None:
                     )
 
             await asyncio.to_thread(sync_post)
-            responses = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+            responses = server.openai(api_key="k")
             made = await responses.responses.create(model="gpt-4o-mini", input="hello q3")
     assert r.json()["choices"][0]["message"]["content"] in ("right", "wrong")
     assert made.output_text in ("right", "wrong")
@@ -298,7 +301,7 @@ async def test_plain_httpx_and_the_responses_api_are_metered() -> None:
 
 async def test_a_stream_without_usage_is_estimated_and_flagged() -> None:
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        client = server.openai(api_key="k")
         with intercepting(InterceptScope(limiter=None)), metering(Meter()) as meter:
             stream = await client.chat.completions.create(
                 model="gpt-4o-mini", messages=[{"role": "user", "content": "x" * 300}], stream=True
@@ -311,7 +314,7 @@ async def test_a_stream_without_usage_is_estimated_and_flagged() -> None:
 
 async def test_a_budget_refuses_calls_before_they_are_sent_and_the_sdk_raises_cleanly() -> None:
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=3)
+        client = server.openai(api_key="k", max_retries=3)
         # gpt-4o: $2.50 / $10 per million: 100 output tokens may cost $0.001, 1000 $0.01
         with (
             intercepting(InterceptScope(limiter=None)),
@@ -330,7 +333,7 @@ async def test_a_budget_refuses_calls_before_they_are_sent_and_the_sdk_raises_cl
 
 async def test_a_token_budget_lowers_the_output_limit_the_server_receives() -> None:
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        client = server.openai(api_key="k")
         with intercepting(InterceptScope(limiter=None)), metering(Meter(Budget(max_tokens=200))):
             await client.chat.completions.create(
                 model="gpt-4o-mini", max_tokens=5000, messages=[{"role": "user", "content": "q1"}]
@@ -341,7 +344,7 @@ async def test_a_token_budget_lowers_the_output_limit_the_server_receives() -> N
 
 async def test_a_selection_over_budget_stops_and_reports_it() -> None:
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        client = server.openai(api_key="k")
 
         class Agent:
             def __init__(self, models: dict[str, str]) -> None:
@@ -377,7 +380,7 @@ async def test_intercepted_calls_share_the_limiter() -> None:
     set_default_limiter(Limiter(per_model=2))
     try:
         async with LlmServer(delay=0.01) as server:
-            client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+            client = server.openai(api_key="k")
 
             async def ask(i: int) -> None:
                 await client.chat.completions.create(
@@ -395,7 +398,7 @@ async def test_intercepted_calls_share_the_limiter() -> None:
 async def test_nothing_is_intercepted_outside_a_run_and_the_patch_is_removed() -> None:
     originals = (httpx.AsyncClient.send, httpx2.AsyncClient.send, httpx2.Client.send)
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        client = server.openai(api_key="k")
         outside = Meter()
         scope = InterceptScope(limiter=None)
 
@@ -449,7 +452,7 @@ async def test_a_run_that_meters_no_call_warns(caplog: pytest.LogCaptureFixture)
 
 async def test_a_model_without_a_price_is_named_in_a_warning() -> None:
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        client = server.openai(api_key="k")
 
         async def agent(models: dict[str, str], question: str) -> str:
             reply = await client.chat.completions.create(
@@ -499,8 +502,10 @@ async def test_an_api_key_an_sdk_error_echoes_never_reaches_results_or_the_journ
 
     from tests.providers.fakes import FakeServer
 
-    async with FakeServer(default=unauthorised) as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+    async with (
+        FakeServer(default=unauthorised) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0) as client,
+    ):
 
         async def agent(models: dict[str, str], question: str) -> str:
             reply = await client.chat.completions.create(
@@ -523,8 +528,10 @@ async def test_a_429_is_metered_as_rate_limited_and_cuts_the_limiter() -> None:
 
     limiter = Limiter(per_model=8)
     script = [Respond(429, {"error": {"message": "slow down", "type": "rate_limit"}})]
-    async with FakeServer(script) as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+    async with (
+        FakeServer(script) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0) as client,
+    ):
         with (
             intercepting(InterceptScope(limiter=limiter)),
             metering(Meter()) as meter,
@@ -545,7 +552,7 @@ async def test_an_abandoned_stream_is_metered_estimated_releases_its_slot_and_is
     limiter = Limiter(per_model=1)
     cache = ResponseCache()
     async with LlmServer() as server:
-        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+        client = server.openai(api_key="k")
         with intercepting(InterceptScope(cache=cache, limiter=limiter)), metering(Meter()) as meter:
             stream = await client.chat.completions.create(
                 model="gpt-4o-mini", messages=[{"role": "user", "content": "q1"}], stream=True

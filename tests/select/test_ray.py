@@ -98,6 +98,7 @@ async def test_a_selection_on_a_local_ray_cluster_matches_the_local_executor(
         assert len(server.requests) == 2 * sent_by_ray  # the same cells, run again locally
         cached = await selector("local", tmp_path / "ray-cache.sqlite").select_best()
         assert len(server.requests) == 2 * sent_by_ray  # the Ray workers filled the run's cache
+        _clients.pop(server.url).close()  # type: ignore[attr-defined]
 
     assert on_ray.best.name == local.best.name == cached.best.name
     assert summary(on_ray) == summary(local) == summary(cached)

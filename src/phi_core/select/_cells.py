@@ -16,7 +16,7 @@ import contextvars
 import inspect
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -28,7 +28,14 @@ from ._arena import Evaluation
 from ._intercept import attribute
 from ._space import SearchSpace
 
-__all__ = ["AgentEvaluator", "BatchEvaluator", "CellRunner", "concurrency_split", "run_cells"]
+__all__ = [
+    "AgentEvaluator",
+    "BatchEvaluator",
+    "CellRunner",
+    "concurrency_split",
+    "each_combination",
+    "run_cells",
+]
 
 Scorer = Callable[[Any, Any], float | bool | Awaitable[float | bool]]
 
@@ -202,17 +209,25 @@ async def run_cells(
                     tg.create_task(run_one(j, i))
             results[k] = [e for e in out if e is not None]
 
+    await each_combination(batch, run_combo)
+    return results
+
+
+async def each_combination(
+    batch: Mapping[int, Sequence[int]],
+    run: Callable[[int, Sequence[int]], Coroutine[Any, Any, None]],
+) -> None:
+    """``run(k, datapoints)`` for every combination of a batch, concurrently. A usage mistake
+    (a bad score, a missing key...) in any aborts the batch and is raised with its own message."""
     try:
         async with asyncio.TaskGroup() as tg:
             for k, datapoints in batch.items():
-                tg.create_task(run_combo(k, datapoints))
+                tg.create_task(run(k, datapoints))
     except BaseExceptionGroup as group:
-        # a usage mistake (bad score, missing key, ...) aborts the run with its own message
         user_error = first_user_error(group)
         if user_error is not None:
             raise user_error from None
         raise
-    return results
 
 
 def first_user_error(group: BaseExceptionGroup[BaseException]) -> UserError | None:

@@ -33,7 +33,7 @@ from ..metering import Budget, Meter, metering
 from ..types import Pricing
 from ._arena import Evaluation
 from ._cache import ResponseCache
-from ._cells import BatchEvaluator, CellRunner, concurrency_split, first_user_error, run_cells
+from ._cells import BatchEvaluator, CellRunner, concurrency_split, each_combination, run_cells
 from ._intercept import InterceptScope, intercepting
 from ._meter import MeteredModel
 
@@ -171,15 +171,7 @@ class RayEvaluator(BatchEvaluator):
                 await self.done(k, i, evaluation)
             results[k] = evaluations
 
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for k, datapoints in batch.items():
-                    tg.create_task(one(k, datapoints))
-        except BaseExceptionGroup as group:
-            user_error = first_user_error(group)
-            if user_error is not None:
-                raise user_error from None
-            raise
+        await each_combination(batch, one)
         return results
 
     async def aclose(self) -> None:
