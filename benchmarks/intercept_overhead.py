@@ -33,11 +33,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from overhead import Server  # noqa: E402
-
-from phi_core.metering import Meter, metering  # noqa: E402
-from phi_core.select import InterceptScope, ResponseCache, intercepting  # noqa: E402
-from phi_core.select._intercept import attribute  # noqa: E402
+from overhead import Server
+from phi_core.metering import Meter, metering
+from phi_core.select import InterceptScope, ResponseCache, intercepting
+from phi_core.select._intercept import attribute
 
 RESULTS = Path(__file__).parent / "results" / "intercept"
 MODES = ("bare", "metered", "cached-miss")
@@ -71,9 +70,7 @@ async def one_run(port: int, mode: str, calls: int, concurrency: int) -> tuple[f
         await asyncio.gather(*(gated() for _ in range(calls)))
 
     await call()  # warm-up: connection, imports
-    scope = InterceptScope(
-        cache=ResponseCache() if mode == "cached-miss" else None, limiter=None
-    )
+    scope = InterceptScope(cache=ResponseCache() if mode == "cached-miss" else None, limiter=None)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if mode == "bare":
         await wave()
@@ -124,7 +121,9 @@ def main() -> None:
         )
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"calls": args.calls, "runs": args.runs, "python": platform.python_version()}
-    (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (args.out / "results.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":
