@@ -88,6 +88,7 @@ __all__ = [
     "UserError",
     "redact",
     "register_secret",
+    "registered_secrets",
 ]
 
 ProviderErrorKind = Literal[
@@ -118,6 +119,11 @@ def register_secret(value: str | None) -> None:
     """Remember a secret so :func:`redact` removes it wherever it shows up."""
     if value and len(value) >= 6:
         _registered_secrets.add(value)
+
+
+def registered_secrets() -> frozenset[str]:
+    """The secrets :func:`register_secret` has seen (for exact-value scrubbing elsewhere)."""
+    return frozenset(_registered_secrets)
 
 
 def redact(text: str) -> str:

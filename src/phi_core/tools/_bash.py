@@ -1,0 +1,217 @@
+"""The ``bash`` tool: a command line run in the workspace, checked, bounded and killable.
+
+* **Where**: the working directory is the workspace; ``HOME`` and ``PWD`` point at it.
+* **What it sees**: an allow-listed environment (``PATH``, locale, ``TERM``…, see
+  :class:`BashSettings`); nothing else of this process's environment — no API keys or tokens.
+  Standard input is closed.
+* **What it may run**: the :class:`CommandPolicy` verdict. ``deny`` is an error result;
+  ``approve`` asks the run's approver (refused when there is none) and says why.
+* **How long**: the model may ask for a ``timeout``, capped at ``max_timeout``. On timeout and on
+  cancellation the command's whole process group is killed.
+* **How much**: output is read as it comes into a bounded buffer that keeps the start and the end
+  of each stream; 400 MB of output costs the same memory as 400 KB. Binary output is summarised.
+
+Processes that leave the command's session on purpose (``setsid``, daemons) are not tracked;
+for full isolation run commands in a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._files import looks_binary
+from ._settings import BashSettings
+from ._workspace import Workspace
+from .base import ToolContext, ToolResult, validate_arguments
+
+__all__ = ["BashTool"]
+
+_CHUNK = 64 * 1024
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str = Field(min_length=1, description="The command line to run (bash syntax).")
+    timeout: float | None = Field(
+        default=None, gt=0, description="Seconds before the command is killed (capped)."
+    )
+
+
+class _Capture:
+    """The first and last ``limit // 2`` bytes of a stream, and how many bytes it had."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > 2 * self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    def text(self) -> str:
+        tail = bytes(self.tail[-self.tail_limit :]) if self.tail else b""
+        kept = len(self.head) + len(tail)
+        if looks_binary(bytes(self.head[:8192]) + tail[:8192]):
+            return f"[binary output, {self.total} bytes, not shown]"
+        head = bytes(self.head).decode("utf-8", errors="replace")
+        if kept >= self.total:
+            return head + tail.decode("utf-8", errors="replace")
+        return (
+            f"{head}\n[... {self.total - kept} bytes of output left out (kept the first "
+            f"{len(self.head)} and the last {len(tail)} of {self.total}) ...]\n"
+            + tail.decode("utf-8", errors="replace")
+        )
+
+
+async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(_CHUNK):
+        capture.feed(chunk)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class BashTool:
+    """Run shell commands in the workspace (see the module docstring for the protections)."""
+
+    name = "bash"
+    timeout: float | None = None  # the tool enforces its own (capped) timeout
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | Workspace | None = None,
+        settings: BashSettings | None = None,
+        *,
+        needs_approval: bool = False,
+    ) -> None:
+        self.workspace = root if isinstance(root, Workspace) else Workspace(root)
+        self.settings = settings or BashSettings()
+        self.needs_approval = needs_approval
+        s = self.settings
+        self.description = (
+            f"Run a bash command line in the workspace ({self.workspace.root}) and return its "
+            f"exit code and output. Commands that delete or write outside the workspace are "
+            f"refused; some need a person's approval. Output is cut at about "
+            f"{s.max_output_bytes // 1024} KB. Default timeout {s.timeout:g}s, at most "
+            f"{s.max_timeout:g}s. Standard input is closed: do not run interactive programs."
+        )
+        self.parameters: dict[str, Any] = _Args.model_json_schema()
+        self.parameters.pop("title", None)
+
+    def environment(self) -> dict[str, str]:
+        """The environment of every command: the allow-list, the extras, HOME/PWD = workspace."""
+        env = {name: os.environ[name] for name in self.settings.env if name in os.environ}
+        env.setdefault("PATH", os.defpath)
+        env.setdefault("TERM", "dumb")
+        env.update(
+            {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
+            | dict(self.settings.extra_env)
+            | {"HOME": self.workspace.root, "PWD": self.workspace.root}
+        )
+        return env
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        parsed = validate_arguments(_Args, args, self.name, self.parameters)
+        if isinstance(parsed, ToolResult):
+            return parsed
+        assert isinstance(parsed, _Args)
+        command = parsed.command
+        verdict = self.settings.policy.check(command, self.workspace.root)
+        if verdict.action == "deny":
+            return ToolResult.error(
+                f"Command refused by the safety policy: {verdict.reason}. The bash tool only "
+                f"changes files inside the workspace {self.workspace.root}."
+            )
+        if verdict.action == "approve":
+            decision = await ctx.request_approval(verdict.reason)
+            if not decision.approved:
+                detail = f" {decision.message}" if decision.message else ""
+                return ToolResult.error(
+                    f"Command not run: it needs approval because {verdict.reason}.{detail}"
+                )
+        timeout, note = self._timeout(parsed.timeout)
+        return await self._run(command, timeout, note)
+
+    def _timeout(self, requested: float | None) -> tuple[float, str]:
+        s = self.settings
+        if requested is None:
+            return min(s.timeout, s.max_timeout), ""
+        if not math.isfinite(requested) or requested > s.max_timeout:
+            return s.max_timeout, f"[timeout capped at {s.max_timeout:g}s]\n"
+        return requested, ""
+
+    async def _run(self, command: str, limit: float, note: str) -> ToolResult:
+        s = self.settings
+        half = max(s.max_output_bytes // 2, 512)
+        out, err = _Capture(half), _Capture(half)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "bash", "--noprofile", "--norc", "-c", command,
+                cwd=self.workspace.root, env=self.environment(),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
+        except (OSError, ValueError) as exc:
+            return ToolResult.error(f"Could not start bash: {exc}")
+        readers = [
+            asyncio.create_task(_pump(process.stdout, out)),
+            asyncio.create_task(_pump(process.stderr, err)),
+        ]
+        timed_out = leftovers = False
+        try:
+            async with asyncio.timeout(limit):
+                await process.wait()
+                _, pending = await asyncio.wait(readers, timeout=s.exit_grace)
+                leftovers = bool(pending)  # background processes still hold the output open
+        except TimeoutError:
+            timed_out = True
+        finally:
+            _kill_group(process.pid)
+            for reader in readers:
+                reader.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            with contextlib.suppress(ProcessLookupError):
+                await process.wait()
+        code = process.returncode
+        stdout, stderr = out.text(), err.text()
+        body = f"{stdout}\nSTDERR:\n{stderr}" if stderr.strip() else stdout
+        if timed_out:
+            return ToolResult.error(
+                f"{note}Command timed out after {limit:g}s; its processes were killed. "
+                f"Output so far:\n{body}",
+            )
+        if leftovers:
+            note += "[background processes still running when the command ended were stopped]\n"
+        text = f"{note}Exit code: {code}\n" + (
+            f"STDOUT:\n{stdout}\nSTDERR:\n{stderr}" if stderr.strip() else stdout
+        )
+        return ToolResult.text(
+            text,
+            details={
+                "exit_code": code,
+                "success": code == 0,
+                "stdout_bytes": out.total,
+                "stderr_bytes": err.total,
+            },
+        )
