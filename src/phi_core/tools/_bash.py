@@ -146,9 +146,10 @@ class BashTool:
         if verdict.action == "approve":
             decision = await ctx.request_approval(verdict.reason)
             if not decision.approved:
-                detail = f" {decision.message}" if decision.message else ""
+                detail = f": {decision.message}" if decision.message else ""
                 return ToolResult.error(
-                    f"Command not run: it needs approval because {verdict.reason}.{detail}"
+                    f"Command not run: it needs approval ({verdict.reason}) and was not "
+                    f"approved{detail}."
                 )
         timeout, note = self._timeout(parsed.timeout)
         return await self._run(command, timeout, note)

@@ -118,9 +118,22 @@ class ToolRunner:
         async def one(i: int) -> None:
             results[i] = await self._execute(calls[i])
 
-        async with asyncio.TaskGroup() as group:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for i in indices:
+                    group.create_task(one(i))
+        except BaseExceptionGroup as errors:
+            # GeneratorExit thrown into a task skips the handlers inside it (PEP 380 closes the
+            # awaited chain): keep the bare exception for the loop, and a result for every call.
+            fatal = _first_fatal(errors)
+            if fatal is None:
+                raise
+            self.fatal = self.fatal or fatal
             for i in indices:
-                group.create_task(one(i))
+                if i not in results:
+                    results[i] = self._result_message(
+                        calls[i], ToolResult.error(f"Tool raised {type(fatal).__name__}.")
+                    )
 
     def _find(self, name: str) -> Any:
         for t in self.tools:
@@ -318,6 +331,22 @@ class ToolRunner:
             for outcome in await asyncio.gather(*pending_updates, return_exceptions=True):
                 if isinstance(outcome, Exception):
                     emit(Warning(loop_id=loop_id, message=f"tool update hook failed for {tc.name}"))
+
+
+def _first_fatal(errors: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The SystemExit/KeyboardInterrupt/GeneratorExit in ``errors`` when that is all it holds."""
+    fatal: BaseException | None = None
+    for error in errors.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            inner = _first_fatal(error)
+            if inner is None:
+                return None
+            fatal = fatal or inner
+        elif isinstance(error, KeyboardInterrupt | SystemExit | GeneratorExit):
+            fatal = fatal or error
+        else:
+            return None
+    return fatal
 
 
 def _expected_tool_errors() -> tuple[type[BaseException], ...]:
