@@ -28,7 +28,7 @@ async def test_bash_reports_exit_codes_and_runs_in_the_workspace(tmp_path: Path)
     bash = BashTool(tmp_path)
     ok = await run(bash, command="echo hello; pwd")
     assert "hello" in text(ok) and "Exit code: 0" in text(ok) and not ok.is_error
-    assert str(tmp_path.resolve()) in text(ok)
+    assert bash.workspace.root in text(ok)
     failing = await run(bash, command="echo oops >&2; exit 3")
     assert "Exit code: 3" in text(failing) and "STDERR:\noops" in text(failing)
     assert not failing.is_error and failing.details["exit_code"] == 3
@@ -102,7 +102,9 @@ async def test_search_and_list(tmp_path: Path) -> None:
 
 async def test_invalid_arguments_are_an_error_result_naming_the_problem(tmp_path: Path) -> None:
     result = await run(ReadFileTool(tmp_path), path="a", limit=0)
-    assert result.is_error and "limit" in text(result) and "greater than or equal to 1" in text(result)
+    assert (
+        result.is_error and "limit" in text(result) and "greater than or equal to 1" in text(result)
+    )
     extra = await run(BashTool(tmp_path), command="ls", shell="zsh")
     assert extra.is_error and "shell" in text(extra)
 
@@ -129,9 +131,10 @@ def test_registry_resolves_defaults_for_a_root_and_rejects_unknown_names(tmp_pat
 
 def test_a_registered_tool_replaces_a_builtin_of_the_same_name(tmp_path: Path) -> None:
     class Mine:
-        name = "bash"
-        description = "mine"
-        parameters: dict[str, Any] = {"type": "object", "properties": {}}
+        def __init__(self) -> None:
+            self.name = "bash"
+            self.description = "mine"
+            self.parameters: dict[str, Any] = {"type": "object", "properties": {}}
 
         async def execute(self, args: dict[str, Any], ctx: Any) -> ToolResult:
             return ToolResult.text("mine")

@@ -22,6 +22,8 @@ import contextlib
 import math
 import os
 import signal
+import subprocess
+from collections.abc import Awaitable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,8 +34,6 @@ from ._workspace import Workspace
 from .base import ToolContext, ToolResult, validate_arguments
 
 __all__ = ["BashTool"]
-
-_CHUNK = 64 * 1024
 
 
 class _Args(BaseModel):
@@ -80,11 +80,66 @@ class _Capture:
         )
 
 
-async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(_CHUNK):
-        capture.feed(chunk)
+class _Collector(asyncio.SubprocessProtocol):
+    """Feeds the command's output straight into the bounded captures; knows when it exited.
+
+    No stream buffers: each chunk is kept (start/end) or dropped as it arrives. The exit is
+    seen as soon as the shell ends, even while a background process still holds the pipes.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, out: _Capture, err: _Capture) -> None:
+        self.captures = {1: out, 2: err}
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.drained: asyncio.Future[None] = loop.create_future()
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.captures[fd].feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open.discard(fd)
+        if not self._open and not self.drained.done():
+            self.drained.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+async def _spawn(
+    loop: asyncio.AbstractEventLoop,
+    collector: _Collector,
+    command: str,
+    cwd: str,
+    env: dict[str, str],
+) -> asyncio.SubprocessTransport:
+    transport, _ = await loop.subprocess_exec(
+        lambda: collector,
+        "bash", "--noprofile", "--norc", "-c", command,
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    return transport
+
+
+async def _start(spawn: Awaitable[asyncio.SubprocessTransport]) -> asyncio.SubprocessTransport:
+    """Start the command; if cancelled meanwhile, let the start finish, then kill it.
+
+    A start cancelled half-way makes asyncio kill the shell and wait for its pipes to close,
+    which a background child holding them open never does: the call would hang for ever.
+    """
+    started = asyncio.ensure_future(spawn)
+    try:
+        return await asyncio.shield(started)
+    except asyncio.CancelledError:
+        while not started.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(started)  # a few milliseconds; further cancels wait too
+        if not started.cancelled() and started.exception() is None:
+            transport = started.result()
+            _kill_group(transport.get_pid())
+            transport.close()
+        raise
 
 
 def _kill_group(pid: int) -> None:
@@ -166,35 +221,26 @@ class BashTool:
         s = self.settings
         half = max(s.max_output_bytes // 2, 512)
         out, err = _Capture(half), _Capture(half)
+        loop = asyncio.get_running_loop()
+        collector = _Collector(loop, out, err)
         try:
-            process = await asyncio.create_subprocess_exec(
-                "bash", "--noprofile", "--norc", "-c", command,
-                cwd=self.workspace.root, env=self.environment(),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
+            transport = await _start(
+                _spawn(loop, collector, command, self.workspace.root, self.environment())
+            )
         except (OSError, ValueError) as exc:
             return ToolResult.error(f"Could not start bash: {exc}")
-        readers = [
-            asyncio.create_task(_pump(process.stdout, out)),
-            asyncio.create_task(_pump(process.stderr, err)),
-        ]
         timed_out = leftovers = False
         try:
             async with asyncio.timeout(limit):
-                await process.wait()
-                _, pending = await asyncio.wait(readers, timeout=s.exit_grace)
+                await asyncio.wait([collector.exited])
+                _, pending = await asyncio.wait([collector.drained], timeout=s.exit_grace)
                 leftovers = bool(pending)  # background processes still hold the output open
         except TimeoutError:
             timed_out = True
         finally:
-            _kill_group(process.pid)
-            for reader in readers:
-                reader.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
-            with contextlib.suppress(ProcessLookupError):
-                await process.wait()
-        code = process.returncode
+            _kill_group(transport.get_pid())
+            transport.close()
+        code = transport.get_returncode()
         stdout, stderr = out.text(), err.text()
         body = f"{stdout}\nSTDERR:\n{stderr}" if stderr.strip() else stdout
         if timed_out:

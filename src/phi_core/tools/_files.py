@@ -70,6 +70,7 @@ def iter_lines(handle: IO[bytes], max_bytes: int) -> Iterator[tuple[bytes, int]]
             while more := handle.readline(_CHUNK):
                 dropped += len(more)
                 if more.endswith(b"\n"):
+                    dropped -= 1  # the line break is not part of the line
                     break
         yield raw, dropped
 

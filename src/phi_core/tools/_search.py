@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..cancel import CancelToken
 from ._files import _in_thread, iter_lines, looks_binary, render_line
 from ._settings import SearchSettings
-from ._workspace import Workspace
+from ._workspace import PathError, Workspace
 from .base import ToolContext, ToolError, ToolResult, validate_arguments
 
 __all__ = ["SearchTool"]
@@ -84,8 +84,11 @@ class SearchTool:
         skipped_large: list[str] = []
         stopped = ""
         files = 0
+        target = self.workspace.relative(self.workspace.resolve(path).real)
         for entry in self.workspace.walk(path, 64, s.skip_dirs):
             if entry.kind != "file":
+                if entry.kind != "dir" and entry.path == target:
+                    raise PathError(f"{path!r} is a {entry.kind}, not a regular file or folder.")
                 continue
             if include is not None and not fnmatch.fnmatch(entry.name, include):
                 continue
