@@ -189,3 +189,9 @@ def test_the_workspace_must_exist(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="not an existing directory"):
         Workspace(tmp_path / "nope")
+
+
+async def test_pseudo_filesystems_are_refused_even_inside_a_root_of_slash() -> None:
+    for path in ("/proc/self/environ", "/proc/1/cmdline", "/sys/kernel", "/dev/zero"):
+        result = await run(ReadFileTool("/"), path=path)
+        assert result.is_error and "which the tools never touch" in text(result), path
