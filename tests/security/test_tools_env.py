@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
-from typing import Any
 
 import pytest
 
@@ -75,6 +75,18 @@ async def test_a_secret_printed_by_a_command_reaches_the_model_redacted(
     assert api_key not in MESSAGES_ADAPTER.dump_json(context.messages).decode()
 
 
+@pytest.mark.parametrize(
+    "disguise", ["base64", "base64 -w0 | cut -c3-", "rev", "od -An -tx1 | tr -d ' \\n'"]
+)
+async def test_a_printed_secret_is_redacted_in_its_one_command_disguises(
+    layout: Layout, api_key: str, disguise: str
+) -> None:
+    bash = BashTool(layout.workspace, BashSettings(extra_env={"PASSED": api_key}))
+    result = await run(bash, command=f'printf %s "$PASSED" | {disguise}')
+    assert "[REDACTED]" in text(result), text(result)
+    assert api_key[12:] not in text(result)
+
+
 async def test_a_custom_tool_returning_a_secret_is_redacted(api_key: str) -> None:
     @tool
     def leak() -> str:
@@ -89,12 +101,12 @@ async def test_a_custom_tool_returning_a_secret_is_redacted(api_key: str) -> Non
 _PARENT = textwrap.dedent(
     """
     import asyncio, json, sys
-    from phi_core.tools import BashTool
+    from phi_core.tools import BashSettings, BashTool
     from phi_core.tools._results import finish_result, to_tool_result
     from tests.tools.helpers import ctx
 
     async def main():
-        bash = BashTool(sys.argv[1])
+        bash = BashTool(sys.argv[1], BashSettings(isolate=sys.argv[3]))
         out = {}
         for name, command in json.loads(sys.argv[2]).items():
             value = await bash.execute({"command": command}, ctx(lambda request: True))
@@ -106,20 +118,24 @@ _PARENT = textwrap.dedent(
     """
 )
 
+_ATTACKS = {
+    "cat": "cat /proc/$PPID/environ",
+    # spelt in pieces so the command policy lets it run: what is left is isolation/redaction
+    "python": "python3 -c \"import os; print(open('/pro' + 'c/%d/envi' % os.getppid() + 'ron')"
+    '.read().replace(chr(0), chr(10)))"',
+    "ancestors": "python3 -c \"import glob\nfor p in glob.glob('/pro' + 'c/*/envi' + 'ron'):\n"
+    ' try: print(open(p).read().replace(chr(0), chr(10)))\n except OSError: pass"',
+    "ps": "ps eww",
+}
 
-def test_the_parent_process_environment_does_not_reach_the_model(layout: Layout) -> None:
-    """The key is in the *initial* environment of the process running the tool (as for a user
-    who exported it), so /proc/<parent>/environ holds it."""
+
+def attack_parent(layout: Layout, isolate: str) -> dict[str, str]:
+    """Run the attacks from a process that has the key in its *initial* environment (as for a
+    user who exported it), so /proc/<that process>/environ holds it."""
     key = "sk-hostile-parent-" + os.urandom(8).hex()
-    commands = {
-        "cat": "cat /proc/$PPID/environ",
-        "python": "python3 -c \"import os; print(open('/pro' + 'c/%d/envi' % os.getppid() + 'ron').read().replace(chr(0), chr(10)))\"",
-        "strings": "strings /proc/$PPID/environ",
-        "glob": "cat /proc/*/environ",
-    }
     env = {**os.environ, "OPENAI_API_KEY": key}
     done = subprocess.run(
-        [sys.executable, "-c", _PARENT, str(layout.workspace), json.dumps(commands)],
+        [sys.executable, "-c", _PARENT, str(layout.workspace), json.dumps(_ATTACKS), isolate],
         capture_output=True,
         text=True,
         env=env,
@@ -127,8 +143,21 @@ def test_the_parent_process_environment_does_not_reach_the_model(layout: Layout)
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
     )
     assert done.returncode == 0, done.stderr
-    outputs: dict[str, Any] = json.loads(done.stdout)
+    outputs: dict[str, str] = json.loads(done.stdout)
     for name, out in outputs.items():
         assert key not in out, name
     assert "refused by the safety policy" in outputs["cat"]
-    assert "[REDACTED]" in outputs["python"]  # approved, ran, and the key was scrubbed
+    assert "needs approval" not in outputs["ps"]  # the approver allowed it
+    return outputs
+
+
+def test_without_isolation_a_key_read_from_the_parent_is_redacted(layout: Layout) -> None:
+    outputs = attack_parent(layout, "never")
+    assert "[REDACTED]" in outputs["python"] and "[REDACTED]" in outputs["ancestors"]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is missing")
+def test_with_isolation_other_processes_are_not_even_visible(layout: Layout) -> None:
+    outputs = attack_parent(layout, "auto")
+    assert "No such file or directory: '/proc/0/environ'" in outputs["python"]
+    assert "[REDACTED]" not in outputs["ancestors"] + outputs["ps"]

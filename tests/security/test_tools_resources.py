@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tracemalloc
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
+
+import pytest
 
 from phi_core.tools import (
     BashSettings,
@@ -114,10 +117,39 @@ async def test_binary_command_output_is_summarised(layout: Layout) -> None:
 
 
 async def test_the_whole_process_group_dies_on_timeout(layout: Layout) -> None:
-    bash = BashTool(layout.workspace)
+    bash = BashTool(layout.workspace, BashSettings(isolate="never"))  # pids as seen from here
     result = await run(bash, command="sleep 300 & echo $! > pid; sleep 300", timeout=0.5)
     assert result.is_error and "timed out after 0.5s" in text(result)
     assert await dies(int((layout.workspace / "pid").read_text()))
+
+
+def running(*argv: str) -> bool:
+    """Whether a process with exactly this command line exists on this machine."""
+    wanted = "\0".join(argv) + "\0"
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline") as handle:
+                if handle.read() == wanted and alive(int(entry)):
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is missing")
+async def test_with_isolation_even_daemons_die_with_the_command(layout: Layout) -> None:
+    bash = BashTool(layout.workspace, BashSettings(isolate="always", exit_grace=0.2))
+    result = await run(
+        bash,
+        approver=lambda request: True,  # `ls /proc` needs approval
+        command="setsid sleep 311 >/dev/null 2>&1 & ls /proc | grep -c '^[0-9]'",
+    )
+    assert not result.is_error and text(result).split("\n")[1] in ("2", "3", "4"), text(result)
+    for _ in range(500):  # another process's death cannot be awaited
+        if not running("sleep", "311"):
+            break
+        await asyncio.sleep(0.01)
+    assert not running("sleep", "311")
 
 
 async def test_a_model_chosen_timeout_is_capped(layout: Layout) -> None:
@@ -128,7 +160,7 @@ async def test_a_model_chosen_timeout_is_capped(layout: Layout) -> None:
 
 
 async def test_cancelling_the_call_kills_the_command(layout: Layout) -> None:
-    bash = BashTool(layout.workspace)
+    bash = BashTool(layout.workspace, BashSettings(isolate="never"))
     task = asyncio.create_task(
         bash.execute({"command": "sleep 300 & echo $! > pid; wait"}, ctx(args={}))
     )
@@ -146,7 +178,7 @@ async def test_cancelling_the_call_kills_the_command(layout: Layout) -> None:
 
 
 async def test_stdin_is_closed_and_background_jobs_do_not_hold_the_call(layout: Layout) -> None:
-    bash = BashTool(layout.workspace, BashSettings(exit_grace=0.2))
+    bash = BashTool(layout.workspace, BashSettings(exit_grace=0.2, isolate="never"))
     waiting = await run(bash, command="cat; echo read-nothing")
     assert "read-nothing" in text(waiting)
     result = await run(bash, command="sleep 300 & echo $! > pid; echo started")

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._files import looks_binary
+from ._isolation import isolation_prefix
 from ._settings import BashSettings
 from ._workspace import Workspace
 from .base import ToolContext, ToolResult, validate_arguments
@@ -109,13 +110,13 @@ class _Collector(asyncio.SubprocessProtocol):
 async def _spawn(
     loop: asyncio.AbstractEventLoop,
     collector: _Collector,
-    command: str,
+    argv: tuple[str, ...],
     cwd: str,
     env: dict[str, str],
 ) -> asyncio.SubprocessTransport:
     transport, _ = await loop.subprocess_exec(
         lambda: collector,
-        "bash", "--noprofile", "--norc", "-c", command,
+        *argv,
         cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
@@ -223,9 +224,11 @@ class BashTool:
         out, err = _Capture(half), _Capture(half)
         loop = asyncio.get_running_loop()
         collector = _Collector(loop, out, err)
+        prefix = await isolation_prefix(s.isolate)
+        argv = (*prefix, "bash", "--noprofile", "--norc", "-c", command)
         try:
             transport = await _start(
-                _spawn(loop, collector, command, self.workspace.root, self.environment())
+                _spawn(loop, collector, argv, self.workspace.root, self.environment())
             )
         except (OSError, ValueError) as exc:
             return ToolResult.error(f"Could not start bash: {exc}")

@@ -96,7 +96,8 @@ _NEEDS_APPROVAL = {
     "chpasswd", "visudo", "chroot", "nsenter", "unshare", "insmod", "rmmod", "modprobe",
     "sysctl", "iptables", "ip6tables", "nft", "ufw", "setcap", "setenforce", "mount", "umount",
     "swapon", "swapoff", "losetup", "fsck", "service", "systemctl", "alias", "enable", "hash",
-    "coproc", "pkill", "killall", "skill", "slay", "init", "launchctl", "diskutil",
+    "coproc", "pkill", "killall", "skill", "slay", "init", "launchctl", "diskutil", "gdb",
+    "lldb", "gcore", "pstack", "eu-stack", "criu", "capsh",
 }  # fmt: skip
 _SYSTEMCTL_DENY = {"poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "emergency",
                    "rescue", "isolate", "default"}  # fmt: skip
@@ -438,6 +439,8 @@ class _Analysis:
     def wrapper(self, name: str, args: list[Word], command: Command, depth: int) -> None:
         if name in _AS_ANOTHER_USER and name not in self.policy.allow_commands:
             self.ask(f"{name!r} runs a command as another user")
+        if name in ("strace", "ltrace") and any(a.literal == "-p" for a in args):
+            self.ask(f"`{name} -p` attaches to another process and reads its memory")
         with_value = _WRAPPERS_WITH_VALUE[name]
         i = 0
         inner_line: str | None = None
@@ -839,6 +842,14 @@ class _Analysis:
         if args:
             self.check_read(args[0], "runs")
 
+    def ps(self, name: str, args: list[Word], command: Command, depth: int) -> None:
+        for arg in args:
+            literal = arg.literal or ""
+            bsd_e = not literal.startswith("-") and re.fullmatch(r"[a-zA-Z]*e[a-zA-Z]*", literal)
+            if bsd_e or "env" in literal:
+                self.ask("`ps e` shows the environment of other processes")
+                return
+
     def systemctl(self, name: str, args: list[Word], command: Command, depth: int) -> None:
         if any(a.literal in _SYSTEMCTL_DENY for a in args):
             self.refuse("it powers off, reboots or isolates the system")
@@ -880,6 +891,7 @@ _HANDLERS = {
     "typeset": _Analysis.declaration, "local": _Analysis.declaration,
     "readonly": _Analysis.declaration, "eval": _Analysis.eval_, "source": _Analysis.source,
     ".": _Analysis.source, "systemctl": _Analysis.systemctl, "tar": _Analysis.tar,
+    "ps": _Analysis.ps,
 }  # fmt: skip
 
 

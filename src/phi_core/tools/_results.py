@@ -5,13 +5,15 @@
   ``"-Infinity"``: bare ``NaN`` is not JSON and vendors reject it).
 * :func:`finish_result` is applied by the executor to every result before the model sees it:
   lone surrogates (undecodable file names, half an emoji) become U+FFFD, the values of this
-  process's secret environment variables and of registered API keys become ``[REDACTED]``
-  (a command that printed a key does not hand it to the model), and text beyond ``max_bytes``
-  is cut with a note saying how much was left out.
+  process's secret environment variables and of registered API keys — plain, reversed, in hex
+  or base64 — become ``[REDACTED]`` (a command that printed a key does not hand it to the
+  model; a determined disguise still can, which is why commands never get the keys in the first
+  place), and text beyond ``max_bytes`` is cut with a note saying how much was left out.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -29,11 +31,13 @@ __all__ = ["DEFAULT_MAX_RESULT_BYTES", "MAX_IMAGE_BYTES", "finish_result", "json
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 _SECRET_NAME = re.compile(
-    r"(?i)(KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|DSN|"
+    r"(?i)(API_?KEY|_KEY$|^KEY$|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|DSN$|"
     r"DATABASE_URL|CONNECTION_STRING)"
 )
 _SECRET_VALUE = re.compile(r"^(sk-|sk_|AIza|ghp_|gho_|github_pat_|xox[abp]-|AKIA|glpat-)")
 _MIN_SECRET = 8
+_WINDOW = 12  # this many characters of a secret (or of its encoding) in a row are redacted
+_STEP = 4
 
 
 def _finite(value: Any) -> Any:
@@ -100,11 +104,53 @@ def secret_values() -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
+def _encodings(secret: str) -> set[str]:
+    """The secret as it reads plainly, reversed, in hex and in base64 at each byte alignment
+    (the characters that depend on neighbouring bytes left out) — the one-command disguises."""
+    raw = secret.encode()
+    found = {secret, secret[::-1], raw.hex(), raw.hex().upper()}
+    for shift in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode(b"\0" * shift + raw).decode()
+            core = encoded[(shift * 8 + 5) // 6 : -4]
+            if len(core) >= _MIN_SECRET:
+                found.add(core)
+    return found
+
+
+def _spans(text: str, form: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds a run of at least ``_WINDOW`` characters of ``form`` (a cut-off or
+    shifted copy included), each run grown to its full length."""
+    spans: list[tuple[int, int]] = []
+    for offset in range(0, max(len(form) - _WINDOW, 0) + 1, _STEP):
+        chunk = form[offset : offset + _WINDOW]
+        position = text.find(chunk)
+        while position != -1:
+            start, end, left, right = position, position + len(chunk), offset, offset + len(chunk)
+            while start > 0 and left > 0 and text[start - 1] == form[left - 1]:
+                start, left = start - 1, left - 1
+            while end < len(text) and right < len(form) and text[end] == form[right]:
+                end, right = end + 1, right + 1
+            spans.append((start, end))
+            position = text.find(chunk, end)
+    return spans
+
+
 def _redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, "[REDACTED]")
-    return text
+    spans = [
+        span for secret in secrets for form in _encodings(secret) for span in _spans(text, form)
+    ]
+    if not spans:
+        return text
+    out: list[str] = []
+    done = 0
+    for start, end in sorted(spans):
+        if end <= done:
+            continue
+        out.append(text[done : max(start, done)] + ("[REDACTED]" if start >= done else ""))
+        done = end
+    out.append(text[done:])
+    return "".join(out)
 
 
 def finish_result(result: ToolResult, max_bytes: int | None) -> ToolResult:

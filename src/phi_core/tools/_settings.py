@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._isolation import Isolation
 from ._policy import CommandPolicy
 
 __all__ = [
@@ -49,6 +50,11 @@ class BashSettings(_Settings):
     extra_env: dict[str, str] = Field(default_factory=dict)
     """Variables set for every command, on top of ``env``."""
     policy: CommandPolicy = Field(default_factory=CommandPolicy)
+    isolate: Isolation = "auto"
+    """``auto``: run each command in its own PID namespace (``unshare``) when the machine allows
+    it — it then sees only its own processes, cannot read another process's environment in
+    ``/proc``, and all it started dies with it; ``always``: refuse to run commands otherwise;
+    ``never``: run them directly."""
     exit_grace: float = Field(default=1.0, ge=0)
     """Seconds to wait for the output of background processes after the shell exits; then the
     command's process group is killed."""
