@@ -7,6 +7,7 @@ up in what the model would see; writes never change anything outside.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from phi_core.tools import (
+    BashSettings,
+    BashTool,
     EditFileTool,
     ListFilesTool,
     PathError,
@@ -195,3 +198,19 @@ async def test_pseudo_filesystems_are_refused_even_inside_a_root_of_slash() -> N
     for path in ("/proc/self/environ", "/proc/1/cmdline", "/sys/kernel", "/dev/zero"):
         result = await run(ReadFileTool("/"), path=path)
         assert result.is_error and "which the tools never touch" in text(result), path
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
+async def test_with_filesystem_isolation_even_an_opaque_script_cannot_write_outside(
+    layout: Layout,
+) -> None:
+    """The policy cannot read a script; the kernel stops what it does."""
+    script = f"open({str(layout.secret_file)!r}, 'w').write('pwned')\n"
+    (layout.workspace / "evil.py").write_text(script)
+    bash = BashTool(layout.workspace, BashSettings(isolate="filesystem"))
+    result = await run(bash, command="python3 evil.py; echo inside > ok.txt")
+    assert "Read-only file system" in text(result) or "No such file" in text(
+        result
+    )  # /tmp is private
+    assert layout.secret_file.read_text() == layout.marker + "\n"
+    assert (layout.workspace / "ok.txt").read_text() == "inside\n"  # the workspace is writable

@@ -1,6 +1,9 @@
-"""The ``bash`` tool: a command line run in the workspace, checked, bounded and killable.
+"""The ``bash`` tool: a command line run in the workspace, checked, confined, bounded, killable.
 
-* **Where**: the working directory is the workspace; ``HOME`` and ``PWD`` point at it.
+* **Where**: the working directory is the workspace; ``HOME`` and ``PWD`` point at it. Where
+  the machine allows it the command is confined by the kernel (:mod:`._isolation`): the file
+  system read-only outside the workspace, its own processes only, everything it started killed
+  with it.
 * **What it sees**: an allow-listed environment (``PATH``, locale, ``TERM``…, see
   :class:`BashSettings`); nothing else of this process's environment — no API keys or tokens.
   Standard input is closed.
@@ -8,11 +11,9 @@
   ``approve`` asks the run's approver (refused when there is none) and says why.
 * **How long**: the model may ask for a ``timeout``, capped at ``max_timeout``. On timeout and on
   cancellation the command's whole process group is killed.
-* **How much**: output is read as it comes into a bounded buffer that keeps the start and the end
-  of each stream; 400 MB of output costs the same memory as 400 KB. Binary output is summarised.
-
-Processes that leave the command's session on purpose (``setsid``, daemons) are not tracked;
-for full isolation run commands in a sandbox.
+* **How much**: output goes from the pipes into a bounded buffer that keeps the start and the
+  end of each stream; 400 MB of output costs the same memory as 400 KB. Binary output is
+  summarised.
 """
 
 from __future__ import annotations
@@ -224,12 +225,13 @@ class BashTool:
         out, err = _Capture(half), _Capture(half)
         loop = asyncio.get_running_loop()
         collector = _Collector(loop, out, err)
-        prefix = await isolation_prefix(s.isolate)
+        isolation, prefix = await isolation_prefix(s.isolate, self.workspace.root)
         argv = (*prefix, "bash", "--noprofile", "--norc", "-c", command)
+        env = self.environment()
+        if isolation == "filesystem":
+            env["TMPDIR"] = "/tmp"  # the private one; the host's is read-only in there
         try:
-            transport = await _start(
-                _spawn(loop, collector, argv, self.workspace.root, self.environment())
-            )
+            transport = await _start(_spawn(loop, collector, argv, self.workspace.root, env))
         except (OSError, ValueError) as exc:
             return ToolResult.error(f"Could not start bash: {exc}")
         timed_out = leftovers = False
@@ -263,5 +265,6 @@ class BashTool:
                 "success": code == 0,
                 "stdout_bytes": out.total,
                 "stderr_bytes": err.total,
+                "isolation": isolation,
             },
         )

@@ -1,11 +1,17 @@
-"""Commands in their own PID namespace (util-linux ``unshare``) when this machine allows it.
+"""Where a ``bash`` command runs: confined by the kernel when this machine allows it.
 
-Inside, a command sees only its own processes: ``/proc`` is private, so neither ``ps e`` nor
-``/proc/<pid>/environ`` shows another process's environment (an API key exported in the shell
-that started phi, say), nothing outside can be signalled, and every process the command starts —
-daemons that left its session included — dies when the shell ends. This is process isolation
-only: files and network are those of the workspace and the machine. The full sandbox for
-model-written code is :mod:`phi_core.sandbox`.
+* ``filesystem`` (bubblewrap): the whole file system read-only except the workspace, a private
+  ``/tmp`` (empty, gone after the command), minimal ``/dev`` (no disks), its own ``/proc`` and
+  PID namespace. A command — or a script it runs — cannot write outside the workspace whatever
+  the command policy made of it.
+* ``processes`` (util-linux ``unshare``): its own PID namespace and ``/proc`` only.
+
+With either, the command sees only its own processes (``ps e`` and ``/proc/<pid>/environ``
+show no other process's environment, such as an API key exported in the shell that started
+phi), nothing outside can be signalled, and every process it starts — daemons that left its
+session included — dies when it ends. The network is not isolated (``pip install`` works).
+``auto`` takes the strongest available and says once, in the log, when there is none. The
+full sandbox for model-written code is :mod:`phi_core.sandbox`.
 """
 
 from __future__ import annotations
@@ -20,54 +26,75 @@ from .base import ToolError
 
 __all__ = ["Isolation", "isolation_prefix"]
 
-Isolation = Literal["auto", "always", "never"]
+Isolation = Literal["auto", "filesystem", "processes", "never"]
 UNSHARE_ARGS = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child")
 
 logger = logging.getLogger("phi_core.tools")
-_works: dict[str, bool] = {}
+_works: dict[tuple[str, ...], bool] = {}
 _warned = False
 
 
-async def _probe(unshare: str) -> bool:
-    if unshare not in _works:
+def _bwrap(binary: str, workspace: str) -> tuple[str, ...]:
+    return (
+        binary, "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", workspace, workspace,
+        "--proc", "/proc", "--dev", "/dev", "--unshare-pid", "--unshare-ipc",
+        "--die-with-parent", "--chdir", workspace, "--",
+    )  # fmt: skip
+
+
+async def _probe(argv: tuple[str, ...]) -> bool:
+    if argv not in _works:
         try:
             process = await asyncio.create_subprocess_exec(
-                unshare, *UNSHARE_ARGS, "true",
+                *argv, "true",
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
         except OSError:
-            _works[unshare] = False
+            _works[argv] = False
         else:
             try:
                 async with asyncio.timeout(10):
-                    _works[unshare] = await process.wait() == 0
+                    _works[argv] = await process.wait() == 0
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()
-                _works[unshare] = False
-    return _works[unshare]
+                _works[argv] = False
+    return _works[argv]
 
 
-async def isolation_prefix(mode: Isolation) -> tuple[str, ...]:
-    """The argv a command runs under for ``mode`` (empty: run it directly)."""
+async def isolation_prefix(mode: Isolation, workspace: str) -> tuple[str, tuple[str, ...]]:
+    """(the isolation used, the argv a command runs under) for ``mode``."""
     global _warned
     if mode == "never":
-        return ()
+        return "never", ()
+    if mode in ("auto", "filesystem"):
+        bwrap = shutil.which("bwrap") or ""
+        probe = (bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+                 "--unshare-pid", "--die-with-parent", "--")  # fmt: skip
+        if bwrap and await _probe(probe):
+            return "filesystem", _bwrap(bwrap, workspace)
+        if mode == "filesystem":
+            raise ToolError(
+                "Commands must run with the file system read-only outside the workspace "
+                "(isolate = 'filesystem'), but bubblewrap (`bwrap`) is missing or cannot make "
+                "namespaces here. Install bubblewrap, or set isolate = 'auto'."
+            )
     unshare = shutil.which("unshare")
-    if unshare is not None and await _probe(unshare):
-        return (unshare, *UNSHARE_ARGS)
-    if mode == "always":
+    if unshare is not None and await _probe((unshare, *UNSHARE_ARGS)):
+        return "processes", (unshare, *UNSHARE_ARGS)
+    if mode == "processes":
         raise ToolError(
-            "Commands must run in their own PID namespace (isolate = 'always'), but "
+            "Commands must run in their own PID namespace (isolate = 'processes'), but "
             "`unshare --user --pid` does not work here (util-linux missing, or user namespaces "
             "disabled). Set isolate = 'auto' to run them without it."
         )
     if not _warned:
         _warned = True
         logger.warning(
-            "bash commands run without process isolation: `unshare --user --pid` is not "
-            "available, so commands can see other processes (and their environments in /proc)"
+            "bash commands run without isolation: neither bubblewrap nor `unshare --user "
+            "--pid` works here, so a command can write outside the workspace where the command "
+            "policy cannot see it, and can see other processes (and their environments)"
         )
-    return ()
+    return "never", ()

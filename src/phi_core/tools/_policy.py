@@ -65,6 +65,7 @@ _CODE_MARKERS = re.compile(
     r"shell_exec|passthru|os\.rename|\bmkfs|/dev/[sh]d|/dev/nvme",
     re.IGNORECASE,
 )
+_QUOTED = re.compile(r"""(['"])((?:(?!\1).){1,4096})\1""")
 _AWK_MARKERS = re.compile(r"system\s*\(|\|\s*\"|\"\s*\||\|&|>\s*\"?/|getline\s*<\s*\"?/")
 _SED_EXEC = re.compile(r"(^|[;\n{}])\s*([0-9$,/!]+\s*)?[eEwWrR]\s|/[gpiImM0-9]*[ew]\b")
 _WRAPPERS_WITH_VALUE = {
@@ -569,9 +570,20 @@ class _Analysis:
                 self.ask(
                     f"the inline {name} code uses {match.group(0)!r}, which the policy cannot check"
                 )
+            for _quote, literal in _QUOTED.findall(text):
+                if literal.startswith(("/", "~", "..")):
+                    self.code_path(name, literal)
         for arg in args:
             if arg.literal not in code:
                 self.check_argument(arg)
+
+    def code_path(self, name: str, path: str) -> None:
+        """A path written in inline code: it may be written to, so it must stay inside."""
+        for located in self.locate(_escape(path), self.cwds[0]):
+            if not self.inside(located.real) and not self.under(
+                located.real, self.policy.write_outside
+            ):
+                self.ask(f"the inline {name} code names {located.real}, outside the workspace")
 
     def rm(self, name: str, args: list[Word], command: Command, depth: int) -> None:
         recursive = name in ("rmdir",)
@@ -723,9 +735,7 @@ class _Analysis:
                     continue
                 for value in values:
                     for located in self.locate(value, self.cwds[0]):
-                        if not self.inside(located.real) and not self.under(
-                            located.real, self.policy.read_outside
-                        ):
+                        if not self.inside(located.real):  # a write through it lands outside
                             self.ask(f"it links to {located.real}, outside the workspace")
         else:
             for source in operands:

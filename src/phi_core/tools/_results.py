@@ -36,7 +36,7 @@ _SECRET_NAME = re.compile(
 )
 _SECRET_VALUE = re.compile(r"^(sk-|sk_|AIza|ghp_|gho_|github_pat_|xox[abp]-|AKIA|glpat-)")
 _MIN_SECRET = 8
-_WINDOW = 12  # this many characters of a secret (or of its encoding) in a row are redacted
+_WINDOW = 12  # this many characters of a secret in a row (or their encoding) are redacted
 _STEP = 4
 
 
@@ -104,26 +104,29 @@ def secret_values() -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def _encodings(secret: str) -> set[str]:
+def _encodings(secret: str) -> dict[str, int]:
     """The secret as it reads plainly, reversed, in hex and in base64 at each byte alignment
-    (the characters that depend on neighbouring bytes left out) — the one-command disguises."""
+    (the characters that depend on neighbouring bytes left out) — the one-command disguises —
+    each with the run length that stands for about 12 characters of the secret."""
     raw = secret.encode()
-    found = {secret, secret[::-1], raw.hex(), raw.hex().upper()}
+    found = {secret: _WINDOW, secret[::-1]: _WINDOW, raw.hex(): 2 * _WINDOW}
+    found[raw.hex().upper()] = 2 * _WINDOW
     for shift in range(3):
         for encode in (base64.b64encode, base64.urlsafe_b64encode):
             encoded = encode(b"\0" * shift + raw).decode()
             core = encoded[(shift * 8 + 5) // 6 : -4]
             if len(core) >= _MIN_SECRET:
-                found.add(core)
+                found[core] = _WINDOW * 4 // 3
     return found
 
 
-def _spans(text: str, form: str) -> list[tuple[int, int]]:
-    """Where ``text`` holds a run of at least ``_WINDOW`` characters of ``form`` (a cut-off or
+def _spans(text: str, form: str, window: int) -> list[tuple[int, int]]:
+    """Where ``text`` holds a run of at least ``window`` characters of ``form`` (a cut-off or
     shifted copy included), each run grown to its full length."""
+    window = min(window, len(form))
     spans: list[tuple[int, int]] = []
-    for offset in range(0, max(len(form) - _WINDOW, 0) + 1, _STEP):
-        chunk = form[offset : offset + _WINDOW]
+    for offset in range(0, len(form) - window + 1, _STEP):
+        chunk = form[offset : offset + window]
         position = text.find(chunk)
         while position != -1:
             start, end, left, right = position, position + len(chunk), offset, offset + len(chunk)
@@ -138,7 +141,10 @@ def _spans(text: str, form: str) -> list[tuple[int, int]]:
 
 def _redact(text: str, secrets: list[str]) -> str:
     spans = [
-        span for secret in secrets for form in _encodings(secret) for span in _spans(text, form)
+        span
+        for secret in secrets
+        for form, window in _encodings(secret).items()
+        for span in _spans(text, form, window)
     ]
     if not spans:
         return text

@@ -26,6 +26,8 @@ from .base import ToolContext, ToolError, ToolResult, validate_arguments
 
 __all__ = ["SearchTool"]
 
+_LINE_SECONDS = 0.2  # a line that takes longer is a pathological pattern: the search stops
+
 
 class _SearchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -128,7 +130,9 @@ class SearchTool:
                 return f"[search stopped after {s.timeout:g}s]"
             line = raw.decode("utf-8", errors="replace")
             try:
-                found = compiled.search(line, timeout=remaining)
+                # The engine checks its clock only now and then (it overran a 1 s limit by 4 s
+                # on a backtracking pattern here), so no line gets more than a short slice.
+                found = compiled.search(line, timeout=min(remaining, _LINE_SECONDS))
             except TimeoutError:
                 return f"[search stopped after {s.timeout:g}s (the pattern is slow on {shown})]"
             if found:

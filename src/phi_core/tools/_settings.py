@@ -51,10 +51,11 @@ class BashSettings(_Settings):
     """Variables set for every command, on top of ``env``."""
     policy: CommandPolicy = Field(default_factory=CommandPolicy)
     isolate: Isolation = "auto"
-    """``auto``: run each command in its own PID namespace (``unshare``) when the machine allows
-    it — it then sees only its own processes, cannot read another process's environment in
-    ``/proc``, and all it started dies with it; ``always``: refuse to run commands otherwise;
-    ``never``: run them directly."""
+    """How commands are confined by the kernel: ``filesystem`` (bubblewrap: everything
+    read-only but the workspace, a private ``/tmp``, no disks in ``/dev``, its own processes),
+    ``processes`` (``unshare``: its own processes and ``/proc`` only), ``never``; ``auto`` takes
+    the strongest that works here. Isolated commands cannot see or signal other processes or
+    read their environments, and everything they start dies with them."""
     exit_grace: float = Field(default=1.0, ge=0)
     """Seconds to wait for the output of background processes after the shell exits; then the
     command's process group is killed."""
