@@ -34,12 +34,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._commands import handle
+from ._patterns import (
+    GLOB,
+    MAX_ALTERNATIVES,
+    escape,
+    expand_braces,
+    has_glob,
+    shown,
+    unescape,
+    word_of,
+)
 from ._shell import Command, Part, Script, Word, parse
 
 __all__ = ["CommandPolicy", "PolicyVerdict"]
 
 Action = Literal["allow", "approve", "deny"]
-_RANK = {"allow": 0, "approve": 1, "deny": 2}
 
 DEFAULT_READ_OUTSIDE = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/tmp",
@@ -48,44 +58,8 @@ DEFAULT_READ_OUTSIDE = (
 )  # fmt: skip
 DEFAULT_WRITE_OUTSIDE = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd")
 
-_GLOB = "\uf8ff"  # stands for a glob component while a path is resolved
-_MAX_ALTERNATIVES = 32
 _MAX_NESTING = 8
 
-_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "rbash"}
-_INTERPRETERS = {
-    "python": ("-c",), "python2": ("-c",), "python3": ("-c",), "pypy": ("-c",),
-    "pypy3": ("-c",), "perl": ("-e", "-E"), "ruby": ("-e",), "node": ("-e", "--eval", "-p",
-    "--print"), "nodejs": ("-e", "--eval", "-p", "--print"), "php": ("-r",), "lua": ("-e",),
-    "Rscript": ("-e",), "julia": ("-e",), "tclsh": (), "deno": ("eval",), "bun": ("-e",),
-}  # fmt: skip
-_CODE_MARKERS = re.compile(
-    r"/proc|environ|getppid|PPID|fork|system\s*\(|subprocess|popen|spawn|exec[lv]?p?e?\s*\(|"
-    r"rmtree|unlink|remove\s*\(|rmdir|ctypes|__import__|\beval\s*\(|\bkill|`|\bqx\b|child_process|"
-    r"shell_exec|passthru|os\.rename|\bmkfs|/dev/[sh]d|/dev/nvme",
-    re.IGNORECASE,
-)
-_QUOTED = re.compile(r"""(['"])((?:(?!\1).){1,4096})\1""")
-_AWK_MARKERS = re.compile(r"system\s*\(|\|\s*\"|\"\s*\||\|&|>\s*\"?/|getline\s*<\s*\"?/")
-_SED_EXEC = re.compile(r"(^|[;\n{}])\s*([0-9$,/!]+\s*)?[eEwWrR]\s|/[gpiImM0-9]*[ew]\b")
-_WRAPPERS_WITH_VALUE = {
-    "nice": {"-n", "--adjustment"},
-    "timeout": {"-s", "--signal", "-k", "--kill-after"},
-    "stdbuf": {"-i", "-o", "-e", "--input", "--output", "--error"},
-    "ionice": {"-c", "-n", "-p", "--class", "--classdata"},
-    "sudo": {"-u", "-g", "-h", "-p", "-C", "-r", "-t", "-U", "--user", "--group"},
-    "doas": {"-u", "-C"},
-    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
-    "xargs": {"-I", "-L", "-n", "-P", "-s", "-d", "-E", "-a", "--arg-file", "--max-args",
-              "--max-procs", "--delimiter", "--max-lines", "--replace", "--max-chars"},
-    "flock": {"-w", "--timeout", "-E", "--conflict-exit-code"},
-    "setsid": set(), "nohup": set(), "time": set(), "command": set(), "builtin": set(),
-    "exec": {"-a"}, "unbuffer": set(), "chrt": set(), "taskset": set(), "caffeinate": set(),
-    "strace": {"-o", "-e", "-p", "-s", "-u"}, "ltrace": {"-o", "-e", "-p", "-s", "-u"},
-    "watch": {"-n", "--interval", "-d"}, "busybox": set(), "catchsegv": set(),
-    "runuser": {"-u", "-g"}, "pkexec": {"--user"}, "su": {"-c", "-s", "--shell", "--command"},
-}  # fmt: skip
-_AS_ANOTHER_USER = {"sudo", "doas", "su", "runuser", "pkexec"}
 _ALWAYS_DENY = {
     "mkfs", "mke2fs", "mkswap", "mkdosfs", "mkntfs", "mkfs.ext4", "wipefs", "fdisk", "sfdisk",
     "cfdisk", "gdisk", "sgdisk", "parted", "blkdiscard", "hdparm", "badblocks", "dmsetup",
@@ -100,19 +74,11 @@ _NEEDS_APPROVAL = {
     "coproc", "pkill", "killall", "skill", "slay", "init", "launchctl", "diskutil", "gdb",
     "lldb", "gcore", "pstack", "eu-stack", "criu", "capsh",
 }  # fmt: skip
-_SYSTEMCTL_DENY = {"poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "emergency",
-                   "rescue", "isolate", "default"}  # fmt: skip
 _PRINT_ONLY = {"echo", "printf", "true", "false", ":", "test", "[", "[[", "]]", "type",
                "which", "help", "let", "read", "return", "exit", "shift", "set", "unset",
                "shopt", "export", "declare", "typeset", "local", "readonly", "wait", "jobs",
                "trap", "umask", "for", "getopts", "sleep", "seq", "expr", "basename",
                "dirname", "date", "whoami", "id", "uname", "hostname", "printenv", "env"}  # fmt: skip
-_DECLARATIONS = {"export", "declare", "typeset", "local", "readonly"}
-_FIND_TESTS = {
-    "-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
-    "-type", "-newer", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-size",
-    "-empty", "-user", "-group", "-perm", "-links", "-inum", "-samefile", "-lname", "-uid",
-}  # fmt: skip
 _SECRET_PROC = re.compile(r"/proc/[^/]+/(environ|mem|maps|smaps|auxv|stack|syscall|cwd|root|fd)")
 
 
@@ -179,7 +145,7 @@ class _Analysis:
 
     def __post_init__(self) -> None:
         self.cwds = [self.root]
-        self.known = {"HOME": [_escape(self.root)], "PWD": [_escape(self.root)]}
+        self.known = {"HOME": [escape(self.root)], "PWD": [escape(self.root)]}
 
     # ------------------------------------------------------------------ verdicts
 
@@ -214,7 +180,7 @@ class _Analysis:
                     break
                 values.extend(got)
             else:
-                self.known[name] = values[:_MAX_ALTERNATIVES] or None
+                self.known[name] = values[:MAX_ALTERNATIVES] or None
         for command in script.commands:
             self.command(command, depth)
 
@@ -233,9 +199,9 @@ class _Analysis:
             self.refuse("`--no-preserve-root` lets rm delete /")
         if "/proc" in text:
             if _SECRET_PROC.search(text.replace("\x00", "x")) or "environ" in text:
-                self.refuse(f"the command reads process internals ({_shown(word)})")
+                self.refuse(f"the command reads process internals ({shown(word)})")
             else:
-                self.ask(f"the command reads {_shown(word)} in /proc")
+                self.ask(f"the command reads {shown(word)} in /proc")
 
     def values(self, word: Word) -> list[str] | None:
         """Possible glob patterns of ``word`` (quoted specials escaped), None if unknowable."""
@@ -243,31 +209,31 @@ class _Analysis:
         for part in word.parts:
             options: list[str] | None
             if part.kind == "lit":
-                options = [_escape(part.text) if part.quoted else part.text]
+                options = [escape(part.text) if part.quoted else part.text]
             elif part.kind == "tilde":
-                options = [_escape(self.root)] if part.text == "" else None
+                options = [escape(self.root)] if part.text == "" else None
             elif part.kind == "var":
                 options = self.known.get(part.text.strip("{}"))
             else:
                 options = None
             if options is None:
                 return None
-            results = [r + o for r in results for o in options][:_MAX_ALTERNATIVES]
+            results = [r + o for r in results for o in options][:MAX_ALTERNATIVES]
         return results
 
     def locate(self, pattern: str, cwd: str) -> list[_Located]:
         out: list[_Located] = []
-        for alternative in _expand_braces(pattern):
+        for alternative in expand_braces(pattern):
             components = alternative.split("/")
             parts: list[str] = []
             glob_last: str | None = None
             for i, component in enumerate(components):
-                plain = _unescape(component)
-                if _has_glob(component):
+                plain = unescape(component)
+                if has_glob(component):
                     if plain.startswith(".") and fnmatch.fnmatchcase("..", plain):
                         parts.append("..")
                     else:
-                        parts.append(_GLOB)
+                        parts.append(GLOB)
                         if i == len(components) - 1:
                             glob_last = plain
                 else:
@@ -294,7 +260,7 @@ class _Analysis:
     def check_write(self, word: Word, verb: str, *, recursive: bool = False) -> None:
         values = self.values(word)
         if values is None:
-            self.ask(f"it {verb} a path computed when the command runs ({_shown(word)})")
+            self.ask(f"it {verb} a path computed when the command runs ({shown(word)})")
             return
         for value in values:
             for cwd in self.cwds:
@@ -302,14 +268,14 @@ class _Analysis:
                     self._write_target(located, verb, recursive, word)
 
     def _write_target(self, located: _Located, verb: str, recursive: bool, word: Word) -> None:
-        real = located.real.replace(_GLOB, "*")
+        real = located.real.replace(GLOB, "*")
         if self.inside(located.real):
             whole = located.real == self.root or (
                 located.glob_last in ("*", ".*", "*.*")
                 and posixpath.dirname(located.real) == self.root
             )
             if whole and recursive:
-                self.ask(f"it {verb} the whole workspace ({_shown(word)})")
+                self.ask(f"it {verb} the whole workspace ({shown(word)})")
             return
         if self.under(located.real, self.policy.write_outside):
             return
@@ -331,7 +297,7 @@ class _Analysis:
                         located.real, self.policy.read_outside
                     ):
                         continue
-                    real = located.real.replace(_GLOB, "*")
+                    real = located.real.replace(GLOB, "*")
                     self.ask(f"it {verb} {real}, outside the workspace")
 
     def check_argument(self, word: Word) -> None:
@@ -349,7 +315,7 @@ class _Analysis:
         else:
             candidate = literal
         if candidate.startswith(("/", "~", "../")) or candidate in ("..", "~"):
-            self.check_read(_word_of(candidate, word) if candidate != literal else word)
+            self.check_read(word_of(candidate, word) if candidate != literal else word)
 
     # ------------------------------------------------------------------ commands
 
@@ -398,11 +364,11 @@ class _Analysis:
     def simple(self, words: Sequence[Word], command: Command, depth: int) -> None:
         head = words[0]
         values = self.values(head)
-        if values is None or any(_has_glob(v) for v in values):
-            self.ask(f"the command name is computed when the command runs ({_shown(head)})")
+        if values is None or any(has_glob(v) for v in values):
+            self.ask(f"the command name is computed when the command runs ({shown(head)})")
             return
         for value in values:
-            name = _unescape(value)
+            name = unescape(value)
             if "/" in name:
                 self.check_read(head, "runs")
             self.dispatch(posixpath.basename(name), list(words[1:]), command, depth)
@@ -418,616 +384,8 @@ class _Analysis:
             self.refuse(f"{name!r} is a destructive system command")
             return
         approval = (_NEEDS_APPROVAL | set(policy.approve_commands)) - set(policy.allow_commands)
-        handler = _HANDLERS.get(name)
-        if handler is not None:
-            handler(self, name, args, command, depth)
-        elif name in _SHELLS:
-            self.shell(name, args, command, depth)
-        elif name in _INTERPRETERS or re.fullmatch(r"python\d+(\.\d+)?", name):
-            self.interpreter(name, args, command)
-        elif name in _WRAPPERS_WITH_VALUE:
-            self.wrapper(name, args, command, depth)
-        elif name in approval:
+        if name in approval:
             self.ask(f"{name!r} changes the system or other processes")
-        elif name not in _PRINT_ONLY:
+        if not handle(self, name, args, command, depth) and name not in _PRINT_ONLY:
             for arg in args:
                 self.check_argument(arg)
-        if name in approval and name in _HANDLERS:
-            self.ask(f"{name!r} changes the system or other processes")
-
-    # ------------------------------------------------------------------ command families
-
-    def wrapper(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        if name in _AS_ANOTHER_USER and name not in self.policy.allow_commands:
-            self.ask(f"{name!r} runs a command as another user")
-        if name in ("strace", "ltrace") and any(a.literal == "-p" for a in args):
-            self.ask(f"`{name} -p` attaches to another process and reads its memory")
-        with_value = _WRAPPERS_WITH_VALUE[name]
-        i = 0
-        inner_line: str | None = None
-        while i < len(args):
-            literal = args[i].literal
-            if literal is None:
-                break
-            if name == "env" and _is_env_assignment(literal):
-                i += 1
-                continue
-            if literal == "--":
-                i += 1
-                break
-            if not literal.startswith("-") or literal == "-":
-                break
-            option = literal.split("=", 1)[0]
-            if name in ("env", "su") and option in ("-S", "--split-string", "-c", "--command"):
-                value = literal.split("=", 1)[1] if "=" in literal else None
-                if value is None and i + 1 < len(args):
-                    value = args[i + 1].literal
-                    i += 1
-                if value is None:
-                    self.ask(f"`{name}` runs a command line computed when it runs")
-                    return
-                inner_line = value
-            elif name == "env" and option in ("-C", "--chdir") and i + 1 < len(args):
-                self.check_read(args[i + 1], "changes directory to")
-                i += 1
-            elif option in with_value and "=" not in literal:
-                i += 1
-            i += 1
-        if inner_line is not None:
-            self.script(parse(inner_line), depth + 1)
-            return
-        rest = args[i:]
-        if name == "timeout" and rest:
-            rest = rest[1:]  # the duration
-        elif name in ("chrt", "taskset") and rest:
-            rest = rest[1:]
-        elif name == "flock" and rest:
-            rest = rest[1:]  # the lock file
-        elif name == "watch":
-            line = " ".join(w.literal or "" for w in rest)
-            if any(w.literal is None for w in rest):
-                self.ask("`watch` runs a command line computed when it runs")
-            else:
-                self.script(parse(line), depth + 1)
-            return
-        elif name == "command" and args and args[0].literal in ("-v", "-V"):
-            return
-        if name == "xargs":
-            if not rest:
-                return
-            rest = [*rest, Word([Part("var", "xargs input")])]
-        if rest:
-            self.simple(rest, command, depth)
-
-    def shell(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        for i, arg in enumerate(args):
-            literal = arg.literal
-            if literal is None:
-                self.ask(f"`{name}` gets an argument computed when it runs ({_shown(arg)})")
-                return
-            if literal.startswith("-") and "c" in literal[1:] and not literal.startswith("--"):
-                if i + 1 >= len(args):
-                    return
-                line = args[i + 1].literal
-                if line is None:
-                    self.ask(f"`{name} -c` runs a command line computed when it runs")
-                    return
-                self.script(parse(line), depth + 1)
-                return
-            if literal.startswith("-") and literal != "-":
-                continue
-            if literal == "-":
-                break
-            self.check_read(arg, "runs")
-            return  # a script file: opaque, like any program
-        for redirect in command.redirects:
-            if redirect.op in ("<<", "<<-", "<<<"):
-                body = redirect.heredoc if redirect.op != "<<<" else redirect.target
-                line = body.literal if body is not None else None
-                if line is None:
-                    self.ask(f"`{name}` runs a script computed when it runs")
-                else:
-                    self.script(parse(line), depth + 1)
-                return
-        if command.piped_input or any(r.op == "<" for r in command.redirects):
-            self.ask(f"`{name}` runs a script read from its input, which cannot be checked")
-
-    def interpreter(self, name: str, args: list[Word], command: Command) -> None:
-        flags = _INTERPRETERS.get(name, ("-c",))
-        code: list[str] = []
-        for i, arg in enumerate(args):
-            literal = arg.literal
-            for flag in flags:
-                if literal == flag and i + 1 < len(args):
-                    inner = args[i + 1].literal
-                    if inner is None:
-                        self.ask(f"`{name}` runs code computed when it runs")
-                        return
-                    code.append(inner)
-                elif literal is not None and literal.startswith(flag) and len(literal) > len(flag):
-                    if flag.startswith("--"):
-                        continue
-                    code.append(literal[len(flag) :])
-        for redirect in command.redirects:
-            if redirect.op in ("<<", "<<-", "<<<"):
-                body = redirect.heredoc if redirect.op != "<<<" else redirect.target
-                if body is None or body.literal is None:
-                    self.ask(f"`{name}` runs code computed when it runs")
-                    return
-                code.append(body.literal)
-        if (
-            not code
-            and command.piped_input
-            and not any(
-                (a.literal or "x") not in ("-",) and not (a.literal or "").startswith("-")
-                for a in args
-            )
-        ):
-            self.ask(f"`{name}` runs code read from its input, which cannot be checked")
-        for text in code:
-            match = _CODE_MARKERS.search(text)
-            if match:
-                self.ask(
-                    f"the inline {name} code uses {match.group(0)!r}, which the policy cannot check"
-                )
-            for _quote, literal in _QUOTED.findall(text):
-                if literal.startswith(("/", "~", "..")):
-                    self.code_path(name, literal)
-        for arg in args:
-            if arg.literal not in code:
-                self.check_argument(arg)
-
-    def code_path(self, name: str, path: str) -> None:
-        """A path written in inline code: it may be written to, so it must stay inside."""
-        for located in self.locate(_escape(path), self.cwds[0]):
-            if not self.inside(located.real) and not self.under(
-                located.real, self.policy.write_outside
-            ):
-                self.ask(f"the inline {name} code names {located.real}, outside the workspace")
-
-    def rm(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        recursive = name in ("rmdir",)
-        targets: list[Word] = []
-        options_done = False
-        for arg in args:
-            literal = arg.literal
-            if (
-                not options_done
-                and literal is not None
-                and literal.startswith("-")
-                and literal != "-"
-            ):
-                if literal == "--":
-                    options_done = True
-                elif literal in ("--recursive", "--dir") or (
-                    not literal.startswith("--") and set(literal[1:]) & {"r", "R"}
-                ):
-                    recursive = True
-                continue
-            if (
-                not options_done
-                and literal is None
-                and arg.parts[0].kind == "lit"
-                and (arg.parts[0].text.startswith("-"))
-            ):
-                self.ask(f"`{name}` gets options computed when it runs ({_shown(arg)})")
-            targets.append(arg)
-        verb = "deletes" if name != "shred" else "overwrites"
-        for target in targets:
-            self.check_write(target, verb, recursive=recursive)
-
-    def find(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        starts: list[Word] = []
-        i = 0
-        while i < len(args):
-            literal = args[i].literal
-            if literal is not None and (
-                literal.startswith(("-", "(", "!", ")")) and literal not in ("-",)
-            ):
-                break
-            starts.append(args[i])
-            i += 1
-        if not starts:
-            starts = [Word([Part("lit", ".")])]
-        for start in starts:
-            self.check_read(start, "searches")
-        expression = args[i:]
-        has_test = any(w.literal in _FIND_TESTS for w in expression)
-        j = 0
-        while j < len(expression):
-            literal = expression[j].literal
-            if literal == "-delete":
-                for start in starts:
-                    self.check_write(start, "deletes files under", recursive=not has_test)
-            elif literal in ("-exec", "-execdir", "-ok", "-okdir"):
-                inner: list[Word] = []
-                j += 1
-                while j < len(expression) and expression[j].literal not in (";", "+"):
-                    inner.append(expression[j])
-                    j += 1
-                if inner:
-                    for start in starts:
-                        replaced = [_replace_braces(w, start) for w in inner]
-                        self.simple(replaced, command, depth)
-            elif literal in ("-fprint", "-fprint0", "-fprintf", "-fls") and j + 1 < len(expression):
-                self.check_write(expression[j + 1], "writes to")
-            j += 1
-
-    def dd(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        for arg in args:
-            literal = arg.literal
-            first = arg.parts[0].text if arg.parts and arg.parts[0].kind == "lit" else ""
-            if first.startswith("of="):
-                self.check_write(_strip_prefix(arg, "of="), "writes to")
-            elif first.startswith("if="):
-                self.check_read(_strip_prefix(arg, "if="))
-            elif literal is None:
-                self.ask(f"`dd` gets an operand computed when it runs ({_shown(arg)})")
-
-    def kill(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        targets: list[str | None] = []
-        i = 0
-        while i < len(args):
-            literal = args[i].literal
-            if literal in ("-s", "-n", "--signal"):
-                i += 2
-                continue
-            if literal == "--":
-                targets.extend(a.literal for a in args[i + 1 :])
-                break
-            if i == 0 and literal is not None and literal.startswith("-") and len(args) > 1:
-                i += 1  # the signal
-                continue
-            targets.append(literal)
-            i += 1
-        for target in targets:
-            if target in ("-1", "1"):
-                self.refuse("it signals every process (or init)")
-
-    def permissions(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        recursive = False
-        operands: list[Word] = []
-        for arg in args:
-            literal = arg.literal
-            if (
-                literal is not None
-                and literal.startswith("-")
-                and not re.fullmatch(r"-[rwxXstugo]+", literal)
-            ):
-                if literal in ("-R", "--recursive") or (
-                    not literal.startswith("--") and "R" in literal
-                ):
-                    recursive = True
-                if literal.startswith("--reference="):
-                    operands.insert(0, Word([Part("lit", "")]))
-                continue
-            operands.append(arg)
-        for target in operands[1:]:
-            self.check_write(target, f"changes ({name})", recursive=recursive)
-
-    def copy_like(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        operands: list[Word] = []
-        target_dir: Word | None = None
-        i = 0
-        while i < len(args):
-            literal = args[i].literal
-            if literal in ("-t", "--target-directory") and i + 1 < len(args):
-                target_dir = args[i + 1]
-                i += 2
-                continue
-            if literal is not None and literal.startswith("--target-directory="):
-                target_dir = _strip_prefix(args[i], "--target-directory=")
-            elif literal is not None and literal.startswith("-") and literal != "-":
-                pass
-            else:
-                operands.append(args[i])
-            i += 1
-        if target_dir is None and operands:
-            target_dir = operands.pop()
-        if name == "mv":
-            for source in operands:
-                self.check_write(source, "moves", recursive=True)
-        elif name == "ln":
-            for source in operands:
-                values = self.values(source)
-                if values is None:
-                    self.ask(f"it links to a path computed when it runs ({_shown(source)})")
-                    continue
-                for value in values:
-                    for located in self.locate(value, self.cwds[0]):
-                        if not self.inside(located.real):  # a write through it lands outside
-                            self.ask(f"it links to {located.real}, outside the workspace")
-        else:
-            for source in operands:
-                self.check_read(source)
-        if target_dir is not None:
-            self.check_write(target_dir, "writes to")
-
-    def writes_all(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        skip_next = {"truncate": {"-s", "--size", "-r", "--reference"}, "mkdir": {"-m", "--mode"},
-                     "touch": {"-d", "-t", "-r", "--date", "--reference"}}.get(name, set())  # fmt: skip
-        i = 0
-        while i < len(args):
-            literal = args[i].literal
-            if literal in skip_next:
-                i += 2
-                continue
-            if literal is not None and literal.startswith("-") and literal != "-":
-                i += 1
-                continue
-            self.check_write(args[i], "writes to")
-            i += 1
-
-    def sed(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        in_place = any(
-            (a.literal or "").startswith(("-i", "--in-place"))
-            or re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", a.literal or "") is not None
-            for a in args
-        )
-        script_seen = False
-        for i, arg in enumerate(args):
-            literal = arg.literal
-            if literal is None:
-                if not script_seen:
-                    self.ask("the sed script is computed when the command runs")
-                script_seen = True
-                continue
-            if literal in ("-e", "--expression", "-f", "--file"):
-                continue
-            previous = args[i - 1].literal if i else None
-            is_script = previous in ("-e", "--expression") or (
-                not script_seen and not literal.startswith("-") and previous not in ("-f", "--file")
-            )
-            if is_script:
-                script_seen = True
-                if _SED_EXEC.search(literal):
-                    self.ask("the sed script runs commands or writes files (`e`/`w`)")
-                continue
-            if literal.startswith("-"):
-                continue
-            if in_place:
-                self.check_write(arg, "edits")
-            else:
-                self.check_read(arg)
-
-    def awk(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        program_seen = False
-        for i, arg in enumerate(args):
-            literal = arg.literal
-            previous = args[i - 1].literal if i else None
-            if previous in ("-f", "-v", "-F", "--file", "--assign"):
-                continue
-            if literal is None:
-                if not program_seen:
-                    self.ask("the awk program is computed when the command runs")
-                program_seen = True
-                continue
-            if literal.startswith("-"):
-                continue
-            if not program_seen:
-                program_seen = True
-                if _AWK_MARKERS.search(literal):
-                    self.ask("the awk program runs commands or writes files")
-                continue
-            self.check_argument(arg)
-
-    def cd(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        operands = [a for a in args if not (a.literal or "x").startswith("-") or a.literal == "-"]
-        if name == "popd":
-            return
-        if not operands:
-            return  # cd alone goes HOME, which is the workspace
-        target = operands[0]
-        if target.literal == "-":
-            self.ask("`cd -` goes back to a directory the policy cannot see")
-            return
-        values = self.values(target)
-        if values is None:
-            self.ask(f"it changes directory to a path computed when it runs ({_shown(target)})")
-            return
-        for value in values:
-            for located in self.locate(value, self.cwds[-1]):
-                if _GLOB in located.real:
-                    self.ask(f"it changes directory to a glob ({_shown(target)})")
-                    continue
-                if not self.inside(located.real):
-                    self.ask(f"it changes directory to {located.real}, outside the workspace")
-                if located.real not in self.cwds:
-                    self.cwds.append(located.real)  # later relative paths may start there
-
-    def declaration(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        self.assignments(
-            [a for a in args if a.parts and a.parts[0].kind == "lit" and "=" in a.parts[0].text]
-        )
-        if name == "export" and any(a.literal == "-f" for a in args):
-            self.ask("`export -f` passes shell functions to other programs")
-
-    def eval_(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        if any(a.literal is None for a in args):
-            self.ask(f"`{name}` runs a command line computed when it runs")
-            return
-        self.script(parse(" ".join(a.literal or "" for a in args)), depth + 1)
-
-    def source(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        if args:
-            self.check_read(args[0], "runs")
-
-    def ps(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        for arg in args:
-            literal = arg.literal or ""
-            bsd_e = not literal.startswith("-") and re.fullmatch(r"[a-zA-Z]*e[a-zA-Z]*", literal)
-            if bsd_e or "env" in literal:
-                self.ask("`ps e` shows the environment of other processes")
-                return
-
-    def systemctl(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        if any(a.literal in _SYSTEMCTL_DENY for a in args):
-            self.refuse("it powers off, reboots or isolates the system")
-
-    def tar(self, name: str, args: list[Word], command: Command, depth: int) -> None:
-        literals = [a.literal or "" for a in args]
-        extracting = any(
-            lit in ("-x", "--extract", "--get")
-            or re.fullmatch(r"-?[a-zA-Z]*x[a-zA-Z]*", lit) is not None
-            for lit in literals[:1] + [x for x in literals if x.startswith("-")]
-        )
-        for i, arg in enumerate(args):
-            literal = arg.literal or ""
-            if literal in ("-C", "--directory") and i + 1 < len(args):
-                if extracting:
-                    self.check_write(args[i + 1], "extracts into")
-                else:
-                    self.check_read(args[i + 1])
-            elif literal.startswith("--directory="):
-                target = _strip_prefix(arg, "--directory=")
-                if extracting:
-                    self.check_write(target, "extracts into")
-            elif not literal.startswith("-"):
-                self.check_argument(arg)
-
-
-_HANDLERS = {
-    "rm": _Analysis.rm, "rmdir": _Analysis.rm, "unlink": _Analysis.rm, "shred": _Analysis.rm,
-    "srm": _Analysis.rm, "wipe": _Analysis.rm, "find": _Analysis.find, "dd": _Analysis.dd,
-    "kill": _Analysis.kill, "chmod": _Analysis.permissions, "chown": _Analysis.permissions,
-    "chgrp": _Analysis.permissions, "chattr": _Analysis.permissions,
-    "setfacl": _Analysis.permissions, "mv": _Analysis.copy_like, "cp": _Analysis.copy_like,
-    "ln": _Analysis.copy_like, "install": _Analysis.copy_like, "rsync": _Analysis.copy_like,
-    "touch": _Analysis.writes_all, "mkdir": _Analysis.writes_all, "truncate": _Analysis.writes_all,
-    "tee": _Analysis.writes_all, "sed": _Analysis.sed, "gsed": _Analysis.sed,
-    "awk": _Analysis.awk, "gawk": _Analysis.awk, "mawk": _Analysis.awk, "nawk": _Analysis.awk,
-    "cd": _Analysis.cd, "pushd": _Analysis.cd, "popd": _Analysis.cd,
-    "export": _Analysis.declaration, "declare": _Analysis.declaration,
-    "typeset": _Analysis.declaration, "local": _Analysis.declaration,
-    "readonly": _Analysis.declaration, "eval": _Analysis.eval_, "source": _Analysis.source,
-    ".": _Analysis.source, "systemctl": _Analysis.systemctl, "tar": _Analysis.tar,
-    "ps": _Analysis.ps,
-}  # fmt: skip
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _escape(text: str) -> str:
-    return "".join("\\" + c if c in "\\*?[]{}," else c for c in text)
-
-
-def _unescape(pattern: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        if pattern[i] == "\\" and i + 1 < len(pattern):
-            out.append(pattern[i + 1])
-            i += 2
-        else:
-            out.append(pattern[i])
-            i += 1
-    return "".join(out)
-
-
-def _has_glob(pattern: str) -> bool:
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c in "*?[":
-            return True
-        i += 1
-    return False
-
-
-def _expand_braces(pattern: str, limit: int = _MAX_ALTERNATIVES) -> list[str]:
-    """Bash brace expansion of unescaped ``{a,b}`` and ``{x..y}`` (ranges give their ends)."""
-    depth = 0
-    start = -1
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif c == "}" and depth:
-            depth -= 1
-            if depth == 0:
-                inner = pattern[start + 1 : i]
-                options = _split_top(inner)
-                if len(options) == 1:
-                    ends = re.fullmatch(r"(-?\w+)\.\.(-?\w+)(\.\.-?\d+)?", inner)
-                    options = [ends.group(1), ends.group(2)] if ends else []
-                if options:
-                    prefix, suffix = pattern[:start], pattern[i + 1 :]
-                    out: list[str] = []
-                    for option in options:
-                        out.extend(_expand_braces(prefix + option + suffix, limit))
-                        if len(out) >= limit:
-                            break
-                    return out[:limit]
-        i += 1
-    return [pattern]
-
-
-def _split_top(inner: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    current: list[str] = []
-    i = 0
-    while i < len(inner):
-        c = inner[i]
-        if c == "\\" and i + 1 < len(inner):
-            current.append(inner[i : i + 2])
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-        if c == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(c)
-        i += 1
-    parts.append("".join(current))
-    return parts
-
-
-def _shown(word: Word) -> str:
-    text = "".join(
-        p.text
-        if p.kind == "lit"
-        else (
-            "~" + p.text
-            if p.kind == "tilde"
-            else f"${{{p.text}}}"
-            if p.kind == "var"
-            else f"$({p.text})"
-        )
-        for p in word.parts
-    )
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _word_of(text: str, like: Word) -> Word:
-    return Word([Part("lit", text, quoted=all(p.quoted for p in like.parts))])
-
-
-def _strip_prefix(word: Word, prefix: str) -> Word:
-    first = word.parts[0]
-    return Word([Part("lit", first.text[len(prefix) :], first.quoted), *word.parts[1:]])
-
-
-def _replace_braces(word: Word, start: Word) -> Word:
-    if word.literal == "{}":
-        return Word([*start.parts, Part("lit", "/{}", quoted=True)])
-    return word
-
-
-def _is_env_assignment(literal: str) -> bool:
-    name, eq, _ = literal.partition("=")
-    return bool(eq) and bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name))
