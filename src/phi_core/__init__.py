@@ -170,6 +170,9 @@ from .sessions import (
 from .subagents import SubAgentTool
 from .tools import (
     AgentTool,
+    ApprovalDecision,
+    ApprovalRequest,
+    BuiltinToolSettings,
     McpClient,
     McpToolAdapter,
     OpenApiAuth,
@@ -180,6 +183,7 @@ from .tools import (
     ToolError,
     ToolResult,
     Toolset,
+    default_tools,
     tool,
 )
 from .types import (
@@ -295,6 +299,9 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "SelectionResult",
     # tools
     "AgentTool",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "BuiltinToolSettings",
     "McpClient",
     "McpToolAdapter",
     "OpenApiAuth",
@@ -305,6 +312,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ToolError",
     "ToolResult",
     "Toolset",
+    "default_tools",
     "tool",
     # providers
     "CacheConfig",

@@ -78,9 +78,10 @@ def _ask(
 
 
 def terminal_approver(
-    terminal: Callable[[], tuple[TextIO, TextIO] | None] = open_terminal,
+    terminal: Callable[[], tuple[TextIO, TextIO] | None] | None = None,
 ) -> Approver:
-    """An approver that asks y/N on the terminal, one question at a time."""
+    """An approver that asks y/N on the terminal (``open_terminal`` unless given another),
+    one question at a time."""
     lock: asyncio.Lock | None = None
 
     async def approve(request: ApprovalRequest) -> ApprovalDecision:
@@ -92,7 +93,7 @@ def terminal_approver(
 
             def worker() -> None:
                 try:
-                    decision = _ask(request, terminal)
+                    decision = _ask(request, terminal or open_terminal)
                 except Exception as exc:  # reported to the model as a refusal
                     decision = ApprovalDecision.deny(f"asking failed: {exc}")
                 loop.call_soon_threadsafe(_settle, answer, decision)
