@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from phi_core.errors import PathError
 from phi_core.tools import (
     BashSettings,
     BashTool,
     EditFileTool,
     ListFilesTool,
-    PathError,
     ReadFileTool,
     SearchTool,
     Workspace,

@@ -23,7 +23,7 @@ from ._settings import (
     WriteSettings,
 )
 from ._validate import check_tools
-from ._workspace import PathError, Workspace
+from ._workspace import Workspace
 from .base import AgentTool, FunctionTool, ToolContext, ToolError, ToolResult, tool
 from .builtin import ToolRegistry, default_tools
 from .mcp import DEFAULT_MCP_TIMEOUT, McpClient
@@ -57,7 +57,6 @@ __all__ = [
     "OpenApiToolAdapter",
     "OpenApiToolset",
     "OperationFilter",
-    "PathError",
     "PolicyVerdict",
     "ReadFileTool",
     "ReadSettings",

@@ -21,9 +21,10 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..cancel import CancelToken
+from ..errors import PathError
 from ..types import ImageContent, TextContent
 from ._settings import ListSettings, ReadSettings, WriteSettings
-from ._workspace import PathError, Workspace
+from ._workspace import Workspace
 from .base import ToolContext, ToolError, ToolResult, validate_arguments
 
 __all__ = [

@@ -19,9 +19,10 @@ import regex
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..cancel import CancelToken
+from ..errors import PathError
 from ._files import _in_thread, iter_lines, looks_binary, render_line
 from ._settings import SearchSettings
-from ._workspace import PathError, Workspace
+from ._workspace import Workspace
 from .base import ToolContext, ToolError, ToolResult, validate_arguments
 
 __all__ = ["SearchTool"]

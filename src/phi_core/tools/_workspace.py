@@ -22,10 +22,9 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..errors import UserError
-from .base import ToolError
+from ..errors import PathError, UserError
 
-__all__ = ["Entry", "PathError", "Workspace"]
+__all__ = ["Entry", "Workspace"]
 
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
@@ -36,10 +35,6 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_NOCTTY = getattr(os, "O_NOCTTY", 0)
 _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
-
-
-class PathError(ToolError):
-    """A path the tools refuse: outside the workspace, not a regular file, malformed."""
 
 
 def _kind(mode: int) -> str:
