@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from phi_hostile_tools_kit import Env, Verdict, case, run_tool, text_of
@@ -127,59 +127,49 @@ for _name, _path in {
     _listing_case(_name, _path)
 
 
+@contextlib.asynccontextmanager
+async def _swapping(ws: Path, env: Env) -> AsyncIterator[None]:
+    """The attacker: a thread swapping ``sub`` and a link to the outside folder, nonstop."""
+    stop = threading.Event()
+    real, link = ws / "sub_real", ws / "sub_link"
+    link.symlink_to(env.outside)
+
+    def flip() -> None:
+        while not stop.is_set():
+            for source, target in ((ws / "sub", real), (link, ws / "sub"),
+                                   (ws / "sub", link), (real, ws / "sub")):  # fmt: skip
+                with contextlib.suppress(OSError):  # a write may have recreated `sub`
+                    os.rename(source, target)
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.to_thread(flipper.join)
+
+
 @case("path escape: race", "folder swapped for a link while reading (TOCTOU)")
 async def _race_read(env: Env) -> Verdict:
     with env.workspace() as ws:
         (ws / "sub" / "secret.txt").write_text("inside\n")
-        stop = threading.Event()
-
-        def flip() -> None:  # the attacker: swap sub <-> a link to outside, as fast as it can
-            real, link = ws / "sub_real", ws / "sub_link"
-            link.symlink_to(env.outside)
-            while not stop.is_set():
-                for source, target in ((ws / "sub", real), (link, ws / "sub"),
-                                       (ws / "sub", link), (real, ws / "sub")):  # fmt: skip
-                    with contextlib.suppress(OSError):  # a write may have recreated `sub`
-                        os.rename(source, target)
-
-        flipper = threading.Thread(target=flip, daemon=True)
-        flipper.start()
         seen = 0
-        try:
+        async with _swapping(ws, env):
             for _ in range(400):
                 out = text_of(await run_tool(ReadFileTool(ws), path="sub/secret.txt"))
                 seen += "inside" in out
                 if env.marker in out:
                     return "leaked", f"read the outside file through the swapped folder: {out[:80]}"
-        finally:
-            stop.set()
-            await asyncio.to_thread(flipper.join)
     return "blocked", f"400 reads during the swaps, {seen} of the real file, none of the outside"
 
 
 @case("path escape: race", "folder swapped for a link while writing (TOCTOU)")
 async def _race_write(env: Env) -> Verdict:
     with env.workspace() as ws:
-        stop = threading.Event()
-
-        def flip() -> None:
-            real, link = ws / "sub_real", ws / "sub_link"
-            link.symlink_to(env.outside)
-            while not stop.is_set():
-                for source, target in ((ws / "sub", real), (link, ws / "sub"),
-                                       (ws / "sub", link), (real, ws / "sub")):  # fmt: skip
-                    with contextlib.suppress(OSError):  # a write may have recreated `sub`
-                        os.rename(source, target)
-
-        flipper = threading.Thread(target=flip, daemon=True)
-        flipper.start()
-        try:
+        async with _swapping(ws, env):
             for i in range(400):
                 await run_tool(WriteFileTool(ws), path=f"sub/evil{i}.txt", content="pwned")
-        finally:
-            stop.set()
-            await asyncio.to_thread(flipper.join)
-        shutil.rmtree(ws / "sub_link", ignore_errors=True)
     changed = env.outside_changed()
     env.restore()
     if changed:

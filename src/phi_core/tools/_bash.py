@@ -25,15 +25,14 @@ import os
 import signal
 import subprocess
 from collections.abc import Awaitable
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._files import looks_binary
 from ._isolation import isolation_prefix
 from ._settings import BashSettings
-from ._workspace import Workspace
-from .base import ToolContext, ToolResult, validate_arguments
+from ._tool import WorkspaceTool
+from .base import ToolContext, ToolResult
 
 __all__ = ["BashTool"]
 
@@ -149,32 +148,23 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-class BashTool:
+class BashTool(WorkspaceTool):
     """Run shell commands in the workspace (see the module docstring for the protections)."""
 
     name = "bash"
-    timeout: float | None = None  # the tool enforces its own (capped) timeout
+    arguments = _Args
+    settings_type = BashSettings
+    settings: BashSettings
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | Workspace | None = None,
-        settings: BashSettings | None = None,
-        *,
-        needs_approval: bool = False,
-    ) -> None:
-        self.workspace = root if isinstance(root, Workspace) else Workspace(root)
-        self.settings = settings or BashSettings()
-        self.needs_approval = needs_approval
+    def describe(self) -> str:
         s = self.settings
-        self.description = (
+        return (
             f"Run a bash command line in the workspace ({self.workspace.root}) and return its "
             f"exit code and output. Commands that delete or write outside the workspace are "
             f"refused; some need a person's approval. Output is cut at about "
             f"{s.max_output_bytes // 1024} KB. Default timeout {s.timeout:g}s, at most "
             f"{s.max_timeout:g}s. Standard input is closed: do not run interactive programs."
         )
-        self.parameters: dict[str, Any] = _Args.model_json_schema()
-        self.parameters.pop("title", None)
 
     def environment(self) -> dict[str, str]:
         """The environment of every command: the allow-list, the extras, HOME/PWD = workspace."""
@@ -188,12 +178,8 @@ class BashTool:
         )
         return env
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        parsed = validate_arguments(_Args, args, self.name, self.parameters)
-        if isinstance(parsed, ToolResult):
-            return parsed
-        assert isinstance(parsed, _Args)
-        command = parsed.command
+    async def run(self, args: _Args, ctx: ToolContext) -> ToolResult:
+        command = args.command
         verdict = self.settings.policy.check(command, self.workspace.root)
         if verdict.action == "deny":
             return ToolResult.error(
@@ -208,7 +194,7 @@ class BashTool:
                     f"Command not run: it needs approval ({verdict.reason}) and was not "
                     f"approved{detail}."
                 )
-        timeout, note = self._timeout(parsed.timeout)
+        timeout, note = self._timeout(args.timeout)
         return await self._run(command, timeout, note)
 
     def _timeout(self, requested: float | None) -> tuple[float, str]:

@@ -9,23 +9,21 @@ blocking file work runs in a worker thread that stops early when the call is can
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import difflib
 import fnmatch
 import os
 import time
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..cancel import CancelToken
-from ..errors import PathError
 from ..types import ImageContent, TextContent
 from ._settings import ListSettings, ReadSettings, WriteSettings
-from ._workspace import Workspace
-from .base import ToolContext, ToolError, ToolResult, validate_arguments
+from ._tool import WorkspaceTool
+from .base import ToolError, ToolResult
 
 __all__ = [
     "EditFileTool",
@@ -99,31 +97,6 @@ def _count_lines(handle: IO[bytes], cancel: CancelToken) -> int:
     return count + (0 if last == b"\n" else 1)
 
 
-async def _in_thread(fn: Any, *args: Any) -> Any:
-    try:
-        return await asyncio.to_thread(fn, *args)
-    except (PathError, ToolError) as exc:
-        return ToolResult.error(str(exc))
-    except OSError as exc:
-        return ToolResult.error(f"{exc.strerror or exc} ({type(exc).__name__}).")
-
-
-class _Tool:
-    """Shared construction of the file tools: a workspace and an argument model."""
-
-    name = ""
-    _args: type[BaseModel]
-
-    def __init__(self, root: str | os.PathLike[str] | Workspace | None = None) -> None:
-        self.workspace = root if isinstance(root, Workspace) else Workspace(root)
-        self.parameters: dict[str, Any] = self._args.model_json_schema()
-        self.parameters.pop("title", None)
-        self.needs_approval = False
-
-    def _parse(self, args: dict[str, Any]) -> Any:
-        return validate_arguments(self._args, args, self.name, self.parameters)
-
-
 # --------------------------------------------------------------------------- read_file
 
 
@@ -134,33 +107,23 @@ class _ReadArgs(BaseModel):
     limit: int | None = Field(default=None, ge=1, description="How many lines to show at most.")
 
 
-class ReadFileTool(_Tool):
+class ReadFileTool(WorkspaceTool):
     """Read a text file (a window of numbered lines) or an image inside the workspace."""
 
     name = "read_file"
-    _args = _ReadArgs
+    arguments = _ReadArgs
+    settings_type = ReadSettings
+    settings: ReadSettings
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | Workspace | None = None,
-        settings: ReadSettings | None = None,
-    ) -> None:
-        super().__init__(root)
-        self.settings = settings or ReadSettings()
-        self.description = (
+    def describe(self) -> str:
+        return (
             "Read a text file (numbered lines) or an image inside the workspace "
             f"({self.workspace.root}). Returns at most {self.settings.max_lines} lines per call; "
             "use offset and limit for longer files. Binary files are reported, not shown."
         )
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        parsed = self._parse(args)
-        if isinstance(parsed, ToolResult):
-            return parsed
-        result: ToolResult = await _in_thread(
-            self._read, parsed.path, parsed.offset, parsed.limit, ctx.cancel
-        )
-        return result
+    def work(self, args: _ReadArgs, cancel: CancelToken) -> ToolResult:
+        return self._read(args.path, args.offset, args.limit, cancel)
 
     def _read(self, path: str, offset: int, limit: int | None, cancel: CancelToken) -> ToolResult:
         s = self.settings
@@ -270,30 +233,22 @@ def _encode(text: str, what: str) -> bytes:
         ) from None
 
 
-class WriteFileTool(_Tool):
+class WriteFileTool(WorkspaceTool):
     """Create or replace a file inside the workspace (parent folders are created)."""
 
     name = "write_file"
-    _args = _WriteArgs
+    arguments = _WriteArgs
+    settings_type = WriteSettings
+    settings: WriteSettings
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | Workspace | None = None,
-        settings: WriteSettings | None = None,
-    ) -> None:
-        super().__init__(root)
-        self.settings = settings or WriteSettings()
-        self.description = (
+    def describe(self) -> str:
+        return (
             f"Create or overwrite a file inside the workspace ({self.workspace.root}); parent "
             "folders are created."
         )
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        parsed = self._parse(args)
-        if isinstance(parsed, ToolResult):
-            return parsed
-        result: ToolResult = await _in_thread(self._write, parsed.path, parsed.content)
-        return result
+    def work(self, args: _WriteArgs, cancel: CancelToken) -> ToolResult:
+        return self._write(args.path, args.content)
 
     def _write(self, path: str, content: str) -> ToolResult:
         data = _encode(content, "content")
@@ -310,32 +265,22 @@ class _EditArgs(BaseModel):
     new_text: str = Field(description="The replacement.")
 
 
-class EditFileTool(_Tool):
+class EditFileTool(WorkspaceTool):
     """Replace one exact, unique occurrence of ``old_text`` in a file inside the workspace."""
 
     name = "edit_file"
-    _args = _EditArgs
+    arguments = _EditArgs
+    settings_type = WriteSettings
+    settings: WriteSettings
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | Workspace | None = None,
-        settings: WriteSettings | None = None,
-    ) -> None:
-        super().__init__(root)
-        self.settings = settings or WriteSettings()
-        self.description = (
+    def describe(self) -> str:
+        return (
             "Replace one exact, unique occurrence of old_text with new_text in a file inside the "
             f"workspace ({self.workspace.root}). Include enough context to make old_text unique."
         )
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        parsed = self._parse(args)
-        if isinstance(parsed, ToolResult):
-            return parsed
-        result: ToolResult = await _in_thread(
-            self._edit, parsed.path, parsed.old_text, parsed.new_text
-        )
-        return result
+    def work(self, args: _EditArgs, cancel: CancelToken) -> ToolResult:
+        return self._edit(args.path, args.old_text, args.new_text)
 
     def _edit(self, path: str, old_text: str, new_text: str) -> ToolResult:
         if not old_text:
@@ -380,33 +325,23 @@ class _ListArgs(BaseModel):
     max_depth: int = Field(default=3, ge=1, description="How many folder levels to descend.")
 
 
-class ListFilesTool(_Tool):
+class ListFilesTool(WorkspaceTool):
     """List the files under a folder of the workspace (skipping .git, node_modules, …)."""
 
     name = "list_files"
-    _args = _ListArgs
+    arguments = _ListArgs
+    settings_type = ListSettings
+    settings: ListSettings
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | Workspace | None = None,
-        settings: ListSettings | None = None,
-    ) -> None:
-        super().__init__(root)
-        self.settings = settings or ListSettings()
-        self.description = (
+    def describe(self) -> str:
+        return (
             f"List files under a folder of the workspace ({self.workspace.root}), skipping "
             f".git, node_modules and the like; {self.settings.max_results} at most. Symbolic "
             "links are shown, not followed."
         )
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        parsed = self._parse(args)
-        if isinstance(parsed, ToolResult):
-            return parsed
-        result: ToolResult = await _in_thread(
-            self._list, parsed.path, parsed.pattern, parsed.max_depth, ctx.cancel
-        )
-        return result
+    def work(self, args: _ListArgs, cancel: CancelToken) -> ToolResult:
+        return self._list(args.path, args.pattern, args.max_depth, cancel)
 
     def _list(
         self, path: str, pattern: str | None, max_depth: int, cancel: CancelToken

@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..cancel import CancelToken
 from ..errors import PathError
-from ._files import _in_thread, iter_lines, looks_binary, render_line
+from ._files import iter_lines, looks_binary, render_line
 from ._settings import SearchSettings
-from ._workspace import Workspace
-from .base import ToolContext, ToolError, ToolResult, validate_arguments
+from ._tool import WorkspaceTool
+from .base import ToolError, ToolResult
 
 __all__ = ["SearchTool"]
 
@@ -40,43 +40,28 @@ class _SearchArgs(BaseModel):
     case_sensitive: bool = Field(default=True, description="Whether case matters.")
 
 
-class SearchTool:
+class SearchTool(WorkspaceTool):
     """Search file contents in the workspace for a regular expression."""
 
     name = "search"
-    timeout: float | None = None
+    arguments = _SearchArgs
+    settings_type = SearchSettings
+    settings: SearchSettings
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | Workspace | None = None,
-        settings: SearchSettings | None = None,
-    ) -> None:
-        self.workspace = root if isinstance(root, Workspace) else Workspace(root)
-        self.settings = settings or SearchSettings()
-        self.needs_approval = False
-        s = self.settings
-        self.description = (
+    def describe(self) -> str:
+        return (
             f"Search the contents of files in the workspace ({self.workspace.root}) for a "
-            f"regular expression; returns up to {s.max_results} matching lines as "
+            f"regular expression; returns up to {self.settings.max_results} matching lines as "
             "path:line: text. Symbolic links are not followed; binary files are skipped."
         )
-        self.parameters: dict[str, Any] = _SearchArgs.model_json_schema()
-        self.parameters.pop("title", None)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        parsed = validate_arguments(_SearchArgs, args, self.name, self.parameters)
-        if isinstance(parsed, ToolResult):
-            return parsed
-        assert isinstance(parsed, _SearchArgs)
-        flags = regex.VERSION0 | (0 if parsed.case_sensitive else regex.IGNORECASE)
+    def work(self, args: _SearchArgs, cancel: CancelToken) -> ToolResult:
+        flags = regex.VERSION0 | (0 if args.case_sensitive else regex.IGNORECASE)
         try:
-            compiled = regex.compile(parsed.pattern, flags)
+            compiled = regex.compile(args.pattern, flags)
         except (regex.error, ValueError, OverflowError) as exc:
-            return ToolResult.error(f"Invalid regular expression {parsed.pattern!r}: {exc}")
-        result: ToolResult = await _in_thread(
-            self._search, compiled, parsed.path, parsed.include, ctx.cancel
-        )
-        return result
+            raise ToolError(f"Invalid regular expression {args.pattern!r}: {exc}") from None
+        return self._search(compiled, args.path, args.include, cancel)
 
     def _search(
         self, compiled: Any, path: str, include: str | None, cancel: CancelToken

@@ -37,18 +37,14 @@ _O_NOCTTY = getattr(os, "O_NOCTTY", 0)
 _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
+_PHRASES = {
+    "dir": "a directory", "fifo": "a FIFO (named pipe)", "socket": "a socket",
+    "device": "a device", "symbolic link": "a symbolic link",
+}  # fmt: skip
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "not a regular file"
+    return _PHRASES.get(_entry_kind(mode), "not a regular file")
 
 
 @dataclass(frozen=True)

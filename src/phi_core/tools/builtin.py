@@ -5,7 +5,6 @@ confined to a workspace root, and a name → tool registry, so configs can name 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 from ..errors import UserError
@@ -13,35 +12,33 @@ from ._bash import BashTool
 from ._files import EditFileTool, ListFilesTool, ReadFileTool, WriteFileTool
 from ._search import SearchTool
 from ._settings import BuiltinToolSettings
+from ._tool import Root, WorkspaceTool
 from ._workspace import Workspace
 from .base import AgentTool
 
 __all__ = ["BUILTIN_NAMES", "ToolRegistry", "builtin_tool", "default_tools"]
 
-BUILTIN_NAMES = ("bash", "read_file", "write_file", "edit_file", "list_files", "search")
-
-Root = str | os.PathLike[str] | Workspace | None
+_CLASSES: dict[str, tuple[type[WorkspaceTool], str]] = {
+    "bash": (BashTool, "bash"),
+    "read_file": (ReadFileTool, "read_file"),
+    "write_file": (WriteFileTool, "write_file"),
+    "edit_file": (EditFileTool, "write_file"),
+    "list_files": (ListFilesTool, "list_files"),
+    "search": (SearchTool, "search"),
+}  # name -> (class, its section of BuiltinToolSettings)
+BUILTIN_NAMES = tuple(_CLASSES)
 
 
 def builtin_tool(
     name: str, root: Root = None, settings: BuiltinToolSettings | None = None
 ) -> AgentTool:
     """One built-in tool by name, confined to ``root`` (default: the current directory)."""
-    s = settings or BuiltinToolSettings()
-    workspace = root if isinstance(root, Workspace) else Workspace(root)
-    if name == "bash":
-        return BashTool(workspace, s.bash)
-    if name == "read_file":
-        return ReadFileTool(workspace, s.read_file)
-    if name == "write_file":
-        return WriteFileTool(workspace, s.write_file)
-    if name == "edit_file":
-        return EditFileTool(workspace, s.write_file)
-    if name == "list_files":
-        return ListFilesTool(workspace, s.list_files)
-    if name == "search":
-        return SearchTool(workspace, s.search)
-    raise UserError(f"Unknown built-in tool {name!r}. Built-in tools: {', '.join(BUILTIN_NAMES)}.")
+    if name not in _CLASSES:
+        raise UserError(
+            f"Unknown built-in tool {name!r}. Built-in tools: {', '.join(BUILTIN_NAMES)}."
+        )
+    cls, section = _CLASSES[name]
+    return cls(root, getattr(settings or BuiltinToolSettings(), section))
 
 
 def default_tools(
