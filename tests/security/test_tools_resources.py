@@ -54,7 +54,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().split(") ")[1][0] != "Z"  # a zombie is dead
-    except FileNotFoundError:
+    except OSError:  # gone (FileNotFoundError, or ESRCH while it was going)
         return False
 
 
