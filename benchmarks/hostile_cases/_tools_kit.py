@@ -90,12 +90,14 @@ def text_of(result: ToolResult) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
 
 
-def _forms(secret: str) -> list[str]:
+def _forms(secret: str) -> dict[str, int]:
+    """The secret plain, reversed, in hex and in base64 at each alignment, each with the run
+    length that stands for 16 characters of the secret."""
     raw = secret.encode()
-    forms = [secret, secret[::-1], raw.hex(), raw.hex().upper()]
+    forms = {secret: 16, secret[::-1]: 16, raw.hex(): 32, raw.hex().upper(): 32}
     for shift in range(3):
         encoded = base64.b64encode(b"\0" * shift + raw).decode()
-        forms.append(encoded[(shift * 8 + 5) // 6 : -4])
+        forms[encoded[(shift * 8 + 5) // 6 : -4]] = 22
     return forms
 
 
@@ -103,9 +105,9 @@ def exposes(output: str, secret: str) -> bool:
     """Whether ``output`` holds ``secret`` or a long run of it in a common disguise, even split
     over lines or spaced out (judged more strictly than the redaction works)."""
     squeezed = re.sub(r"\s+", "", output)
-    for form in _forms(secret):
-        for window in range(0, max(len(form) - 16, 0) + 1, 4):
-            chunk = form[window : window + 16]
+    for form, window in _forms(secret).items():
+        for start in range(0, max(len(form) - window, 0) + 1, 2):
+            chunk = form[start : start + window]
             if chunk in output or chunk in squeezed:
                 return True
     return False
