@@ -53,6 +53,7 @@ from .errors import (
     NetworkError,
     OpenApiError,
     OverloadedError,
+    PathError,
     PhiError,
     ProviderCancelledError,
     ProviderError,
@@ -170,6 +171,9 @@ from .sessions import (
 from .subagents import SubAgentTool
 from .tools import (
     AgentTool,
+    ApprovalDecision,
+    ApprovalRequest,
+    BuiltinToolSettings,
     McpClient,
     McpToolAdapter,
     OpenApiAuth,
@@ -180,6 +184,7 @@ from .tools import (
     ToolError,
     ToolResult,
     Toolset,
+    default_tools,
     tool,
 )
 from .types import (
@@ -295,6 +300,9 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "SelectionResult",
     # tools
     "AgentTool",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "BuiltinToolSettings",
     "McpClient",
     "McpToolAdapter",
     "OpenApiAuth",
@@ -305,6 +313,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "ToolError",
     "ToolResult",
     "Toolset",
+    "default_tools",
     "tool",
     # providers
     "CacheConfig",
@@ -374,6 +383,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "NetworkError",
     "OpenApiError",
     "OverloadedError",
+    "PathError",
     "PhiError",
     "ProviderCancelledError",
     "ProviderError",

@@ -74,6 +74,7 @@ from .providers.credentials import CredentialProvider
 from .providers.retry import RetryPolicy
 from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
 from .subagents import SubAgentTool
+from .tools import Approver
 from .tools.mcp import DEFAULT_MCP_TIMEOUT, McpClient
 from .tools.mcp_servers import McpHttpServer, McpReconnect, McpStdioServer
 from .tools.openapi import OpenApiConfig, OperationFilter
@@ -289,6 +290,14 @@ class BasicAgent:
         self, strategy: ToolExecution, *, timeout: float | None = None
     ) -> BasicAgent:
         return self._set(tool_execution=strategy, tool_timeout=timeout)
+
+    def with_approver(self, approver: Approver | None) -> BasicAgent:
+        """Who answers tool calls that need approval (none: such calls are refused)."""
+        return self._set(approver=approver)
+
+    def with_tool_result_limit(self, max_bytes: int | None) -> BasicAgent:
+        """Cut the text of each tool result sent to the model beyond ``max_bytes`` (None: no cap)."""
+        return self._set(tool_result_max_bytes=max_bytes)
 
     def with_hooks(self, hooks: LoopHooks) -> BasicAgent:
         return self._set(hooks=hooks)

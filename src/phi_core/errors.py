@@ -24,6 +24,7 @@
     │       ├── McpConnectionError     the server could not be started or reached, or went away
     │       └── McpTimeoutError        the server did not answer in time
     ├── ToolError                      raised by a tool: its message becomes the error result
+    │   └── PathError                  a built-in tool refused a path (outside its workspace…)
     ├── SessionError                   the session store could not do what was asked
     │   ├── SessionNotFoundError       no session with that id (also a ``KeyError``)
     │   └── SessionLockedError         another writer held the session's lock too long
@@ -69,6 +70,7 @@ __all__ = [
     "NetworkError",
     "OpenApiError",
     "OverloadedError",
+    "PathError",
     "PhiError",
     "ProviderCancelledError",
     "ProviderError",
@@ -88,6 +90,7 @@ __all__ = [
     "UserError",
     "redact",
     "register_secret",
+    "registered_secrets",
 ]
 
 ProviderErrorKind = Literal[
@@ -118,6 +121,11 @@ def register_secret(value: str | None) -> None:
     """Remember a secret so :func:`redact` removes it wherever it shows up."""
     if value and len(value) >= 6:
         _registered_secrets.add(value)
+
+
+def registered_secrets() -> frozenset[str]:
+    """The secrets :func:`register_secret` has seen (for exact-value scrubbing elsewhere)."""
+    return frozenset(_registered_secrets)
 
 
 def redact(text: str) -> str:
@@ -271,6 +279,10 @@ class Interrupted(RunError):
 
 class ToolError(PhiError):
     """Raise from a tool to return an error result with this message to the model."""
+
+
+class PathError(ToolError):
+    """A path a built-in tool refuses: outside its workspace, not a regular file, malformed."""
 
 
 class SessionError(PhiError):

@@ -438,12 +438,26 @@ class EventStream(Generic[T]):
         self._run = run
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._task: asyncio.Task[T] | None = None
+        self._fatal: BaseException | None = None
+
+    async def _guarded(self) -> T:
+        try:
+            return await self._run(self._queue)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # Raised inside a task, asyncio would throw these out of the event loop, leaving
+            # the consumer pending; hand them to the consumer instead, after the events.
+            self._fatal = exc
+            raise asyncio.CancelledError from exc
 
     def _start(self) -> asyncio.Task[T]:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(self._queue))
+            self._task = asyncio.get_running_loop().create_task(self._guarded())
             self._task.add_done_callback(lambda _t: self._queue.put_nowait(_STOP))
         return self._task
+
+    def _raise_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()
@@ -473,6 +487,7 @@ class EventStream(Generic[T]):
                 except Exception:
                     logger.debug("run ended with an error after its consumer left", exc_info=True)
         # Surface the run's own failure to the consumer.
+        self._raise_fatal()
         if task.done() and not task.cancelled():
             exc = task.exception()
             if exc is not None:
@@ -480,7 +495,11 @@ class EventStream(Generic[T]):
 
     async def result(self) -> T:
         """Run to completion (draining events nobody iterated) and return the result."""
-        return await self._start()
+        try:
+            return await self._start()
+        except asyncio.CancelledError:
+            self._raise_fatal()
+            raise
 
     def __await__(self) -> Generator[Any, None, T]:
         return self.result().__await__()

@@ -39,14 +39,39 @@ __all__ = [
     "TurnRange",
     "Usage",
     "UserMessage",
+    "lone_surrogate",
     "message_text",
     "now_ms",
+    "scrub_surrogates",
 ]
 
 
 def now_ms() -> int:
     """Unix time in milliseconds, the timestamp unit of every message and event."""
     return time.time_ns() // 1_000_000
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in ``text`` (not valid Unicode, unsendable), or None.
+
+    Such code points come from undecodable bytes (``surrogateescape``), JSON ``"\\ud83d"``
+    escapes and careless slicing; no vendor accepts them and UTF-8 cannot encode them.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def scrub_surrogates(text: str) -> str:
+    """``text`` with surrogate pairs joined and lone surrogates replaced by U+FFFD.
+
+    Cheap when there is nothing to do (one encode attempt).
+    """
+    if lone_surrogate(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 class _Model(BaseModel):

@@ -7,6 +7,7 @@ interrupted (Ctrl-C), 141 the output was closed (``| head``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -419,20 +420,37 @@ def run(
             "('npx -y @modelcontextprotocol/server-everything') or an http(s):// URL. Repeatable.",
         ),
     ] = None,
+    tools: Annotated[
+        bool,
+        typer.Option(
+            "--tools",
+            help="Give the agent the built-in tools (bash, read_file, write_file, edit_file, "
+            "list_files, search), confined to --workspace; risky commands ask y/N on the terminal.",
+        ),
+    ] = False,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(help="The folder the tools may touch (default: the current directory)."),
+    ] = None,
 ) -> None:
     """Run one agent on a task, streaming its answer."""
+    from ._tools import builtin_tools, terminal_approver
+
     try:
         text = read_prompt(prompt)
         spec = parse_branch(model)
         config = spec.loop_config(
             provider=_scripts(script).get(spec.model), max_tokens=max_tokens, system_prompt=system
         )
+        agent_tools = builtin_tools(tools, workspace)
+        if agent_tools:
+            config = dataclasses.replace(config, approver=terminal_approver())
     except UserError as exc:
         raise usage_error(exc) from None
 
     with streams() as (out, err):
         try:
-            code = _run_one(text, config, out, err, json_output, mcp or [])
+            code = _run_one(text, config, out, err, json_output, mcp or [], agent_tools)
         except (UserError, McpError) as exc:
             raise usage_error(exc, err) from None
     raise typer.Exit(code)
@@ -445,7 +463,10 @@ def _run_one(
     err: TextIO,
     as_json: bool,
     mcp: list[str],
+    builtin: list[Any] | None = None,
 ) -> int:
+    from ._tools import describe_tool_event
+
     streamed = False
 
     def on_event(event: Any) -> None:
@@ -455,11 +476,14 @@ def _run_one(
         elif isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
             out.write(event.delta.text)
             streamed = True
+        elif (line := describe_tool_event(event)) is not None:
+            err.write(line + "\n")
+            err.flush()
         out.flush()
 
     async def go(token: CancelToken) -> LoopResult:
         async with mcp_tools(mcp) as tools:
-            context = AgentContext(tools=list(tools))
+            context = AgentContext(tools=[*(builtin or []), *tools])
             return await agent_loop(text, context, config, events=on_event, cancel=token)
 
     try:

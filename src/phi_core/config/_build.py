@@ -449,7 +449,9 @@ class _Builder:
                 )
             )
 
-    def _resolve_tools(self, names: list[str], path: tuple[str | int, ...]) -> list[Any]:
+    def _resolve_tools(
+        self, names: list[str], path: tuple[str | int, ...], workspace: Path
+    ) -> list[Any]:
         """Tools by name; the book's ``file_read`` / ``file_write`` are ``read_file`` /
         ``write_file``, and ``prun`` adds both pruning tools."""
         tools: list[Any] = []
@@ -461,23 +463,55 @@ class _Builder:
             if alias is not None and name not in self.registry.names:
                 name = alias
             try:
-                tools.extend(self.registry.resolve([name]))
+                tools.extend(
+                    self.registry.resolve(
+                        [name], root=workspace, settings=self.config.tools.builtin
+                    )
+                )
             except UserError as exc:
                 raise self.source.error(str(exc), (*path, i)) from None
         return tools
 
     def _tools(self, agent: BasicAgent, workspace: Path) -> None:
         t = self.config.tools
-        tools = self._resolve_tools(t.enabled, ("tools", "enabled"))
+        tools = self._resolve_tools(t.enabled, ("tools", "enabled"), workspace)
         for i, sub in enumerate(self.config.sub_agents.instances):
-            tools.append(self._sub_agent(sub, ("sub_agents", "instances", i)))
+            tools.append(self._sub_agent(sub, ("sub_agents", "instances", i), workspace))
+        self._approvals(tools)
         agent.with_tools(tools)
         for i, instance in enumerate(t.instances):
             agent.with_toolset(tool_instance(instance, workspace, self.source, i))
         strategy: Any = Batched(t.batch_size) if t.tool_strategy == "batched" else t.tool_strategy
         agent.with_tool_execution(strategy, timeout=t.timeout)
+        agent.with_tool_result_limit(t.max_result_bytes)
+        if t.approver is not None:
+            approver = self.callbacks.get(t.approver) or self.callbacks.get(
+                t.approver.split("::", 1)[-1]
+            )
+            if approver is None:
+                known = ", ".join(sorted(self.callbacks)) or "none were passed"
+                raise self.source.error(
+                    f"The approver {t.approver!r} is not a callable passed as "
+                    f"callbacks={{{t.approver!r}: fn}} (known: {known}).",
+                    ("tools", "approver"),
+                )
+            agent.with_approver(approver)
 
-    def _sub_agent(self, sub: SubAgentInstance, path: tuple[str | int, ...]) -> SubAgentTool:
+    def _approvals(self, tools: list[Any]) -> None:
+        names = {getattr(tool, "name", None): tool for tool in tools}
+        for i, name in enumerate(self.config.tools.require_approval):
+            tool = names.get(name)
+            if tool is None:
+                raise self.source.error(
+                    f"require_approval names {name!r}, which is not an enabled tool "
+                    f"(enabled: {', '.join(str(n) for n in names) or 'none'}).",
+                    ("tools", "require_approval", i),
+                )
+            tool.needs_approval = True
+
+    def _sub_agent(
+        self, sub: SubAgentInstance, path: tuple[str | int, ...], workspace: Path
+    ) -> SubAgentTool:
         if sub.provider:
             _n, chosen, _r = self.ns.resolve(sub.provider, "provider", (*path, "provider"))
             fields = self.config.provider.model_dump(
@@ -505,7 +539,7 @@ class _Builder:
             temperature=sub.temperature,
             limits=ExecutionLimits(max_turns=sub.max_turns, max_duration=300.0),
         )
-        tools = self._resolve_tools(sub.tools, (*path, "tools"))
+        tools = self._resolve_tools(sub.tools, (*path, "tools"), workspace)
         try:
             return SubAgentTool(
                 sub.name,

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from ..tools._results import DEFAULT_MAX_RESULT_BYTES
+from ..tools._settings import BuiltinToolSettings
 from ..types import ThinkingLevel
 from ._source import ConfigSource
 
@@ -193,6 +195,14 @@ class ToolsSection(_Section):
     batch_size: int = Field(default=3, ge=1)
     timeout: float | None = Field(default=None, gt=0)
     instances: list[ToolInstance] = Field(default_factory=list)
+    max_result_bytes: int | None = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024)
+    """The text of a tool result sent to the model is cut beyond this (with a note)."""
+    require_approval: list[str] = Field(default_factory=list)
+    """Tools every call of which waits for the approver."""
+    approver: str | None = None
+    """The name of a callable passed as ``callbacks={name: fn}`` that approves tool calls."""
+    builtin: BuiltinToolSettings = Field(default_factory=BuiltinToolSettings)
+    """``[tools.builtin.bash]``, ``[tools.builtin.read_file]``, …: the built-in tools' limits."""
 
 
 class CompactionFields(_Section):

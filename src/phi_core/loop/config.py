@@ -14,6 +14,8 @@ from ..providers.base import CacheConfig, ModelConfig, Provider
 from ..providers.call import CallCache
 from ..providers.credentials import CredentialProvider
 from ..providers.retry import RetryPolicy
+from ..tools._approval import Approver
+from ..tools._results import DEFAULT_MAX_RESULT_BYTES
 from ..types import AgentMessage, Message, ResponseFormat, ThinkingLevel, Usage
 
 __all__ = [
@@ -106,6 +108,8 @@ class AgentLoopConfig:
     (``None`` turns it off) and never rewrites the log. ``cache`` is a bool or a
     :class:`~phi_core.providers.base.CacheConfig` (prompt-cache mode). ``credentials`` supplies
     the API key per call and is refreshed once on an authentication error.
+    ``approver`` answers tool calls that need approval (none: they are refused);
+    ``tool_result_max_bytes`` caps the text of each tool result sent to the model (None: no cap).
     """
 
     model: str | ModelConfig | None = None
@@ -125,6 +129,8 @@ class AgentLoopConfig:
     credentials: CredentialProvider | None = None
     tool_execution: ToolExecution = "parallel"
     tool_timeout: float | None = None
+    approver: Approver | None = None
+    tool_result_max_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
     hooks: LoopHooks = field(default_factory=LoopHooks)
     input_filters: list[InputFilter] = field(default_factory=list)
     get_steering_messages: MessageGetter | None = None

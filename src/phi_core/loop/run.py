@@ -13,7 +13,11 @@ Event order per call (phi-core's, §3.3 of the study)::
     AgentEnd → after_loop
 
 Exactly one ``AgentEnd`` is emitted on every path: completion, error, limit, veto, input
-rejection and cancellation (by a :class:`CancelToken` or by cancelling the task).
+rejection and cancellation (by a :class:`CancelToken` or by cancelling the task). Input is
+checked before anything starts (prompts, messages, system prompt, tools: a :class:`UserError`
+and no event at all); once started, an exception that escapes — ``SystemExit`` or
+``KeyboardInterrupt`` from a tool, a bug in a hook — ends the run with reason ``error`` and its
+``AgentEnd``, and is then raised again.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from ..events import (
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.credentials import stream_with_credentials
-from ..tools.base import definition_of
+from ..tools._validate import check_tools
 from ..tools.execute import ToolRunner
 from ..types import (
     AgentMessage,
@@ -72,6 +76,7 @@ from ..types import (
     UserMessage,
     now_ms,
 )
+from ._inputs import check_messages, check_text, coerce_prompts, scrub_assistant
 from .config import AgentLoopConfig, maybe_await
 from .context import AgentContext
 
@@ -134,14 +139,6 @@ class LoopResult:
         return self.reason == "completed"
 
 
-def _coerce_prompts(prompts: str | AgentMessage | Sequence[AgentMessage]) -> list[AgentMessage]:
-    if isinstance(prompts, str):
-        return [UserMessage.text(prompts)]
-    if isinstance(prompts, UserMessage | AssistantMessage | ExtensionMessage):
-        return [prompts]
-    return list(prompts)  # type: ignore[arg-type]
-
-
 async def agent_loop(
     prompts: str | AgentMessage | Sequence[AgentMessage],
     context: AgentContext,
@@ -155,14 +152,7 @@ async def agent_loop(
     ``events`` is a sink (sync/async callable or ``asyncio.Queue``); ``cancel`` stops the run
     promptly with reason ``cancelled`` (stop reason ``aborted`` on an interrupted reply).
     """
-    batch = _coerce_prompts(prompts)
-    if not batch:
-        raise UserError(
-            "agent_loop needs at least one prompt; to resume without new input use "
-            "agent_loop_continue."
-        )
-    if isinstance(prompts, str) and not prompts.strip():
-        raise UserError("The prompt is empty; pass the text the agent should answer.")
+    batch = coerce_prompts(prompts)
     return await _Run(context, config, events, cancel, batch).execute()
 
 
@@ -227,6 +217,12 @@ class _Run:
     ) -> None:
         self.context = context
         self.config = config
+        # Checked before any event: what a provider would reject is a usage error now.
+        check_messages(context.messages, "context.messages")
+        for prompt in (config.system_prompt, context.system_prompt):
+            if prompt is not None:
+                check_text(prompt, "The system prompt")
+        self.tool_defs = check_tools(context.tools)
         self.owns_emitter = not isinstance(events, Emitter)
         self.emitter = Emitter.of(events)
         self.cancel = cancel or CancelToken()
@@ -256,7 +252,6 @@ class _Run:
         self.cached_calls = 0
         self.rejection: str | None = None
         self.tracker = ExecutionTracker(config.limits) if config.limits is not None else None
-        self.tool_defs = [definition_of(t) for t in context.tools]
         self.window = (
             ContextWindow(
                 config.compaction,
@@ -269,11 +264,11 @@ class _Run:
         )
         self.call: ModelCall | None = None
         self.started = False
+        self.ended = False
 
     # ------------------------------------------------------------------ envelope
 
     async def execute(self) -> LoopResult:
-        emit = self.emitter.emit
         try:
             try:
                 async with self.cancel.scope() as scope:
@@ -283,9 +278,15 @@ class _Run:
             except asyncio.CancelledError:
                 # Cancelled from outside: still exactly one AgentEnd, then propagate.
                 self._mark_cancelled()
-                emit(self._end_event())
+                self._end()
                 raise
-            emit(self._end_event())
+            except BaseException as exc:
+                # SystemExit/KeyboardInterrupt from a tool, a bug: end the run, then re-raise.
+                self.reason = "error"
+                self.error = f"{type(exc).__name__} raised during the run: {exc}".rstrip(": ")
+                self._end()
+                raise
+            self._end()
             if self.started:
                 await self._hook("after_loop", None, (list(self.new_messages), self.usage))
         finally:
@@ -303,6 +304,11 @@ class _Run:
             retry_after=self.retry_after,
             cached_calls=self.cached_calls,
         )
+
+    def _end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.emitter.emit(self._end_event())
 
     def _mark_cancelled(self) -> None:
         self.reason = "cancelled"
@@ -417,13 +423,21 @@ class _Run:
         if getter is None:
             return []
         try:
-            messages = await maybe_await(getter())
+            messages = list(await maybe_await(getter()) or [])
         except Exception as exc:
             self.emitter.emit(
                 Warning(loop_id=self.loop_id, message=f"message getter raised {exc!r}")
             )
             return []
-        return list(messages or [])
+        valid: list[AgentMessage] = []
+        for message in messages:
+            try:
+                check_messages([message], "a queued message")
+            except UserError as exc:
+                self.emitter.emit(Warning(loop_id=self.loop_id, message=f"dropped: {exc}"))
+                continue
+            valid.append(message)
+        return valid
 
     # ------------------------------------------------------------------ the turn engine
 
@@ -454,6 +468,8 @@ class _Run:
             call_hook=self._hook,
             poll_steering=lambda: self._poll(config.get_steering_messages),
             messages=context.messages,
+            approver=config.approver,
+            max_result_bytes=config.tool_result_max_bytes,
         )
         while True:
             while True:
@@ -551,6 +567,8 @@ class _Run:
                         raise
                     self._append_tool_results(results, turn_id)
                     self._take_tool_effects(runner, calls, turn_id)
+                    if runner.fatal is not None:
+                        raise runner.fatal
                 if self.tracker is not None:
                     self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
                 if live:
@@ -829,6 +847,7 @@ class _Run:
             self.cached_calls += 1
         if self.window is not None and final.stop_reason != "error":
             self.window.record(final.usage)
+        final = scrub_assistant(final)
         final.turn_id = turn_id
         self.context.messages.append(final)
         self.new_messages.append(final)

@@ -270,9 +270,31 @@ def network_error(provider: str, model: str, exc: BaseException) -> NetworkError
     )
 
 
-def malformed_stream(provider: str, model: str, exc: BaseException) -> ServerError:
-    return ServerError(
-        f"{provider}:{model} sent a malformed stream event: {exc}", provider=provider, model=model
+def malformed_stream(provider: str, model: str, exc: BaseException) -> ProviderError:
+    """A ``ValueError`` out of an SDK call, classified.
+
+    Only a stream that could not be decoded (undecodable JSON, bytes that are not UTF-8) is a
+    server fault worth retrying. Text that cannot be encoded — a lone surrogate in the request —
+    fails the same way on every attempt, as does any other ``ValueError``: a bad request, never
+    retried.
+    """
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        return ServerError(
+            f"{provider}:{model} sent a malformed stream event: {exc}",
+            provider=provider,
+            model=model,
+        )
+    if isinstance(exc, UnicodeEncodeError):
+        return BadRequestError(
+            f"{provider}:{model} bad request: the request holds invalid Unicode ({exc.reason} "
+            f"at index {exc.start}); replace lone surrogates before sending",
+            provider=provider,
+            model=model,
+        )
+    return BadRequestError(
+        f"{provider}:{model} bad request: {type(exc).__name__}: {exc}",
+        provider=provider,
+        model=model,
     )
 
 

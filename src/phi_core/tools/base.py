@@ -1,7 +1,8 @@
 """The tool contract, tool results, and the ``@tool`` decorator.
 
 A tool is any object with ``name``, ``description``, ``parameters`` (a JSON schema), an optional
-``timeout`` and an async ``execute(args, ctx)``. :func:`tool` turns a plain function (sync or
+``timeout``, an optional ``needs_approval`` (true, or a callable giving the reason for some
+arguments) and an async ``execute(args, ctx)``. :func:`tool` turns a plain function (sync or
 async) into one: the schema comes from the type hints and the docstring, and arguments are
 validated before the function runs, so invalid arguments go back to the model as an error result.
 """
@@ -19,19 +20,24 @@ from typing import Any, Protocol, get_type_hints, overload, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..cancel import CancelToken
-from ..errors import ToolError
+from ..errors import ToolError, UserError
 from ..events import Emitter
-from ..types import AgentMessage, Content, ImageContent, TextContent, ToolDefinition, Usage
+from ..types import AgentMessage, Content, TextContent, ToolDefinition, Usage
+from ._approval import ApprovalDecision, ApprovalRequest, Approver, ask_approval
 
 __all__ = [
+    "TOOL_NAME",
     "AgentTool",
     "FunctionTool",
     "ToolContext",
     "ToolError",
     "ToolResult",
-    "to_tool_result",
     "tool",
+    "validate_arguments",
 ]
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""The tool names every provider accepts (OpenAI's and Anthropic's pattern)."""
 
 
 @dataclass
@@ -51,11 +57,12 @@ class ToolResult:
 
 @dataclass
 class ToolContext:
-    """What a running tool can use: its call id, a cancel token, and progress callbacks.
+    """What a running tool can use: its call id, a cancel token, progress callbacks, approval.
 
     ``messages`` is the conversation so far (read-only; the assistant message that made this
     call is last). ``emitter`` is the run's event emitter: a tool that runs a loop of its own (a
     sub-agent) passes it as ``events=`` so the child's events reach the caller's sink.
+    ``approver`` answers :meth:`request_approval`; ``arguments`` are the call's arguments.
     """
 
     tool_call_id: str
@@ -67,6 +74,21 @@ class ToolContext:
     messages: Sequence[AgentMessage] = field(default=(), repr=False)
     emitter: Emitter | None = field(default=None, repr=False)
     _on_usage: Callable[[Usage, float], None] = field(default=lambda _u, _c: None, repr=False)
+    approver: Approver | None = field(default=None, repr=False)
+    arguments: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    async def request_approval(
+        self, reason: str, arguments: dict[str, Any] | None = None
+    ) -> ApprovalDecision:
+        """Ask the run's approver to allow this call (refused when there is no approver)."""
+        request = ApprovalRequest(
+            tool_name=self.tool_name,
+            arguments=dict(self.arguments if arguments is None else arguments),
+            reason=reason,
+            tool_call_id=self.tool_call_id,
+            loop_id=self.loop_id,
+        )
+        return await ask_approval(self.approver, request)
 
     def update(self, text: str) -> None:
         """Stream partial output (a ``ToolExecutionUpdate`` event); UI only."""
@@ -103,33 +125,6 @@ def definition_of(agent_tool: AgentTool) -> ToolDefinition:
         description=agent_tool.description,
         parameters=agent_tool.parameters,
     )
-
-
-def to_tool_result(value: Any) -> ToolResult:
-    """Normalise whatever a tool returned into a ToolResult (error result if it cannot be sent)."""
-    if isinstance(value, ToolResult):
-        return value
-    if value is None:
-        return ToolResult.text("")
-    if isinstance(value, str):
-        return ToolResult.text(value)
-    if isinstance(value, TextContent | ImageContent):
-        return ToolResult([value])
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(v, TextContent | ImageContent) for v in value)
-    ):
-        return ToolResult(list(value))
-    if isinstance(value, BaseModel):
-        return ToolResult.text(value.model_dump_json(), details=value)
-    try:
-        return ToolResult.text(json.dumps(value, ensure_ascii=False), details=value)
-    except (TypeError, ValueError) as exc:
-        return ToolResult.error(
-            f"The tool returned a value of type {type(value).__name__} that cannot be sent to the "
-            f"model ({exc}). Return a str, a ToolResult or JSON-serialisable data."
-        )
 
 
 # --------------------------------------------------------------------------- @tool
@@ -182,6 +177,23 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return summary, params
 
 
+def validate_arguments(
+    model: type[BaseModel], args: dict[str, Any], name: str, schema: dict[str, Any]
+) -> BaseModel | ToolResult:
+    """``args`` checked against ``model``; an error result for the model when they do not fit."""
+    try:
+        return model.model_validate(args)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        return ToolResult.error(
+            f"Invalid arguments for tool {name!r}: {problems}. "
+            f"Expected arguments matching this schema: {json.dumps(schema)}"
+        )
+
+
 class FunctionTool:
     """A tool made from a Python function by :func:`tool`."""
 
@@ -192,12 +204,19 @@ class FunctionTool:
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        needs_approval: bool | Callable[[dict[str, Any]], str | None] = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
+        if not TOOL_NAME.match(self.name):
+            raise UserError(
+                f"The tool name {self.name!r} is not accepted by model providers: use 1 to 64 "
+                "letters, digits, `_` or `-` (pass name=... to @tool)."
+            )
         summary, arg_docs = _parse_docstring(fn.__doc__)
         self.description = description if description is not None else summary
         self.timeout = timeout
+        self.needs_approval = needs_approval
         self._is_async = inspect.iscoroutinefunction(fn)
         self._context_param: str | None = None
         hints = get_type_hints(fn)
@@ -227,17 +246,9 @@ class FunctionTool:
         self.parameters: dict[str, Any] = schema
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        try:
-            validated = self._model.model_validate(args)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            return ToolResult.error(
-                f"Invalid arguments for tool {self.name!r}: {problems}. "
-                f"Expected arguments matching this schema: {json.dumps(self.parameters)}"
-            )
+        validated = validate_arguments(self._model, args, self.name, self.parameters)
+        if isinstance(validated, ToolResult):
+            return validated
         kwargs = {k: getattr(validated, k) for k in type(validated).model_fields}
         if self._context_param:
             kwargs[self._context_param] = ctx
@@ -262,7 +273,11 @@ def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout: float | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    needs_approval: bool | Callable[[dict[str, Any]], str | None] = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -273,16 +288,21 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
+    needs_approval: bool | Callable[[dict[str, Any]], str | None] = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool from a function: ``@tool`` or ``@tool(name=..., timeout=...)``.
 
     A parameter annotated :class:`ToolContext` receives the call's context and is not part of the
     schema. Sync functions run in a worker thread so they never block the event loop.
+    ``needs_approval=True`` makes every call wait for the run's approver; a callable gets the
+    arguments and returns the reason approval is needed (or None when it is not).
     """
     if fn is not None:
         return FunctionTool(fn)
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, timeout=timeout)
+        return FunctionTool(
+            f, name=name, description=description, timeout=timeout, needs_approval=needs_approval
+        )
 
     return wrap

@@ -1,9 +1,13 @@
 """Running the tool calls of one assistant message: sequential, parallel or batched.
 
 Every call produces exactly one :class:`ToolResultMessage`, whatever happens: unknown tool,
-malformed arguments, a veto, a raising hook, a tool that raises or returns unsendable data, a
-timeout, or cancellation of the run (the unfinished calls get "Cancelled" results so the
-conversation stays valid for a later continuation).
+malformed arguments, a veto, a raising hook, a refused approval, a tool that raises or returns
+unsendable data, a timeout, or cancellation of the run (the unfinished calls get "Cancelled"
+results so the conversation stays valid for a later continuation). A tool that raises
+``SystemExit``, ``KeyboardInterrupt`` or ``GeneratorExit`` gets an error result too; the
+exception is kept in :attr:`ToolRunner.fatal` for the loop to re-raise after its ``AgentEnd``.
+Every result is made fit to send (:func:`finish_result`: valid Unicode, no secret values, text
+capped at ``max_result_bytes``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from ..events import (
     Warning,
 )
 from ..types import AgentMessage, TextContent, ToolCall, ToolResultMessage, Usage
-from .base import ToolContext, ToolResult, to_tool_result, tool_timeout
+from ._approval import ApprovalRequest, Approver, ask_approval
+from ._results import DEFAULT_MAX_RESULT_BYTES, finish_result, to_tool_result
+from .base import ToolContext, ToolResult, tool_timeout
 
 __all__ = ["ToolRunner"]
 
@@ -52,6 +58,10 @@ class ToolRunner:
     """Each finished call's ``ToolResult.details`` by tool call id (never sent to the model)."""
     usage: list[tuple[Usage, float]] = field(default_factory=list)
     """Usage (and cost) tools reported through ``ToolContext.add_usage``."""
+    approver: Approver | None = None
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
+    fatal: BaseException | None = None
+    """A SystemExit/KeyboardInterrupt/GeneratorExit a tool raised; the loop re-raises it."""
 
     async def run(
         self, calls: list[ToolCall]
@@ -63,22 +73,22 @@ class ToolRunner:
             if self.strategy == "sequential":
                 for i, tc in enumerate(calls):
                     results[i] = await self._execute(tc)
-                    steering = await self.poll_steering()
-                    if steering:
+                    steering = [] if self.fatal else await self.poll_steering()
+                    if steering or self.fatal:
                         for j in range(i + 1, len(calls)):
                             results[j] = self._skipped(calls[j])
                         break
             elif self.strategy == "parallel":
                 await self._run_batch(calls, range(len(calls)), results)
-                steering = await self.poll_steering()
+                steering = [] if self.fatal else await self.poll_steering()
             else:
                 size = self.strategy.size
                 for start in range(0, len(calls), size):
                     await self._run_batch(
                         calls, range(start, min(start + size, len(calls))), results
                     )
-                    steering = await self.poll_steering()
-                    if steering:
+                    steering = [] if self.fatal else await self.poll_steering()
+                    if steering or self.fatal:
                         for j in range(start + size, len(calls)):
                             results[j] = self._skipped(calls[j])
                         break
@@ -108,9 +118,22 @@ class ToolRunner:
         async def one(i: int) -> None:
             results[i] = await self._execute(calls[i])
 
-        async with asyncio.TaskGroup() as group:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for i in indices:
+                    group.create_task(one(i))
+        except BaseExceptionGroup as errors:
+            # GeneratorExit thrown into a task skips the handlers inside it (PEP 380 closes the
+            # awaited chain): keep the bare exception for the loop, and a result for every call.
+            fatal = _first_fatal(errors)
+            if fatal is None:
+                raise
+            self.fatal = self.fatal or fatal
             for i in indices:
-                group.create_task(one(i))
+                if i not in results:
+                    results[i] = self._result_message(
+                        calls[i], ToolResult.error(f"Tool raised {type(fatal).__name__}.")
+                    )
 
     def _find(self, name: str) -> Any:
         for t in self.tools:
@@ -121,8 +144,9 @@ class ToolRunner:
     def _skipped(self, tc: ToolCall) -> ToolResultMessage:
         emit = self.emitter.emit
         emit(ToolExecutionStart(loop_id=self.loop_id, tool_call_id=tc.id, tool_name=tc.name))
+        why = "the run is stopping" if self.fatal else "a steering message arrived"
         message = self._result_message(
-            tc, ToolResult.error("Skipped: a steering message arrived before this tool ran.")
+            tc, ToolResult.error(f"Skipped: {why} before this tool ran.")
         )
         emit(
             ToolExecutionEnd(
@@ -138,6 +162,7 @@ class ToolRunner:
         return message
 
     def _result_message(self, tc: ToolCall, result: ToolResult) -> ToolResultMessage:
+        result = finish_result(result, self.max_result_bytes)
         return ToolResultMessage(
             tool_call_id=tc.id,
             tool_name=tc.name,
@@ -177,7 +202,8 @@ class ToolRunner:
                 f"{tc.raw_arguments[:500]!r}. Call the tool again with valid JSON arguments."
             )
         else:
-            result = await self._invoke(agent_tool, tc)
+            refusal = await self._approve(agent_tool, tc)
+            result = refusal if refusal is not None else await self._invoke(agent_tool, tc)
         message = self._result_message(tc, result)
         details = result.details
         if details is not None:
@@ -197,6 +223,34 @@ class ToolRunner:
         emit(MessageStart(loop_id=loop_id, message=message))
         emit(MessageEnd(loop_id=loop_id, message=message))
         return message
+
+    async def _approve(self, agent_tool: Any, tc: ToolCall) -> ToolResult | None:
+        """Ask the approver when the tool needs approval; an error result when refused."""
+        needs = getattr(agent_tool, "needs_approval", False)
+        if not needs:
+            return None
+        reason: str | None
+        if callable(needs):
+            try:
+                reason = needs(dict(tc.arguments))
+            except Exception as exc:
+                reason = f"its needs_approval check raised {type(exc).__name__}: {exc}"
+        else:
+            reason = f"the tool {tc.name!r} needs approval for every call"
+        if not reason:
+            return None
+        request = ApprovalRequest(
+            tool_name=tc.name,
+            arguments=dict(tc.arguments),
+            reason=str(reason),
+            tool_call_id=tc.id,
+            loop_id=self.loop_id,
+        )
+        decision = await ask_approval(self.approver, request)
+        if decision.approved:
+            return None
+        detail = f": {decision.message}" if decision.message else ""
+        return ToolResult.error(f"Tool call not approved ({reason}){detail}")
 
     async def _invoke(self, agent_tool: Any, tc: ToolCall) -> ToolResult:
         child = self.cancel.child()
@@ -237,6 +291,8 @@ class ToolRunner:
             messages=self.messages,
             emitter=self.emitter,
             _on_usage=lambda usage, cost: self.usage.append((usage, cost)),
+            approver=self.approver,
+            arguments=dict(tc.arguments),
         )
         timeout = tool_timeout(agent_tool)
         if timeout is None:
@@ -259,6 +315,11 @@ class ToolRunner:
             if not isinstance(exc, _expected_tool_errors()):
                 logger.warning("tool %s raised %s", tc.name, type(exc).__name__, exc_info=True)
             return ToolResult.error(f"Tool {tc.name} failed: {text}")
+        except (KeyboardInterrupt, SystemExit, GeneratorExit) as exc:
+            # Not swallowed: the loop ends the run (one AgentEnd) and raises it again.
+            if self.fatal is None:
+                self.fatal = exc
+            return ToolResult.error(f"Tool {tc.name} raised {type(exc).__name__}; the run stops.")
         finally:
             child.detach()
             # Updates are delivered in order before the tool's end event; if the run is being
@@ -270,6 +331,22 @@ class ToolRunner:
             for outcome in await asyncio.gather(*pending_updates, return_exceptions=True):
                 if isinstance(outcome, Exception):
                     emit(Warning(loop_id=loop_id, message=f"tool update hook failed for {tc.name}"))
+
+
+def _first_fatal(errors: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The SystemExit/KeyboardInterrupt/GeneratorExit in ``errors`` when that is all it holds."""
+    fatal: BaseException | None = None
+    for error in errors.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            inner = _first_fatal(error)
+            if inner is None:
+                return None
+            fatal = fatal or inner
+        elif isinstance(error, KeyboardInterrupt | SystemExit | GeneratorExit):
+            fatal = fatal or error
+        else:
+            return None
+    return fatal
 
 
 def _expected_tool_errors() -> tuple[type[BaseException], ...]:
