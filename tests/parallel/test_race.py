@@ -10,7 +10,7 @@ import pytest
 from phi_core.cancel import CancelToken
 from phi_core.errors import AllBranchesFailedError, AuthError, UserError
 from phi_core.events import AgentEnd, AgentStart, ParallelLoopEnd, ParallelLoopStart
-from phi_core.loop import AgentContext, agent_loop_continue
+from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop_continue
 from phi_core.parallel import (
     ElaborateEvaluation,
     EvaluationDecision,
@@ -24,7 +24,7 @@ from phi_core.parallel import (
     agent_loop_parallel,
 )
 from phi_core.providers import StreamRequest
-from phi_core.testing import Fail, Hang, Reply, call
+from phi_core.testing import Fail, Hang, Reply, ScriptedProvider, call
 from phi_core.tools import tool
 from phi_core.types import AssistantMessage, Usage, UserMessage
 
@@ -425,3 +425,36 @@ async def test_async_and_queue_sinks_receive_the_whole_bracket() -> None:
 
     await agent_loop_parallel("q", base(), [branch("a")], PickFirstEvaluation(), events=sink)
     assert seen[0] == "parallel_loop_start" and seen[-1] == "parallel_loop_end"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"prompts": 123},
+        {"prompts": [None]},
+        {"messages": [{"role": "user", "content": "hi"}]},
+        {"tools": "dup"},
+    ],
+)
+async def test_bad_input_is_refused_before_any_branch_starts(bad):
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    provider = ScriptedProvider(default="x")
+    context = AgentContext()
+    if "messages" in bad:
+        context.messages = bad["messages"]  # type: ignore[assignment]
+    if "tools" in bad:
+        context.tools = [echo, echo]
+    events: list = []
+    with pytest.raises(UserError):
+        await agent_loop_parallel(
+            bad.get("prompts", "q"),
+            context,
+            [AgentLoopConfig(provider=provider), AgentLoopConfig(provider=provider)],
+            PickFirstEvaluation(),
+            events=events.append,
+        )
+    assert provider.calls == 0 and events == []

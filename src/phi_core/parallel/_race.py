@@ -24,8 +24,10 @@ from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import AgentEnd, Emitter, EndReason, ParallelLoopEnd, ParallelLoopStart
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop, agent_loop_continue
+from ..loop._inputs import check_messages, coerce_prompts
 from ..metering import Budget, Meter, metering
 from ..outcome import ErrorKind, status_of_error_kind
+from ..tools._validate import check_tools
 from ..types import AgentMessage, AssistantMessage, Usage, UserMessage
 from ._types import (
     EarlyAcceptStrategy,
@@ -66,16 +68,15 @@ _REASON_OF_STATUS: dict[OutcomeStatus, EndReason] = {
 }
 
 
-def _coerce_prompts(prompts: str | Sequence[AgentMessage] | None) -> list[AgentMessage]:
-    if prompts is None:
+def _coerce_prompts(prompts: Any) -> list[AgentMessage]:
+    """The race's new input, checked like ``agent_loop``'s (``None``/``[]``: continue mode)."""
+    if prompts is None or (isinstance(prompts, list | tuple) and not prompts):
         return []
-    if isinstance(prompts, str):
-        if not prompts.strip():
-            raise UserError(
-                "The prompt is empty; pass the text to race, or [] to continue from the context."
-            )
-        return [UserMessage.text(prompts)]
-    return list(prompts)
+    if isinstance(prompts, str) and not prompts.strip():
+        raise UserError(
+            "The prompt is empty; pass the text to race, or [] to continue from the context."
+        )
+    return coerce_prompts(prompts)
 
 
 class _Forward(Emitter):
@@ -380,6 +381,11 @@ async def agent_loop_parallel(
     if callable(check):
         check(len(config_list))
     given = [base_context] if isinstance(base_context, AgentContext) else list(base_context)
+    for number, context in enumerate(given):
+        # Checked once here, before any branch starts, not once per branch mid-race.
+        where = "base_context" if len(given) == 1 else f"base_context[{number}]"
+        check_messages(context.messages, f"{where}.messages")
+        check_tools(context.tools)
     if len(given) not in (1, len(config_list)):
         raise UserError(
             f"Give one base context for every branch or one for all: got {len(given)} contexts "
