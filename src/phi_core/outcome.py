@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .errors import ProviderErrorKind
 from .types import Usage
 
 __all__ = [
-    "FAILED_STATUSES",
     "ErrorKind",
     "Outcome",
     "OutcomeStatus",
@@ -44,29 +44,10 @@ RaceStatus = Literal["ok", "all_failed", "cancelled", "timeout", "over_budget"]
 configuration produced an answer), ``cancelled``, ``timeout`` (its total deadline passed first) or
 ``over_budget`` (its budget refused the calls it still needed)."""
 
-FAILED_STATUSES: frozenset[str] = frozenset(
-    {"error", "timeout", "cancelled", "rejected", "unverified", "over_budget"}
+ErrorKind = (
+    ProviderErrorKind  # a model call failed
+    | Literal["tool", "hook", "limit", "check", "internal"]  # the run failed around the call
 )
-
-ErrorKind = Literal[
-    # a model call failed (the ProviderError kinds)
-    "auth",
-    "rate_limited",
-    "overloaded",
-    "server",
-    "network",
-    "context_overflow",
-    "bad_request",
-    "cancelled",
-    "timeout",
-    "budget",
-    # the run failed around the model call
-    "tool",
-    "hook",
-    "limit",
-    "check",
-    "internal",
-]
 """What kind of failure an outcome's ``error`` describes (``None`` when it did not fail)."""
 
 
