@@ -9,6 +9,11 @@ A *sink* is whatever the caller passes as ``events=``: a sync callable, an async
 a sync callable that raises is reported once through ``logging`` and then skipped; an async
 callable is fed from an internal queue by its own task, so a slow consumer never slows the loop
 (the run flushes that queue before it returns, so no event is lost and order is kept).
+
+An *observer* (:func:`add_observer`) sees every event of every run in the process, whoever the
+run's sink is: OpenTelemetry spans (:mod:`phi_core.telemetry`) are built this way. Each event
+reaches an observer once, also when a nested run (a judge, a sub-agent) forwards its events to its
+parent's emitter. With no observer registered an emitter costs what it did before (one check).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
+from contextvars import ContextVar
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -37,6 +43,7 @@ __all__ = [
     "AgentEnd",
     "AgentEvent",
     "AgentStart",
+    "BanditRaceEnd",
     "CompactionEnded",
     "CompactionReason",
     "CompactionStarted",
@@ -64,6 +71,8 @@ __all__ = [
     "TurnStart",
     "TurnTrigger",
     "Warning",
+    "add_observer",
+    "remove_observer",
 ]
 
 logger = logging.getLogger("phi_core.events")
@@ -254,6 +263,22 @@ class RouteUpdate(_Event):
     "source"}`` per updated arm; ``source`` is ``answer``, ``preview`` or ``failure``."""
 
 
+class BanditRaceEnd(_Event):
+    """The last event of a bandit race (its first is the ``RouteDecision``), on every path."""
+
+    type: Literal["bandit_race_end"] = "bandit_race_end"
+    session_id: str
+    status: str
+    """The race's :data:`~phi_core.outcome.RaceStatus` (``ok``, ``all_failed``, ``timeout``...)."""
+    winner: str | None = None
+    action: str = "race"
+    quality: float | None = None
+    verified: bool | None = None
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
 CompactionReason = Literal["threshold", "overflow", "manual"]
 
 
@@ -311,6 +336,7 @@ AgentEvent = Annotated[
     | ParallelLoopEnd
     | RouteDecision
     | RouteUpdate
+    | BanditRaceEnd
     | CompactionStarted
     | CompactionEnded
     | PrunApplied,
@@ -321,13 +347,61 @@ AGENT_EVENT_ADAPTER: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 EventSink = Callable[[Any], None] | Callable[[Any], Awaitable[None]] | asyncio.Queue[Any]
 """What ``events=`` accepts: a sync or async callable, or an ``asyncio.Queue``."""
 
+Observer = Callable[[Any], None]
+
+_observers: tuple[Observer, ...] = ()
+_delivering: ContextVar[object] = ContextVar("phi_core_event_delivering", default=None)
+"""The observed event being handed on to a sink right now. A sink may forward it to another
+emitter (a judge's or a sub-agent's events reach the race's or the parent's emitter that way):
+that emitter must not show it to the observers a second time. Holding the event itself rather
+than a flag keeps tasks the sink starts from skipping events of their own."""
+_failed_observers: set[int] = set()
+
+
+def add_observer(observer: Observer) -> Callable[[], None]:
+    """Show every event of every run started from now on to ``observer`` (a sync callable,
+    called in the emitting task right when the event is emitted, so keep it quick). An observer
+    that raises is logged once and keeps receiving events. Returns a function that removes it.
+    """
+    global _observers
+    if not callable(observer):
+        raise TypeError(f"add_observer needs a callable, got {observer!r}")
+    _observers = (*_observers, observer)
+    return lambda: remove_observer(observer)
+
+
+def remove_observer(observer: Observer) -> None:
+    """Stop showing events to ``observer`` (runs already going keep it until they end)."""
+    global _observers
+    _observers = tuple(o for o in _observers if o is not observer)
+    _failed_observers.discard(id(observer))
+
+
+def _observe(observers: tuple[Observer, ...], event: Any) -> None:
+    for observer in observers:
+        try:
+            observer(event)
+        except Exception:
+            if id(observer) not in _failed_observers:
+                _failed_observers.add(id(observer))
+                logger.exception("event observer %r raised; it keeps receiving events", observer)
+
 
 class Emitter:
     """Delivers events to one sink; see the module docstring for the guarantees."""
 
-    __slots__ = ("_async_fn", "_drain_task", "_failed", "_pending", "_queue", "_sync_fn")
+    __slots__ = (
+        "_async_fn",
+        "_drain_task",
+        "_failed",
+        "_observers",
+        "_pending",
+        "_queue",
+        "_sync_fn",
+    )
 
     def __init__(self, sink: Any = None) -> None:
+        self._observers = _observers
         self._sync_fn: Callable[[Any], Any] | None = None
         self._async_fn: Callable[[Any], Awaitable[None]] | None = None
         self._queue: asyncio.Queue[Any] | None = None
@@ -357,9 +431,25 @@ class Emitter:
     @property
     def active(self) -> bool:
         """False when nobody listens, so callers can skip building events at all."""
-        return self._sync_fn is not None or self._async_fn is not None or self._queue is not None
+        return (
+            bool(self._observers)
+            or self._sync_fn is not None
+            or self._async_fn is not None
+            or self._queue is not None
+        )
 
     def emit(self, event: Any) -> None:
+        if self._observers and _delivering.get() is not event:
+            _observe(self._observers, event)
+            token = _delivering.set(event)
+            try:
+                self._deliver(event)
+            finally:
+                _delivering.reset(token)
+            return
+        self._deliver(event)
+
+    def _deliver(self, event: Any) -> None:
         if self._sync_fn is not None:
             if self._failed:
                 return
@@ -399,6 +489,8 @@ class Emitter:
             item = await self._pending.get()
             if item is _STOP:
                 return
+            # Observed when it was emitted: an async sink that forwards it must not repeat that.
+            token = _delivering.set(item)
             try:
                 if inspect.isawaitable(item):
                     await item
@@ -410,6 +502,8 @@ class Emitter:
                 if not self._failed:
                     logger.exception("async event sink raised; continuing")
                 self._failed = True
+            finally:
+                _delivering.reset(token)
 
     async def aclose(self) -> None:
         """Wait until every event handed to an async sink has been delivered."""

@@ -187,6 +187,7 @@ class AgentLoopConfig:
         return {
             "model": model.spec,
             "api": model.api,
+            "pricing": model.pricing.model_dump(),
             "config_id": self.config_id,
             "system_prompt": self.system_prompt is not None,
             "thinking": self.thinking,

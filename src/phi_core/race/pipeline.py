@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from ..cancel import CancelToken
 from ..errors import UserError
-from ..events import Emitter, RouteDecision, RouteUpdate
+from ..events import BanditRaceEnd, Emitter, RouteDecision, RouteUpdate
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Budget, Meter, metering
 from ..outcome import RaceStatus
@@ -356,6 +356,7 @@ class BanditRace:
             else None
         )
         x = self.features(query)
+        failure: BaseException | None = None
         try:
             with metering(meter):
                 await self._race(query, x, result, token, emitter)
@@ -365,10 +366,14 @@ class BanditRace:
             result.usage, result.cost_usd = meter.paid_usage, meter.spent
             result.wall_time_s = meter.elapsed()
             await self._learn(query, x, result, emitter)
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             if wall is not None:
                 wall.cancel()
             token.detach()
+            emitter.emit(_end_event(result, meter, failure))
             if owns_emitter:
                 await emitter.aclose()
         logger.info(
@@ -642,6 +647,30 @@ class BanditRace:
         result.grade = decision
         score = decision.scores.get(0)
         return None if decision.fallback or score is None else min(1.0, max(0.0, score))
+
+
+def _end_event(
+    result: BanditRaceResult, meter: Meter, failure: BaseException | None
+) -> BanditRaceEnd:
+    """The race's last event, also when the run raised (``cancelled`` when it was cancelled)."""
+    status: RaceStatus = result.status
+    error = result.error
+    if isinstance(failure, asyncio.CancelledError | KeyboardInterrupt):
+        status, error = "cancelled", "the bandit race was cancelled"
+    elif failure is not None:
+        status, error = "all_failed", f"{type(failure).__name__}: {failure}"
+    return BanditRaceEnd(
+        loop_id=result.session_id,
+        session_id=result.session_id,
+        status=status,
+        winner=result.winner,
+        action=result.action,
+        quality=result.quality,
+        verified=result.verified,
+        usage=meter.paid_usage,
+        cost_usd=meter.spent,
+        error=error,
+    )
 
 
 def _is_failure(outcome: ParallelLoopOutcome, wall_expired: bool) -> bool:
