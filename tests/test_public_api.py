@@ -36,6 +36,7 @@ PUBLIC_PACKAGES = (
     "phi_core.routing",
     "phi_core.select",
     "phi_core.sessions",
+    "phi_core.telemetry",
     "phi_core.tools",
 )
 

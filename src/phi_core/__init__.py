@@ -7,6 +7,8 @@ best model combination for a multi-step agent with far fewer evaluations than a 
 The public names are listed in ``__all__`` below, grouped by layer; everything else is private.
 """
 
+import os as _os
+
 from ._json import extract_json
 from .agent import AgentBusyError, BasicAgent
 from .cancel import CancelToken
@@ -401,3 +403,8 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "UserError",
     "__version__",
 ]
+
+if _os.environ.get("PHI_OTEL", "").strip():  # spans for every run (phi_core.telemetry)
+    from .telemetry._setup import _start_from_env
+
+    _start_from_env()
