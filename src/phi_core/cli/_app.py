@@ -57,6 +57,7 @@ from ._common import (
 )
 from ._sandbox import UNSAFE_EXEC_HELP, use_sandbox
 from ._script import load_scripts
+from ._telemetry import OTEL_ENDPOINT_HELP, OTEL_EXPORTER_HELP, OTEL_HELP, start_telemetry
 from ._view import JsonLines, RaceView, format_cost
 
 __all__ = ["app", "main"]
@@ -92,6 +93,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    otel: Annotated[bool, typer.Option("--otel", help=OTEL_HELP)] = False,
+    otel_exporter: Annotated[
+        str | None, typer.Option("--otel-exporter", metavar="otlp|console", help=OTEL_EXPORTER_HELP)
+    ] = None,
+    otel_endpoint: Annotated[
+        str | None, typer.Option("--otel-endpoint", metavar="URL", help=OTEL_ENDPOINT_HELP)
+    ] = None,
+) -> None:
+    """Race LLM agent configurations, judge the outcomes, keep the best."""
+    start_telemetry(ctx, otel, otel_exporter, otel_endpoint)
 
 
 def _scripts(path: Path | None) -> dict[str, ScriptedProvider]:
