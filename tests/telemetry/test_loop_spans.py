@@ -17,7 +17,7 @@ from phi_core.loop import AgentContext, AgentLoopConfig, LoopHooks, agent_loop
 from phi_core.providers import RetryPolicy, StreamRequest
 from phi_core.providers.base import ModelConfig
 from phi_core.subagents import SubAgentTool
-from phi_core.telemetry import current_instrumentation, instrument
+from phi_core.telemetry import EventSpans, current_instrumentation, instrument
 from phi_core.testing import Fail, Hang, Reply, ScriptedProvider, call
 from phi_core.tools import tool
 from phi_core.types import Pricing, Usage
@@ -284,3 +284,17 @@ async def test_after_uninstrument_runs_make_no_spans_and_unobserved_emitters_sta
         "chat gpt-4o-mini",
         "invoke_agent openai:gpt-4o-mini",
     ]
+
+
+async def test_event_spans_as_one_runs_sink_traces_that_run_only(
+    tracer_provider: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = tracer_provider
+    sink = EventSpans(provider.get_tracer("test"))
+    await agent_loop("traced", AgentContext(), config(ScriptedProvider(["a"])), events=sink)
+    await agent_loop("not traced", AgentContext(), config(ScriptedProvider(["b"])))
+    assert sorted(s.name for s in exporter.get_finished_spans()) == [
+        "chat gpt-4o-mini",
+        "invoke_agent openai:gpt-4o-mini",
+    ]
+    assert sink.open_spans == 0
