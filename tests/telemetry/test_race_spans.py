@@ -4,8 +4,6 @@ its answer race and the grading judge."""
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 from typing import Any
 
 import pytest
@@ -21,8 +19,9 @@ from phi_core.race import Arm, BanditRace, RaceSettings
 from phi_core.routing import HashedFeatures, LinUCBRouter
 from phi_core.telemetry import current_instrumentation
 from phi_core.testing import Hang, Reply, ScriptedProvider
-from phi_core.types import Pricing, Usage, message_text
+from phi_core.types import Pricing, Usage
 
+from ..race.test_pipeline import judge_preferring
 from .conftest import Spans
 
 PRICING = Pricing(input=2.0, output=4.0)
@@ -160,22 +159,9 @@ async def test_a_cancelled_race_says_so_and_leaves_no_span_open(spans: Spans) ->
 # --------------------------------------------------------------------------- bandit race
 
 
-def rubric(request: StreamRequest) -> Reply:
-    """A rubric judge scoring answers that mention GOOD 0.9, others 0.2."""
-    text = message_text(request.messages[-1])
-    shown = re.findall(r"Answer (\d+):\n(.*?)\n(?=Answer \d+:|Score each)", text, re.S)
-    scores = [
-        {"answer": int(n), "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
-        for n, body in shown
-        for s in [0.9 if "GOOD" in body else 0.2]
-    ]
-    return Reply(json.dumps({"scores": scores}), usage=Usage(input=3, output=3))
-
-
 def bandit(arms: list[Arm]) -> BanditRace:
-    judge = AgentLoopConfig(
-        model=model("judge", "rubric"), provider=ScriptedProvider(default=rubric)
-    )
+    # a rubric judge scoring answers that mention GOOD 0.9, others 0.2
+    judge = AgentLoopConfig(model=model("judge", "rubric"), provider=judge_preferring("GOOD"))
     return BanditRace(
         arms,
         LinUCBRouter(16, alpha=0.5),
@@ -246,3 +232,39 @@ async def test_a_bandit_race_cancelled_from_outside_ends_its_span_cancelled(span
     assert spans.parent_of(spans.one("invoke_workflow race.preview")) == top
     instrumentation = current_instrumentation()
     assert instrumentation is not None and instrumentation.spans.open_spans == 0
+
+
+async def test_a_judge_that_cannot_fit_the_answers_warns_on_the_race_span(spans: Spans) -> None:
+    long_answers = [branch(name, reply("word " * 400, 1)) for name in ("alpha", "beta")]
+    await agent_loop_parallel(
+        "q",
+        AgentContext(session_id="ses"),
+        long_answers,
+        LlmJudgeEvaluation(branch("judge", reply("1", 1)), max_context_tokens=60),
+    )
+    race = spans.one("invoke_workflow race")
+    (warning,) = [e for e in race.events if e.name == "phi.warning"]
+    assert "could not be fitted within the judge budget" in warning.attributes["phi.message"]
+
+
+async def test_compacting_a_long_conversation_is_an_event_on_the_run(spans: Spans) -> None:
+    from phi_core.context import CompactionConfig
+    from phi_core.loop import agent_loop
+    from phi_core.types import AssistantMessage, TextContent, UserMessage
+
+    history: list[Any] = []
+    for n in range(30):
+        history.append(UserMessage.text(f"question {n} " + "words " * 40))
+        history.append(AssistantMessage(content=[TextContent(text=f"answer {n} " + "more " * 60)]))
+    small = ModelConfig(provider="p", id="m", api="scripted", context_window=3_000)
+    config = AgentLoopConfig(
+        model=small, provider=ScriptedProvider(default="ok"), compaction=CompactionConfig()
+    )
+    await agent_loop("next", AgentContext(messages=history), config)
+    agent = spans.one("invoke_agent p:m")
+    (compaction,) = [e for e in agent.events if e.name == "phi.compaction"]
+    assert compaction.attributes["phi.compaction.messages_after"] < 61
+    assert (
+        compaction.attributes["phi.compaction.tokens_after"]
+        < compaction.attributes["phi.compaction.tokens_before"]
+    )

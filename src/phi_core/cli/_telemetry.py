@@ -8,6 +8,7 @@ from ..errors import UserError
 from ..telemetry import (
     TelemetrySettings,
     current_instrumentation,
+    exporter_named,
     instrument,
     settings_from_env,
 )
@@ -31,24 +32,14 @@ def start_telemetry(
     ends. A bad value is a usage error (exit 2)."""
     try:
         settings = settings_from_env()
-        if on or exporter is not None or endpoint is not None:
+        handle = current_instrumentation()  # PHI_OTEL may have turned spans on at import
+        if on or exporter is not None or endpoint is not None or (settings and handle is None):
             base = settings or TelemetrySettings()
-            settings = TelemetrySettings(
-                exporter=exporter or base.exporter,  # type: ignore[arg-type]
+            handle = instrument(
+                exporter=exporter_named(exporter) if exporter is not None else base.exporter,
                 endpoint=endpoint or base.endpoint,
                 capture_content=base.capture_content,
             )
-        elif settings is not None and current_instrumentation() is not None:
-            settings = None  # PHI_OTEL already turned spans on when phi_core was imported
-        handle = (
-            instrument(
-                exporter=settings.exporter,
-                endpoint=settings.endpoint,
-                capture_content=settings.capture_content,
-            )
-            if settings is not None
-            else current_instrumentation()
-        )
     except UserError as exc:
         raise usage_error(exc) from None
     if handle is not None:

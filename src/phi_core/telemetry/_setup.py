@@ -44,6 +44,7 @@ __all__ = [
     "Instrumentation",
     "TelemetrySettings",
     "current_instrumentation",
+    "exporter_named",
     "instrument",
     "instrument_from_env",
     "settings_from_env",
@@ -72,6 +73,18 @@ class TelemetrySettings:
     capture_content: bool = False
 
 
+def exporter_named(name: str) -> Exporter:
+    """``"otlp"`` or ``"console"`` (any case) as an :data:`Exporter`.
+
+    Raises:
+        UserError: any other name.
+    """
+    for exporter in _EXPORTERS:
+        if name.strip().lower() == exporter:
+            return exporter
+    raise UserError(f"exporter must be 'otlp' or 'console', got {name!r}.")
+
+
 def _flag(environ: Mapping[str, str], name: str) -> bool:
     raw = environ.get(name, "").strip().lower()
     if raw in _ON:
@@ -96,9 +109,9 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> TelemetrySett
         standard = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
         if standard == "none":
             return None
-        exporter = "console" if standard == "console" else ("otlp" if standard == "otlp" else None)
+        exporter = exporter_named(standard) if standard in _EXPORTERS else None
     elif raw in _EXPORTERS:
-        exporter = "console" if raw == "console" else "otlp"
+        exporter = exporter_named(raw)
     else:
         raise UserError(
             f"{SWITCH_ENV} must be 1 (spans on), otlp, console or 0 (off), got {env[SWITCH_ENV]!r}."
@@ -219,8 +232,8 @@ def instrument(
         from ._spans import EventSpans
     except ImportError as exc:
         raise MissingExtraError("OpenTelemetry spans", "otel") from exc
-    if isinstance(exporter, str) and exporter not in _EXPORTERS:
-        raise UserError(f"exporter must be 'otlp' or 'console', got {exporter!r}.")
+    if isinstance(exporter, str):
+        exporter = exporter_named(exporter)
     if not isinstance(exporter, str | None) and not callable(getattr(exporter, "export", None)):
         raise UserError(
             f"exporter must be 'otlp', 'console' or an OpenTelemetry SpanExporter, "

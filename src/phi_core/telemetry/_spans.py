@@ -7,8 +7,9 @@ bandit race's two races) that parents its branches and its judge's runs, with th
 as ``gen_ai.evaluation.result`` span events; a bandit race is an ``invoke_workflow bandit_race``
 span (from its ``RouteDecision`` to its ``BanditRaceEnd``) that parents its races and the
 grading judge, with the router's ranking as attributes and each reward as a ``phi.route.update``
-event. Cost is ``phi.cost_usd`` (the conventions define none). Everything else phi-specific is
-under ``phi.*``.
+event. Cost is ``phi.cost_usd`` (the conventions define none). Warnings (a judge that fell back,
+a hook that raised) and compactions are ``phi.warning`` / ``phi.compaction`` events on their
+run's span. Everything else phi-specific is under ``phi.*``.
 
 Where a run sits comes from the events alone: a branch by its loop id in an open race of its
 session, a sub-agent by its ``parent_loop_id`` (under the tool call that started it when that is
@@ -37,6 +38,7 @@ from ..events import (
     AgentEnd,
     AgentStart,
     BanditRaceEnd,
+    CompactionEnded,
     MessageEnd,
     MessageUpdate,
     ParallelLoopEnd,
@@ -46,6 +48,7 @@ from ..events import (
     ToolExecutionEnd,
     ToolExecutionStart,
     TurnRequest,
+    Warning,
 )
 from ..types import AssistantMessage, Pricing, Usage
 from . import _content as content
@@ -138,6 +141,8 @@ class EventSpans:
             RouteDecision: self._route_decision,
             RouteUpdate: self._route_update,
             BanditRaceEnd: self._bandit_end,
+            Warning: self._warning,
+            CompactionEnded: self._compaction,
         }
 
     def __call__(self, event: Any) -> None:
@@ -281,6 +286,35 @@ class EventSpans:
             agent.race.usage = agent.race.usage + event.usage
             agent.race.cost += event.cost_usd
         span.end(now)
+
+    def _warning(self, event: Warning, now: int) -> None:
+        """A warning (a judge that fell back, a hook that raised) as an event on its run's span
+        (or its race's, for a race-level warning)."""
+        agent = self._agents.get(event.loop_id)
+        span = agent.span if agent is not None else None
+        if span is None:  # a race's own, or its judge's before the judge ran: the race's span
+            loop_id = event.loop_id
+            for session, races in self._races.items():
+                if loop_id == session or loop_id.startswith(session + "."):
+                    span = races[-1].span
+        if span is not None:
+            message = content.scrub(event.message, 1000)
+            span.add_event("phi.warning", {"phi.message": message}, timestamp=now)
+
+    def _compaction(self, event: CompactionEnded, now: int) -> None:
+        agent = self._agents.get(event.loop_id)
+        if agent is not None:
+            agent.span.add_event(
+                "phi.compaction",
+                {
+                    "phi.compaction.reason": event.reason,
+                    "phi.compaction.messages_before": event.messages_before,
+                    "phi.compaction.messages_after": event.messages_after,
+                    "phi.compaction.tokens_before": event.estimated_tokens_before,
+                    "phi.compaction.tokens_after": event.estimated_tokens_after,
+                },
+                timestamp=now,
+            )
 
     # ------------------------------------------------------------------ model calls
 
