@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from phi_core.cancel import CancelToken
 from phi_core.errors import RateLimitedError
 from phi_core.events import Emitter
-from phi_core.loop import AgentContext, AgentLoopConfig, LoopHooks, agent_loop
+from phi_core.loop import AgentContext, AgentLoopConfig, FilterResult, LoopHooks, agent_loop
 from phi_core.providers import RetryPolicy, StreamRequest
 from phi_core.providers.base import ModelConfig
 from phi_core.subagents import SubAgentTool
@@ -221,6 +221,20 @@ async def test_a_vetoed_run_is_still_one_agent_span_saying_so(spans: Spans) -> N
     assert span.name == "invoke_agent"
     assert span.attributes["phi.end_reason"] == "vetoed"
     assert span.attributes["error.type"] == "vetoed"
+
+
+async def test_a_rejected_input_says_so_without_quoting_the_input(spans: Spans) -> None:
+    def no_plans(text: str) -> FilterResult:
+        return FilterResult.reject(f"refused: {text!r} mentions a plan")
+
+    filters = [no_plans]
+    result = await agent_loop(
+        "my secret plan", AgentContext(), config(ScriptedProvider(["x"]), input_filters=filters)
+    )
+    assert result.reason == "rejected"
+    agent = spans.one("invoke_agent openai:gpt-4o-mini")
+    assert agent.attributes["error.type"] == "rejected"
+    assert "secret plan" not in spans.everything_said()
 
 
 async def test_a_sub_agent_runs_under_the_tool_call_that_started_it_once(spans: Spans) -> None:

@@ -281,7 +281,9 @@ class EventSpans:
             kind = agent.last_error if reason in ("error", "limit") and agent.last_error else reason
             if kind == "error":
                 kind = "_OTHER"
-            _fail(span, kind, event.error or event.rejection or reason)
+            # an input filter's reason may quote the input: content
+            rejection = event.rejection if self.capture_content else None
+            _fail(span, kind, event.error or rejection or reason)
         if agent.race is not None:
             agent.race.usage = agent.race.usage + event.usage
             agent.race.cost += event.cost_usd
@@ -499,8 +501,9 @@ class EventSpans:
             )
         if event.cancelled:
             _fail(span, "cancelled", "the race was cancelled")
-        elif selected is None:
-            _fail(span, "all_failed", str(decision.get("rationale") or "no branch was selected"))
+        elif selected is None:  # the rationale may quote a judge's reply: content
+            rationale = decision.get("rationale") if self.capture_content else None
+            _fail(span, "all_failed", str(rationale or "no branch was selected"))
         span.end(now)
 
     # ------------------------------------------------------------------ bandit races
