@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -203,3 +205,21 @@ def test_without_the_extra_instrument_says_which_extra_to_install(
     with pytest.raises(MissingExtraError, match=r"pip install 'phi-core\[otel\]'"):
         instrument(exporter="console")
     assert current_instrumentation() is None
+
+
+def test_phi_otel_alone_traces_a_library_programs_runs(tmp_path: Path) -> None:
+    program = (
+        "import asyncio\n"
+        "from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop\n"
+        "from phi_core.testing import ScriptedProvider\n"
+        "config = AgentLoopConfig(model='lib:m', provider=ScriptedProvider(['hi'], name='lib'))\n"
+        "print(asyncio.run(agent_loop('q', AgentContext(), config)).text)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    env["PHI_OTEL"] = "console"
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "hi"
+    assert '"name": "invoke_agent lib:m"' in done.stderr  # no call: the variable was enough
