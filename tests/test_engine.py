@@ -246,3 +246,14 @@ def test_timeout_is_honoured_under_the_bandit_strategy(tmp_path: Path) -> None:
     assert payload["status"] == "all_failed"
     assert {b["status"] for b in payload["branches"]} == {"timeout"}
     assert payload["wall_time_s"] < 4
+
+
+async def test_a_loop_answered_from_the_response_cache_pays_nothing():
+    provider = ScriptedProvider(default=Reply("hi", usage=Usage(input=10, output=5)), name="p")
+    cache = DictCache()
+    priced = config(provider, pricing=Pricing(input=1.0, output=1.0), response_cache=cache)
+    first = await agent_loop("q", AgentContext(), priced)
+    second = await agent_loop("q", AgentContext(), priced)
+    assert provider.calls == 1 and second.cached_calls == 1
+    assert first.cost_usd > 0 and second.cost_usd == 0.0
+    assert second.usage.total == first.usage.total  # the tokens are still reported

@@ -526,7 +526,9 @@ class _Run:
                 pending = []
 
                 assistant = await self._stream_turn(this_turn, turn_id)
-                turn_cost = assistant.usage.cost(self.model.pricing)
+                cached = self.call is not None and self.call.cached
+                # A reply from the response cache is free: its tokens are reported, not paid.
+                turn_cost = 0.0 if cached else assistant.usage.cost(self.model.pricing)
                 self.usage = self.usage + assistant.usage
                 self.cost += turn_cost
                 if self.tracker is not None:
