@@ -48,13 +48,14 @@ class BanditView(RaceView):
         if isinstance(event, RouteDecision):
             self.decision = event
             for state in self.branches:
-                if state.label not in event.contenders and state.status == "waiting":
+                if state.label not in event.contenders and state.status == "queued":
                     state.status = "idle"
             if not self.live_mode:
                 self.console.print(_route_line(event), soft_wrap=True)
         elif isinstance(event, RouteUpdate):
             self.update = event
         elif isinstance(event, ParallelLoopStart):
+            self.race_started()
             for loop_id, config_id in zip(event.loop_ids, event.config_ids, strict=False):
                 arm = self.by_id.get(config_id)
                 if not isinstance(arm, _ArmState):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AmbiguousModelError, UnknownModelError
+from .aliases import lookup_alias
 from .base import ApiProtocol, ModelConfig, Provider
 from .pricing import PRICES
 
@@ -67,11 +68,15 @@ def known_providers() -> list[ProviderSpec]:
 def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
     """Turn ``"openai:gpt-4o-mini"`` (or a ModelConfig) into a ModelConfig.
 
-    Raises :class:`UnknownModelError` listing the known providers when the prefix is unknown.
+    A name without ``provider:`` is an alias or a bare catalog name (see
+    :func:`qualify_model_name`). Raises :class:`UnknownModelError` listing the known providers
+    when the prefix is unknown.
     """
     if isinstance(spec, ModelConfig):
         return _override(spec, overrides) if overrides else spec
     _ensure_builtins()
+    if ":" not in spec and spec.strip():
+        spec = qualify_model_name(spec)  # an alias, or a bare name one provider offers
     name, sep, model = spec.partition(":")
     if not sep or not name or not model:
         raise UnknownModelError(
@@ -92,8 +97,9 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
 
 
 def qualify_model_name(name: str) -> str:
-    """``provider:model`` for a bare model name, looked up in the catalog (``gpt-4o`` →
-    ``openai:gpt-4o``); a name that already starts with a known provider is returned unchanged.
+    """``provider:model`` for an alias (``phi aliases set``) or a bare model name looked up in
+    the catalog (``gpt-4o`` → ``openai:gpt-4o``); a name that already starts with a known
+    provider is returned unchanged.
 
     A provider offers a name when it lists it, prices it, or prices a family it starts with (a
     dated snapshot such as ``gpt-4o-2024-08-06`` belongs to ``gpt-4o``). Another API of the same
@@ -110,6 +116,9 @@ def qualify_model_name(name: str) -> str:
         return text
     if not text:
         raise UnknownModelError("An empty model name was given; write `provider:model`.")
+    alias = lookup_alias(text)
+    if alias is not None:
+        return alias
     offered = {spec.name: _offered(spec) for spec in _PROVIDERS.values() if spec.name != "scripted"}
     owners = [p for p, names in offered.items() if text in names]
     if not owners:
@@ -126,7 +135,7 @@ def qualify_model_name(name: str) -> str:
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UnknownModelError(
         f"No known provider offers the model {text!r}.{hint} Write it as `provider:model` "
-        f"(providers: {', '.join(sorted(offered))}); `phi models` lists the known models."
+        f"(providers: {', '.join(sorted(offered))}); `phi models` lists the known models and `phi aliases` your aliases."
     )
 
 
