@@ -20,6 +20,7 @@ from rich.text import Text
 from ..cancel import CancelToken
 from ..events import ParallelLoopStart, RouteDecision, RouteUpdate
 from ..race.pipeline import BanditRace, BanditRaceResult
+from ._output import print_table
 from ._view import _STATUS_STYLE, BranchState, RaceView, format_cost
 
 __all__ = ["BanditView", "bandit_exit_code", "run_bandit"]
@@ -126,7 +127,7 @@ class BanditView(RaceView):
             from rich.panel import Panel
 
             console.print(Panel(Text(result.text.strip()), title=result.winner))
-        console.print(bandit_cost_table(result))
+        print_table(console, bandit_cost_table(result))
 
 
 _ACTIONS = {

@@ -20,8 +20,6 @@ from ._view import _STATUS_STYLE, format_cost
 
 __all__ = ["print_record", "record_markdown", "runs_table", "verdict_lines"]
 
-_SKIP_DETAILS = {"judge_replies", "replies", "raw"}
-
 
 def verdict_lines(record: RunRecord) -> list[str]:
     """Why the winner won, as short lines (rationale, scores, votes, judge figures)."""
@@ -67,10 +65,10 @@ def verdict_lines(record: RunRecord) -> list[str]:
         lines.append("(a tie, broken by cost, then tokens, then branch order)")
     if verdict.get("fallback"):
         lines.append("(the strategy fell back to its default rule)")
-    figures = {
+    figures = {  # the judge's numbers: flip rate, position consistency, agreement, …
         k: v
         for k, v in (verdict.get("details") or {}).items()
-        if k not in _SKIP_DETAILS and isinstance(v, int | float | str | bool)
+        if isinstance(v, int | float) and not k.endswith("_id")
     }
     if figures:
         lines.append("figures: " + ", ".join(f"{k} {_figure(v)}" for k, v in figures.items()))

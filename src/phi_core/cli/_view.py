@@ -40,6 +40,7 @@ from ..events import (
     Warning,
 )
 from ..types import TextDelta, Usage
+from ._output import print_table
 
 __all__ = ["MIN_PANEL_WIDTH", "BranchState", "JsonLines", "RaceView", "format_cost"]
 
@@ -356,7 +357,7 @@ class RaceView:
             console.print(Text("warning: " + message, style="yellow"))
         if winner is not None and self.live_mode:
             console.print(Panel(Text(winner.text.strip()), title=f"{labels[winner.config_index]}"))
-        console.print(cost_table(result, labels))
+        print_table(console, cost_table(result, labels))
 
 
 def _wrapped_lines(text: str, width: int) -> int:
