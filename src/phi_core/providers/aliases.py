@@ -70,7 +70,7 @@ def set_alias(name: str, model: str) -> str:
             f"An alias names a model without settings, got {model!r}; add settings where you use "
             f"it: `-m {name}@temperature=0.2`."
         )
-    qualified = qualify_model_name(target)
+    qualified = target if ":" in target else qualify_model_name(target)
     resolve_model(qualified)  # an unknown provider raises here, naming the known ones
     aliases = read_json(aliases_path())
     aliases[name] = qualified
