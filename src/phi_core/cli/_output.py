@@ -77,10 +77,16 @@ def print_table(console: Console, table: Table) -> None:
     the output is not a terminal, as wide as its longest values need."""
     for column in table.columns:
         column.overflow = "fold"
+    needed = Measurement.get(console, console.options.update_width(1_000_000), table).maximum
     if console.is_terminal:
+        if needed > console.width:
+            # Headers give way first ("tokens in" over two lines), so values fold only when
+            # the terminal is narrower still.
+            for column in table.columns:
+                if isinstance(column.header, str):
+                    column.header = column.header.replace(" ", "\n")
         console.print(table)
         return
-    needed = Measurement.get(console, console.options.update_width(1_000_000), table).maximum
     wide = Console(
         file=console.file,
         width=max(needed, 20),
