@@ -17,15 +17,9 @@ from phi_core.errors import MissingApiKeyError, UserError
 from phi_core.providers._common import api_key_for
 from phi_core.providers.aliases import aliases_path
 from phi_core.providers.keys import keys_path
-from phi_core.providers.registry import qualify_model_name, resolve_model
+from phi_core.providers.registry import get_provider, qualify_model_name, resolve_model
 
 KEY = "sk-stored-0123456789abcdefABCDEF"
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("PHI_SCRIPT", "PHI_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
 
 
 def phi(*args: str, input: str | None = None) -> Any:
@@ -157,3 +151,19 @@ def test_an_unreadable_keys_file_is_a_clear_error() -> None:
     assert broken.exit_code == 2 and "fix the file or delete it" in broken.stderr
     with pytest.raises(UserError, match=r"keys\.json"):
         api_key_for(resolve_model("openai:gpt-4o-mini"), "OPENAI_API_KEY")
+
+
+def test_a_provider_client_follows_the_key_in_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = resolve_model("openai:gpt-4o-mini")
+    phi("keys", "set", "openai", input=KEY)
+    first = get_provider(model)
+    assert get_provider(model) is first  # one client per key
+    phi("keys", "set", "openai", input=KEY + "2")
+    assert get_provider(model) is not first  # a new key, a new client
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env-9876543210")
+    from_env = get_provider(model)
+    assert from_env is not first
+    monkeypatch.delenv("OPENAI_API_KEY")
+    phi("keys", "remove", "openai")
+    with pytest.raises(MissingApiKeyError, match="phi keys set openai"):
+        get_provider(model)  # no key any more: not a client built with the old one

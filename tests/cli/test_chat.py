@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,19 +17,6 @@ SCRIPT = {
     "scripted:b": {"default": "B says better."},
     "scripted:judge": {"default": "2"},
 }
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("PHI_SCRIPT", "PHI_MODEL", "PHI_NO_LOG"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> str:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
-    return str(path)
 
 
 def chat(*args: str, input: str) -> Any:

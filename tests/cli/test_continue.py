@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
@@ -19,19 +18,6 @@ SCRIPT = {
     "scripted:judge": {"default": "2"},
 }
 RACE = ["-m", "scripted:a", "-m", "scripted:b@temperature=0.5", "--judge", "scripted:judge"]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("PHI_SCRIPT", "PHI_MODEL", "PHI_NO_LOG"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> str:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
-    return str(path)
 
 
 def phi(*args: str) -> Any:

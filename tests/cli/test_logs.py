@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
@@ -22,19 +21,6 @@ SCRIPT = {
     ],
 }
 RACE = ["-m", "scripted:a", "-m", "scripted:b", "--judge", "scripted:judge"]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("PHI_SCRIPT", "PHI_MODEL", "PHI_NO_LOG", "OPENAI_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> str:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
-    return str(path)
 
 
 def phi(*args: str, env: dict[str, str] | None = None) -> Any:

@@ -27,16 +27,8 @@ RACE = ["-m", "scripted:a", "-m", "scripted:b", "--judge", "scripted:judge"]
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("PHI_SCRIPT", "PHI_MODEL", "COLUMNS", "OPENAI_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> str:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
-    return str(path)
+def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # widths are the terminal's or the pipe's
 
 
 def phi(*args: str) -> Any:

@@ -46,7 +46,17 @@ from ._common import (
     warn,
 )
 from ._conversation import open_session, race_spec
-from ._output import OUTPUT_MODES, output_mode, print_table
+from ._options import (
+    AnswerOnlyOption,
+    CidOption,
+    ContinueOption,
+    MaxConcurrencyOption,
+    NoLogOption,
+    OutputOption,
+    ScriptOption,
+    TimeoutOption,
+)
+from ._output import output_mode, print_table
 from ._sandbox import UNSAFE_EXEC_HELP, use_sandbox
 from ._script import scripted_providers
 from ._turns import race_once, run_once
@@ -104,28 +114,6 @@ def _main(
     """Race LLM agent configurations, judge the outcomes, keep the best."""
 
 
-# Options every command that asks a model shares (race, run, chat).
-OUTPUT_HELP = (
-    f"What to print: {', '.join(OUTPUT_MODES)} (answer: only the winner's text). Default: text."
-)
-ContinueOption = Annotated[
-    bool,
-    typer.Option(
-        "-c", "--continue", help="Continue the last conversation from the winner's answer."
-    ),
-]
-CidOption = Annotated[
-    str | None,
-    typer.Option("--cid", help="Continue this conversation (an id from `phi logs`)."),
-]
-NoLogOption = Annotated[
-    bool,
-    typer.Option("-n", "--no-log", help="Do not record this run in the run log (`phi logs`)."),
-]
-OutputOption = Annotated[str | None, typer.Option("-o", "--output", help=OUTPUT_HELP)]
-AnswerOnlyOption = Annotated[
-    bool, typer.Option("-a", "--answer-only", help="Print only the winner's text (-o answer).")
-]
 _CONFIG_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
 
 
@@ -199,12 +187,8 @@ def race(
             help="Output token limit per call (default 256 for the default local race).",
         ),
     ] = None,
-    timeout: Annotated[
-        float | None, typer.Option(min=0.001, help="Seconds after which a branch times out.")
-    ] = None,
-    max_concurrency: Annotated[
-        int | None, typer.Option(min=1, help="At most this many branches run at once.")
-    ] = None,
+    timeout: TimeoutOption = None,
+    max_concurrency: MaxConcurrencyOption = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="TOML/YAML/JSON file describing the branches and the judge."),
@@ -217,9 +201,7 @@ def race(
     json_output: Annotated[
         bool, typer.Option("--json", help="JSON lines: every event, then the result (-o jsonl).")
     ] = False,
-    script: Annotated[
-        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
-    ] = None,
+    script: ScriptOption = None,
     alpha: Annotated[
         float, typer.Option(rich_help_panel=_BANDIT, help="LinUCB exploration weight.")
     ] = 1.0,
@@ -406,9 +388,7 @@ def run(
     json_output: Annotated[
         bool, typer.Option("--json", help="JSON lines: every event, then the result (-o jsonl).")
     ] = False,
-    script: Annotated[
-        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
-    ] = None,
+    script: ScriptOption = None,
     mcp: Annotated[
         list[str] | None,
         typer.Option(

@@ -46,7 +46,6 @@ def _show(as_json: bool) -> None:
     print_table(Console(highlight=False), table)
 
 
-@app.callback(invoke_without_command=True)
 def aliases(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
@@ -56,12 +55,8 @@ def aliases(
         _show(as_json)
 
 
-@app.command("list")
-def list_aliases(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
-) -> None:
-    """List the aliases and the models they name."""
-    _show(as_json)
+app.callback(invoke_without_command=True)(aliases)
+app.command("list")(aliases)
 
 
 @app.command("set")

@@ -22,6 +22,14 @@ from ..config import BranchSpec, parse_branch, plan_race
 from ..errors import McpError, UserError
 from ._common import EXIT_INTERRUPTED, EXIT_OK, streams, usage_error
 from ._conversation import Session, open_session, race_spec
+from ._options import (
+    CidOption,
+    ContinueOption,
+    MaxConcurrencyOption,
+    NoLogOption,
+    ScriptOption,
+    TimeoutOption,
+)
 from ._script import scripted_providers
 from ._turns import race_once, run_once
 
@@ -70,25 +78,15 @@ def command(
     ] = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Output token limit.")] = None,
-    timeout: Annotated[
-        float | None, typer.Option(min=0.001, help="Seconds after which a branch times out.")
-    ] = None,
-    max_concurrency: Annotated[
-        int | None, typer.Option(min=1, help="At most this many branches run at once.")
-    ] = None,
+    timeout: TimeoutOption = None,
+    max_concurrency: MaxConcurrencyOption = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="A race file: race it every turn.")
     ] = None,
-    resume: Annotated[
-        bool, typer.Option("-c", "--continue", help="Continue the last conversation.")
-    ] = False,
-    cid: Annotated[str | None, typer.Option("--cid", help="Continue this conversation.")] = None,
-    no_log: Annotated[
-        bool, typer.Option("-n", "--no-log", help="Do not record the turns in the run log.")
-    ] = False,
-    script: Annotated[
-        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
-    ] = None,
+    resume: ContinueOption = False,
+    cid: CidOption = None,
+    no_log: NoLogOption = False,
+    script: ScriptOption = None,
 ) -> None:
     """Chat: every turn runs one model or races several, continuing from the winner."""
     with streams() as (out, err):

@@ -77,7 +77,6 @@ def _show(as_json: bool) -> None:
     print_table(Console(highlight=False), table)
 
 
-@app.callback(invoke_without_command=True)
 def keys(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead.")] = False,
@@ -87,12 +86,8 @@ def keys(
         _show(as_json)
 
 
-@app.command("list")
-def list_keys(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead.")] = False,
-) -> None:
-    """List which providers have a key, stored or in the environment (never the values)."""
-    _show(as_json)
+app.callback(invoke_without_command=True)(keys)
+app.command("list")(keys)
 
 
 @app.command("set")

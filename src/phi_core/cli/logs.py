@@ -115,7 +115,6 @@ def _list(
         print_table(console_for(out), runs_table(records))
 
 
-@app.callback(invoke_without_command=True)
 def logs(
     ctx: typer.Context,
     count: CountOption = 20,
@@ -134,21 +133,8 @@ def logs(
         _list(count, as_json, model, strategy, kind, status, since, until, query, cid)
 
 
-@app.command("list")
-def list_runs(
-    count: CountOption = 20,
-    as_json: JsonOption = False,
-    model: ModelOption = None,
-    strategy: StrategyOption = None,
-    kind: KindOption = None,
-    status: StatusOption = None,
-    since: SinceOption = None,
-    until: UntilOption = None,
-    query: QueryOption = None,
-    cid: CidOption = None,
-) -> None:
-    """List the newest logged runs (the same as `phi logs`)."""
-    _list(count, as_json, model, strategy, kind, status, since, until, query, cid)
+app.callback(invoke_without_command=True)(logs)
+app.command("list")(logs)
 
 
 @app.command()

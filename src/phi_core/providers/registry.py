@@ -2,13 +2,15 @@
 
 Protocol implementations register a factory with :func:`register_protocol`; providers named in
 ``provider:model`` strings register with :func:`register_provider`. :func:`get_provider` keeps one
-provider instance per (protocol, endpoint, key), so every call to the same endpoint shares one
-client and one connection pool.
+provider instance per (protocol, endpoint, key in effect — the model's own, the environment's or
+the stored one), so every call to the same endpoint with the same key shares one client and one
+connection pool, and a key changed since gets a client of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any
 from ..errors import AmbiguousModelError, UnknownModelError
 from .aliases import lookup_alias
 from .base import ApiProtocol, ModelConfig, Provider
+from .keys import stored_key
 from .pricing import PRICES
 
 __all__ = [
@@ -188,7 +191,7 @@ def get_provider(model: ModelConfig) -> Provider:
             f"No provider registered for protocol {model.api!r}. "
             f"Registered protocols: {', '.join(sorted(_PROTOCOLS)) or 'none'}."
         )
-    key = model.api_key_value() or ""
+    key = _effective_key(model)
     cache_key = (
         model.api,
         model.base_url or "",
@@ -200,6 +203,15 @@ def get_provider(model: ModelConfig) -> Provider:
         instance = factory(model)
         _INSTANCES[cache_key] = instance
     return instance
+
+
+def _effective_key(model: ModelConfig) -> str:
+    """The key a provider built now would use: the model's own, else its environment variable,
+    else the stored one — so a key set, stored or removed later gets its own client."""
+    key = model.api_key_value()
+    if not key and model.api_key_env:
+        key = os.environ.get(model.api_key_env)
+    return key or stored_key(model.provider, model.api_key_env) or ""
 
 
 def _closest(name: str, candidates: list[str]) -> str | None:
