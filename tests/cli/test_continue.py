@@ -10,6 +10,9 @@ from typing import Any
 from typer.testing import CliRunner
 
 from phi_core.cli import app
+from phi_core.cli._conversation import open_session, race_spec
+from phi_core.config import DEFAULT_BRANCHES, plan_race
+from phi_core.runlog import RunLog, RunRecord
 
 SCRIPT = {
     "scripted:a": {"default": "A answers."},
@@ -152,3 +155,26 @@ def test_no_log_still_continues_but_does_not_record(script: str) -> None:
     quiet = phi("run", "-c", "Again", "--no-log", "--json", "--script", script)
     assert quiet.exit_code == 0 and jsonl(quiet.stdout)[-1]["run_id"] is None
     assert len(jsonl(CliRunner().invoke(app, ["logs", "--json"]).stdout)) == 1
+
+
+def test_continuing_the_default_race_races_the_defaults_with_their_limits() -> None:
+    defaults = [b.model_dump(mode="json", exclude_none=True) for b in DEFAULT_BRANCHES]
+    with RunLog() as log:
+        log.write(
+            RunRecord(
+                kind="race",
+                prompt="Q",
+                status="ok",
+                conversation_id="c",
+                plan={
+                    "branches": defaults,
+                    "judge": {"name": "judge", "model": "local:smollm2"},
+                    "strategy": "judge",
+                },
+                messages=[{"role": "user", "content": [{"type": "text", "text": "Q"}]}],
+            )
+        )
+    with open_session(no_log=True, resume=True, cid=None) as session:
+        plan = plan_race(race_spec(None, session.continuation, given_models=False))
+    assert plan.labels == ["precise", "teacher", "storyteller"]
+    assert all(c.max_tokens == 256 for c in plan.configs)  # the default race's own limit

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from ..config import RaceSpec, load_race_spec
+from ..config import DEFAULT_BRANCHES, RaceSpec, load_race_spec
 from ..errors import UserError
 from ..loop import AgentContext
 from ..runlog import (
@@ -139,11 +139,16 @@ def race_spec(
         return RaceSpec()
     plan = continuation.run.plan or {}
     strategy = plan.get("strategy")
+    branches = plan.get("branches") or None
+    judge = plan.get("judge")
+    if branches == [b.model_dump(mode="json", exclude_none=True) for b in DEFAULT_BRANCHES]:
+        # The default race: race the defaults again, with their output limit and judge rule.
+        branches = judge = None
     try:
         return RaceSpec.model_validate(
             {
-                "branches": plan.get("branches") or None,
-                "judge": plan.get("judge"),
+                "branches": branches,
+                "judge": judge,
                 # A bandit race cannot continue a conversation; the follow-up is judged.
                 "strategy": None if strategy == "bandit" else strategy,
             }
