@@ -188,7 +188,6 @@ def run_once(
     except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
         out.write("\n")
         return EXIT_INTERRUPTED
-    context.tools = []
     record = session.finish(recorder, result, context=context)
     session.advance(winner_history(result, text, context=context))
     model = config.model_config().spec
