@@ -138,3 +138,18 @@ def test_piped_select_table_keeps_combination_names_and_accuracies(tmp_path: Pat
     assert shown.exit_code == 0, shown.output
     assert "…" not in shown.stdout
     assert f"solver={long_a}" in shown.stdout and "100.0%" in shown.stdout
+
+
+def test_printed_answers_are_the_models_own_while_the_log_keeps_a_redacted_copy(
+    tmp_path: Path,
+) -> None:
+    answer = "Set Authorization: Bearer abcdefgh12345678 in the header."
+    path = tmp_path / "echo.json"
+    path.write_text(json.dumps({"scripted:echo": {"default": answer}}))
+    for flags in (["-a"], ["-o", "markdown"]):
+        shown = phi(
+            "race", "How?", "-m", "scripted:echo", "-s", "pick-first", *flags, "--script", str(path)
+        )
+        assert answer in shown.stdout
+    logged = json.loads(phi("logs", "show", "--json").stdout)
+    assert "abcdefgh12345678" not in logged["text"] and "[REDACTED]" in logged["text"]

@@ -147,16 +147,16 @@ class RunRecorder:
 
     def finish(self, result: Any, *, context: AgentContext | None = None) -> RunRecord:
         """Build the record of ``result`` and write it (when there is a log); returns the
-        record. A failed write never raises: :attr:`error` says why and a warning is logged."""
+        record as built (the stored copy has every secret redacted). A failed write never
+        raises: :attr:`error` says why and a warning is logged."""
         record = self.build(result, context=context)
-        if self.log is None:
-            return record
-        try:
-            return self.log.write(record)
-        except Exception as exc:  # a failed log write must not fail a finished run
-            self.error = exc
-            logger.warning("the run log could not record run %s: %s", record.id, exc)
-            return record
+        if self.log is not None:
+            try:
+                self.log.write(record)
+            except Exception as exc:  # a failed log write must not fail a finished run
+                self.error = exc
+                logger.warning("the run log could not record run %s: %s", record.id, exc)
+        return record
 
     async def afinish(self, result: Any, *, context: AgentContext | None = None) -> RunRecord:
         """:meth:`finish` with the write in a worker thread."""
