@@ -130,7 +130,7 @@ def _check_extra(ctx: typer.Context) -> None:
         )
     raise UserError(
         f"Unexpected extra arguments {ctx.args!r}; quote the prompt as one argument "
-        '(phi race "two words").'
+        f'(phi {ctx.info_name} "two words").'
     )
 
 
