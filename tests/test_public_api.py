@@ -34,6 +34,7 @@ PUBLIC_PACKAGES = (
     "phi_core.providers",
     "phi_core.race",
     "phi_core.routing",
+    "phi_core.runlog",
     "phi_core.select",
     "phi_core.sessions",
     "phi_core.telemetry",
@@ -53,6 +54,7 @@ RE_EXPORTS: dict[tuple[str, str], str] = {
     ("phi_core.select", "metered"): "phi_core.metering",
     ("phi_core.select", "CachedResponse"): "phi_core.providers.call",
     ("phi_core.tools", "ToolError"): "phi_core.errors",
+    ("phi_core.runlog", "RunNotFoundError"): "phi_core.errors",
 }
 
 # Public-looking names that are deliberately not in a module's __all__: module -> {name: why}.
@@ -191,6 +193,7 @@ def test_each_subpackage_states_what_it_owns() -> None:
         "select",
         "routing",
         "race",
+        "runlog",
         "cli",
         "sandbox",
     ):

@@ -11,7 +11,7 @@
     │   ├── ConfigError                file, line and key of a bad config file
     │   ├── AgentBusyError             a second run on an agent that is still running
     │   ├── SkillError                 a SKILL.md without front matter, name or description
-    │   └── OpenApiError               an OpenAPI spec that cannot be turned into tools
+    │   ├── RunNotFoundError           no run (or conversation) with that id in the run log
     │   ├── OpenApiError               an OpenAPI spec that cannot be turned into tools
     │   └── SandboxUnavailableError    model code would run, and no sandbox can be made here
     ├── RunError                       a run failed
@@ -77,6 +77,7 @@ __all__ = [
     "ProviderErrorKind",
     "RateLimitedError",
     "RunError",
+    "RunNotFoundError",
     "SandboxUnavailableError",
     "SchemaMismatchError",
     "ScriptCallbackError",
@@ -171,8 +172,9 @@ class MissingApiKeyError(UserError):
         self.provider = provider
         self.env_var = env_var
         super().__init__(
-            f"No API key for provider {provider!r}: set the {env_var} environment variable "
-            f"(or pass api_key=...). The embedded model `local:smollm2` needs no key."
+            f"No API key for provider {provider!r}: store one with `phi keys set {provider}` "
+            f"or set the {env_var} environment variable (or pass api_key=...). The embedded "
+            "model `local:smollm2` needs no key."
         )
 
 
@@ -221,6 +223,14 @@ class SkillError(UserError):
 class SandboxUnavailableError(UserError):
     """Model-written code would run, and no sandbox can be made on this machine; the message
     names what is missing, how to install it, and the explicit unsafe opt-in."""
+
+
+class RunNotFoundError(UserError, KeyError):
+    """No run (or conversation) with that id in the run log; the message says how to list
+    them."""
+
+    def __str__(self) -> str:  # KeyError's own __str__ would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class RunError(PhiError):

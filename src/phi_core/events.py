@@ -73,6 +73,7 @@ __all__ = [
     "Warning",
     "add_observer",
     "remove_observer",
+    "tee",
 ]
 
 logger = logging.getLogger("phi_core.events")
@@ -519,6 +520,27 @@ class Emitter:
 
 
 _STOP = object()
+
+
+def tee(*sinks: Callable[[Any], Any] | None) -> Callable[[Any], None]:
+    """One sync sink that hands every event to each of ``sinks`` in order (``None`` skipped):
+    a live view and the run log, say. A sink that raises is reported once through ``logging``
+    and skipped from then on; the others keep receiving."""
+    live = [s for s in sinks if s is not None]
+    failed: set[int] = set()
+
+    def forward(event: Any) -> None:
+        for index, sink in enumerate(live):
+            if index in failed:
+                continue
+            try:
+                sink(event)
+            except Exception:
+                failed.add(index)
+                logger.exception("event sink %r raised; further events to it are dropped", sink)
+
+    return forward
+
 
 T = TypeVar("T")
 

@@ -315,10 +315,13 @@ def test_unknown_provider_is_a_usage_error_with_a_suggestion(runner: CliRunner) 
     assert "Did you mean 'openai'?" in result.stderr
 
 
-def test_model_without_provider_prefix_is_a_usage_error(runner: CliRunner) -> None:
-    result = runner.invoke(app, ["race", "Q?", "-m", "gpt-4o"])
+def test_a_bare_name_no_provider_offers_is_a_usage_error_naming_the_form(
+    runner: CliRunner,
+) -> None:
+    result = runner.invoke(app, ["race", "Q?", "-m", "gtp-4o"])
     assert result.exit_code == 2
     assert "provider:model" in result.stderr
+    assert "Did you mean 'gpt-4o'" in result.stderr
 
 
 def test_unknown_inline_setting_is_a_usage_error(runner: CliRunner) -> None:
@@ -406,7 +409,7 @@ def test_model_flag_picks_a_named_branch_from_the_config(runner: CliRunner, tmp_
         [
             "race",
             "Q?",
-            "-c",
+            "--config",
             str(config),
             "-m",
             "chatty",
@@ -525,7 +528,10 @@ def test_run_json_ends_with_the_run_result(runner: CliRunner, tmp_path: Path) ->
         "text": "Hello.",
         "usage": last["usage"],
         "cost_usd": 0.0,
+        "run_id": last["run_id"],
+        "conversation_id": last["conversation_id"],
     }
+    assert last["run_id"] and last["conversation_id"]  # logged: `phi logs show RUN_ID`
 
 
 def test_run_failure_exits_1_with_the_error(runner: CliRunner, tmp_path: Path) -> None:

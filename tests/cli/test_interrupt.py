@@ -70,3 +70,37 @@ def test_ctrl_c_in_plain_mode_prints_each_branch_and_exits_130(tmp_path: Path) -
     assert "Interrupted: every branch was cancelled" in rest
     for name in ("scripted:a", "scripted:b", "scripted:c"):
         assert f"--- {name} ({name}): cancelled" in rest
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_during_a_chat_turn_stops_that_turn_and_the_chat_goes_on(tmp_path: Path) -> None:
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps({"scripted:a": [{"hang": "partial"}, "second answer"]}))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["PHI_SCRIPT"] = str(script)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from phi_core.cli import main; main()", "chat", "-m", "scripted:a"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("first\n")
+    proc.stdin.flush()
+    assert proc.stdout.read(len("partial")) == "partial"  # the turn is streaming
+    proc.send_signal(signal.SIGINT)
+    rest, errors = proc.communicate("second\nexit\n", timeout=30)
+    assert proc.returncode == 0, errors
+    assert "second answer" in rest and "Traceback" not in errors
+    logged = subprocess.run(
+        [sys.executable, "-c", "from phi_core.cli import main; main()", "logs", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    runs = [json.loads(line) for line in logged.stdout.splitlines()]
+    assert [(r["prompt"], r["status"]) for r in runs] == [("second", "ok"), ("first", "cancelled")]
+    assert runs[0]["conversation_id"] == runs[1]["conversation_id"]

@@ -93,7 +93,7 @@ def test_a_usage_mistake_raised_inside_a_task_group_is_exit_2_not_an_exception_g
         "scripted:b": ScriptedProvider(default="B."),
         "scripted:judge": KeyOnFirstCall(),
     }
-    monkeypatch.setattr("phi_core.cli._app.load_scripts", lambda path: scripts)
+    monkeypatch.setattr("phi_core.cli._app.scripted_providers", lambda path: scripts)
     result = CliRunner().invoke(app, [*RACE, "--strategy", "pairwise", "--script", "x"])
     assert result.exit_code == 2, result.output
     assert "ACME_API_KEY" in result.stderr

@@ -1,6 +1,8 @@
-"""The ``phi`` command: ``race``, ``run`` and ``models`` (``route`` and ``select`` are mounted).
+"""The ``phi`` command: ``race``, ``run``, ``models`` and ``--version`` (``route``, ``select``,
+``chat``, ``logs``, ``aliases`` and ``keys`` are mounted from their modules).
 
-The commands only parse flags: what a race runs is planned by :func:`phi_core.config.plan_race`.
+The commands only parse flags: what a race runs is planned by :func:`phi_core.config.plan_race`;
+a turn is run, logged and printed by :mod:`._turns`.
 Exit codes are listed in ``_common``: 0 success, 1 the run failed, 2 a usage error, 130
 interrupted (Ctrl-C), 141 the output was closed (``| head``).
 """
@@ -19,46 +21,46 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..cancel import CancelToken
+from .. import __version__
 from ..config import (
     RACE_STRATEGIES,
+    BranchSpec,
     RacePlan,
     RaceSpec,
-    bandit_payload,
-    bandit_race_from_plan,
-    load_race_spec,
     parse_branch,
     plan_race,
 )
-from ..errors import Interrupted, McpError, PhiError, UserError
-from ..events import MessageUpdate
-from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
+from ..errors import McpError, PhiError, UserError
 from ..metering import Budget
-from ..parallel import ParallelLoopResult
+from ..providers.keys import stored_keys
 from ..providers.registry import known_providers, resolve_model
 from ..race.entry import BanditOptions, verifier_from_spec
-from ..race.pipeline import BanditRace
-from ..testing import ScriptedProvider
-from ..tools.mcp import mcp_tools
-from ..types import TextDelta
-from ._bandit import BanditView, bandit_exit_code, run_bandit
+from ..runlog import Continuation
 from ._common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     EXIT_PIPE,
     guard_process_streams,
     output_closed,
     read_prompt,
-    run_interruptible,
     streams,
     usage_error,
     warn,
 )
+from ._conversation import open_session, race_spec
+from ._options import (
+    AnswerOnlyOption,
+    CidOption,
+    ContinueOption,
+    MaxConcurrencyOption,
+    NoLogOption,
+    OutputOption,
+    ScriptOption,
+    TimeoutOption,
+)
+from ._output import output_mode, print_table
 from ._sandbox import UNSAFE_EXEC_HELP, use_sandbox
-from ._script import load_scripts
+from ._script import scripted_providers
 from ._telemetry import OTEL_ENDPOINT_HELP, OTEL_EXPORTER_HELP, OTEL_HELP, start_telemetry
-from ._view import JsonLines, RaceView, format_cost
+from ._turns import race_once, run_once
 
 __all__ = ["app", "main"]
 
@@ -95,9 +97,21 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"phi {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _options(
+def _main(
     ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
     otel: Annotated[bool, typer.Option("--otel", help=OTEL_HELP)] = False,
     otel_exporter: Annotated[
         str | None, typer.Option("--otel-exporter", metavar="otlp|console", help=OTEL_EXPORTER_HELP)
@@ -110,8 +124,24 @@ def _options(
     start_telemetry(ctx, otel, otel_exporter, otel_endpoint)
 
 
-def _scripts(path: Path | None) -> dict[str, ScriptedProvider]:
-    return load_scripts(path) if path is not None else {}
+_CONFIG_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
+
+
+def _check_extra(ctx: typer.Context) -> None:
+    """Arguments after the prompt: most likely a race file given with ``-c`` (which now
+    continues a conversation) or an unquoted prompt."""
+    if not ctx.args:
+        return
+    files = [a for a in ctx.args if a.lower().endswith(_CONFIG_SUFFIXES)]
+    if files:
+        raise UserError(
+            f"Unexpected argument {files[0]!r}: `-c` continues the last conversation; give a "
+            f"race file with `--config {files[0]}`."
+        )
+    raise UserError(
+        f"Unexpected extra arguments {ctx.args!r}; quote the prompt as one argument "
+        f'(phi {ctx.info_name} "two words").'
+    )
 
 
 def _explicit(ctx: typer.Context, name: str) -> bool:
@@ -124,7 +154,7 @@ def _explicit(ctx: typer.Context, name: str) -> bool:
 # --------------------------------------------------------------------------- phi race
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def race(
     ctx: typer.Context,
     prompt: Annotated[str, typer.Argument(help="The task for every branch; `-` reads stdin.")],
@@ -167,24 +197,21 @@ def race(
             help="Output token limit per call (default 256 for the default local race).",
         ),
     ] = None,
-    timeout: Annotated[
-        float | None, typer.Option(min=0.001, help="Seconds after which a branch times out.")
-    ] = None,
-    max_concurrency: Annotated[
-        int | None, typer.Option(min=1, help="At most this many branches run at once.")
-    ] = None,
+    timeout: TimeoutOption = None,
+    max_concurrency: MaxConcurrencyOption = None,
     config: Annotated[
         Path | None,
-        typer.Option(
-            "-c", "--config", help="TOML/YAML/JSON file describing the branches and the judge."
-        ),
+        typer.Option("--config", help="TOML/YAML/JSON file describing the branches and the judge."),
     ] = None,
+    resume: ContinueOption = False,
+    cid: CidOption = None,
+    no_log: NoLogOption = False,
+    output: OutputOption = None,
+    answer_only: AnswerOnlyOption = False,
     json_output: Annotated[
-        bool, typer.Option("--json", help="JSON lines: every event, then the result.")
+        bool, typer.Option("--json", help="JSON lines: every event, then the result (-o jsonl).")
     ] = False,
-    script: Annotated[
-        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
-    ] = None,
+    script: ScriptOption = None,
     alpha: Annotated[
         float, typer.Option(rich_help_panel=_BANDIT, help="LinUCB exploration weight.")
     ] = 1.0,
@@ -255,57 +282,70 @@ def race(
 ) -> None:
     """Race configurations on one task, judge them, print the winner.
 
+    `-c` continues the last conversation (`--cid ID` another one) from the winner's answer,
+    racing the same branches again unless -m or --config names others. Every run is logged
+    (`phi logs`); `--no-log` skips this one.
+
     `--strategy bandit` ranks the branches with a learned router instead, previews the top ones,
     answers with the best and learns from the outcome (state persists between runs).
     """
     use_sandbox(ctx, unsafe_exec)
-    try:
-        text = read_prompt(prompt)
-        spec = load_race_spec(config) if config is not None else RaceSpec()
-        chosen = strategy or spec.strategy
-        bandit = (chosen or "").strip().lower() == "bandit"
-        options: BanditOptions | None = None
-        if bandit:
-            options = BanditOptions(
-                alpha=alpha, ridge=ridge, state=state, length_threshold=length_threshold,
-                quality_weight=quality_weight, speed_weight=speed_weight,
-                cost_weight=cost_weight, min_preview_tokens=min_preview_tokens, top_k=top_k,
-                verify=verify,
-            )  # fmt: skip
-            if verify is not None:
-                _check_verify(verify)
-        elif top_k is not None:
-            raise UserError("--top-k applies to --strategy bandit (how many arms to preview).")
-        elif verify is not None:
-            raise UserError(
-                "--verify applies to --strategy bandit (its fallback asks the next candidate). "
-                "For a parallel race on code, use --strategy exec-vote."
-            )
-        budget = Budget(max_tokens=max_total_tokens, max_cost_usd=max_cost, max_wall_s=deadline)
-        plan = plan_race(
-            spec, models=model or [], judge=judge, strategy=strategy, system_prompt=system,
-            max_tokens=max_tokens, timeout=timeout, max_concurrency=max_concurrency,
-            budget=budget, bandit=options, providers=_scripts(script),
-        )  # fmt: skip
-        bandit_race = bandit_race_from_plan(plan) if plan.strategy == "bandit" else None
-    except UserError as exc:
-        raise usage_error(exc) from None
-    _warn_about(ctx, plan, config)
     with streams() as (out, err):
         try:
-            if bandit_race is not None:
-                code = (
-                    _bandit_json(bandit_race, text, out)
-                    if json_output
-                    else _bandit_live(bandit_race, text, out)
-                )
-            elif json_output:
-                code = _race_json(plan, text, out)
-            else:
-                code = _race_live(plan, text, out)
+            _check_extra(ctx)
+            mode = output_mode(output, json_lines=json_output, answer_only=answer_only)
+            text = read_prompt(prompt)
+            session = open_session(no_log=no_log, resume=resume, cid=cid, err=err)
         except UserError as exc:
             raise usage_error(exc, err) from None
+        with session:
+            try:
+                spec = race_spec(config, session.continuation, given_models=bool(model))
+                chosen = strategy or spec.strategy
+                bandit = (chosen or "").strip().lower() == "bandit"
+                options: BanditOptions | None = None
+                if bandit:
+                    options = BanditOptions(
+                        alpha=alpha, ridge=ridge, state=state,
+                        length_threshold=length_threshold, quality_weight=quality_weight,
+                        speed_weight=speed_weight, cost_weight=cost_weight,
+                        min_preview_tokens=min_preview_tokens, top_k=top_k, verify=verify,
+                    )  # fmt: skip
+                    if verify is not None:
+                        _check_verify(verify)
+                elif top_k is not None:
+                    raise UserError(
+                        "--top-k applies to --strategy bandit (how many arms to preview)."
+                    )
+                elif verify is not None:
+                    raise UserError(
+                        "--verify applies to --strategy bandit (its fallback asks the next "
+                        "candidate). For a parallel race on code, use --strategy exec-vote."
+                    )
+                budget = Budget(
+                    max_tokens=max_total_tokens, max_cost_usd=max_cost, max_wall_s=deadline
+                )
+                plan = plan_race(
+                    spec, models=[_branch(m, spec) for m in model or []],
+                    judge=_branch(judge, spec) if judge is not None else None,
+                    strategy=strategy, system_prompt=system, max_tokens=max_tokens,
+                    timeout=timeout, max_concurrency=max_concurrency, budget=budget,
+                    bandit=options, providers=scripted_providers(script),
+                )  # fmt: skip
+            except UserError as exc:
+                raise usage_error(exc, err) from None
+            _warn_about(ctx, plan, config, err)
+            try:
+                code = race_once(plan, text, out, err, mode, session)
+            except UserError as exc:
+                raise usage_error(exc, err) from None
     raise typer.Exit(code)
+
+
+def _branch(text: str, spec: RaceSpec) -> BranchSpec:
+    """A ``-m``/``--judge`` value: a branch the race file names, an alias, a bare catalog name
+    (``gpt-4o``) or ``provider:model``, with optional ``@settings``."""
+    return parse_branch(text, spec.branches or [], qualify=True)
 
 
 def _check_verify(spec: str) -> None:
@@ -315,101 +355,26 @@ def _check_verify(spec: str) -> None:
         raise UserError(f"--verify: {exc}") from None
 
 
-def _warn_about(ctx: typer.Context, plan: RacePlan, config: Path | None) -> None:
+def _warn_about(ctx: typer.Context, plan: RacePlan, config: Path | None, err: TextIO) -> None:
     """Say which given settings do nothing, naming the flag (or the race file) they came from."""
     if plan.strategy != "bandit":
         given = [flag for name, flag in _BANDIT_FLAGS.items() if _explicit(ctx, name)]
         if given:
-            warn(f"{', '.join(given)} only apply to --strategy bandit; ignored.")
+            warn(f"{', '.join(given)} only apply to --strategy bandit; ignored.", err)
     for warning in plan.warnings:
         param, flag = _FLAG_OF_SETTING.get(warning.setting, ("", ""))
         if param and _explicit(ctx, param):
-            warn(f"{flag} {warning.message}")
+            warn(f"{flag} {warning.message}", err)
         elif config is not None:
-            warn(f"`{warning.setting}` in {config} {warning.message}")
-
-
-def _bandit_json(race: BanditRace, text: str, out: TextIO) -> int:
-    sink = JsonLines(out)
-    try:
-        result, interrupted = run_interruptible(lambda token: run_bandit(race, text, sink, token))
-    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
-        return EXIT_INTERRUPTED
-    sink.result(bandit_payload(result))
-    return bandit_exit_code(result, interrupted)
-
-
-def _bandit_live(race: BanditRace, text: str, out: TextIO) -> int:
-    view = BanditView(_console(out), race)
-    try:
-        with view:
-            result, interrupted = run_interruptible(
-                lambda token: run_bandit(race, text, view, token)
-            )
-    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
-        view.print_interrupted()
-        return EXIT_INTERRUPTED
-    if interrupted or result.status == "cancelled":
-        view.print_interrupted()
-        return EXIT_INTERRUPTED
-    view.print_bandit_verdict(result)
-    return bandit_exit_code(result, interrupted)
-
-
-def _race_json(plan: RacePlan, text: str, out: TextIO) -> int:
-    sink = JsonLines(out)
-    try:
-        result, interrupted = run_interruptible(lambda token: _run(plan, text, sink, token))
-    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
-        return EXIT_INTERRUPTED
-    sink.result(plan.payload(result))
-    return _race_exit(result, interrupted)
-
-
-def _race_live(plan: RacePlan, text: str, out: TextIO) -> int:
-    view = RaceView(
-        _console(out),
-        [(b.label, b.model) for b in plan.branches],
-        judge=plan.judge.model if plan.judge is not None else None,
-    )
-    try:
-        with view:
-            result, interrupted = run_interruptible(lambda token: _run(plan, text, view, token))
-    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
-        view.print_interrupted()
-        return EXIT_INTERRUPTED
-    if interrupted or result.cancelled:
-        view.print_interrupted()
-        return EXIT_INTERRUPTED
-    view.print_verdict(result, plan.labels)
-    return _race_exit(result, interrupted)
-
-
-async def _run(plan: RacePlan, text: str, events: Any, token: CancelToken) -> ParallelLoopResult:
-    result = await plan.run(text, events=events, cancel=token)
-    assert isinstance(result, ParallelLoopResult)
-    return result
-
-
-def _console(out: TextIO) -> Console:
-    """A terminal-width console, or a wide plain one for pipes (tables then fit unclipped)."""
-    console = Console(file=out, highlight=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(file=out, highlight=False, width=120)
-    return console
-
-
-def _race_exit(result: ParallelLoopResult, interrupted: bool) -> int:
-    if interrupted or result.cancelled:
-        return EXIT_INTERRUPTED
-    return EXIT_FAILED if result.all_failed else EXIT_OK
+            warn(f"`{warning.setting}` in {config} {warning.message}", err)
 
 
 # --------------------------------------------------------------------------- phi run
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def run(
+    ctx: typer.Context,
     prompt: Annotated[str, typer.Argument(help="The task; `-` reads stdin.")],
     model: Annotated[
         str,
@@ -417,17 +382,23 @@ def run(
             "-m",
             "--model",
             envvar="PHI_MODEL",
-            help="`provider:model[@settings]` (env PHI_MODEL).",
+            help="`provider:model[@settings]`, a bare model name (gpt-4o) or an alias "
+            "(env PHI_MODEL). With -c: the conversation's model unless given.",
         ),
     ] = "local:smollm2",
-    system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Output token limit.")] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="JSON lines: every event, then the result.")
-    ] = False,
-    script: Annotated[
-        Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
+    system: Annotated[
+        str | None, typer.Option(help="System prompt (with -c: the conversation's, unless given).")
     ] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Output token limit.")] = None,
+    resume: ContinueOption = False,
+    cid: CidOption = None,
+    no_log: NoLogOption = False,
+    output: OutputOption = None,
+    answer_only: AnswerOnlyOption = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="JSON lines: every event, then the result (-o jsonl).")
+    ] = False,
+    script: ScriptOption = None,
     mcp: Annotated[
         list[str] | None,
         typer.Option(
@@ -449,94 +420,55 @@ def run(
         typer.Option(help="The folder the tools may touch (default: the current directory)."),
     ] = None,
 ) -> None:
-    """Run one agent on a task, streaming its answer."""
+    """Run one agent on a task, streaming its answer (`-c` continues the last conversation)."""
     from ._tools import builtin_tools, terminal_approver
-
-    try:
-        text = read_prompt(prompt)
-        spec = parse_branch(model)
-        config = spec.loop_config(
-            provider=_scripts(script).get(spec.model), max_tokens=max_tokens, system_prompt=system
-        )
-        agent_tools = builtin_tools(tools, workspace)
-        if agent_tools:
-            config = dataclasses.replace(config, approver=terminal_approver())
-    except UserError as exc:
-        raise usage_error(exc) from None
 
     with streams() as (out, err):
         try:
-            code = _run_one(text, config, out, err, json_output, mcp or [], agent_tools)
-        except (UserError, McpError) as exc:
+            _check_extra(ctx)
+            mode = output_mode(output, json_lines=json_output, answer_only=answer_only)
+            text = read_prompt(prompt)
+            session = open_session(no_log=no_log, resume=resume, cid=cid, err=err)
+        except UserError as exc:
             raise usage_error(exc, err) from None
+        with session:
+            try:
+                spec = _run_branch(ctx, model, system, session.continuation)
+                config = spec.loop_config(
+                    provider=scripted_providers(script).get(spec.model), max_tokens=max_tokens
+                )
+                agent_tools = builtin_tools(tools, workspace)
+                if agent_tools:
+                    config = dataclasses.replace(config, approver=terminal_approver())
+                code = run_once(
+                    text, config, spec.model_dump(mode="json", exclude_none=True), out, err,
+                    mode, session, mcp=mcp or [], builtin=agent_tools,
+                )  # fmt: skip
+            except (UserError, McpError) as exc:
+                raise usage_error(exc, err) from None
     raise typer.Exit(code)
 
 
-def _run_one(
-    text: str,
-    config: AgentLoopConfig,
-    out: TextIO,
-    err: TextIO,
-    as_json: bool,
-    mcp: list[str],
-    builtin: list[Any] | None = None,
-) -> int:
-    from ._tools import describe_tool_event
-
-    streamed = False
-
-    def on_event(event: Any) -> None:
-        nonlocal streamed
-        if as_json:
-            out.write(event.model_dump_json() + "\n")
-        elif isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
-            out.write(event.delta.text)
-            streamed = True
-        elif (line := describe_tool_event(event)) is not None:
-            err.write(line + "\n")
-            err.flush()
-        out.flush()
-
-    async def go(token: CancelToken) -> LoopResult:
-        async with mcp_tools(mcp) as tools:
-            context = AgentContext(tools=[*(builtin or []), *tools])
-            return await agent_loop(text, context, config, events=on_event, cancel=token)
-
-    try:
-        result, interrupted = run_interruptible(go)
-    except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
-        out.write("\n")
-        return EXIT_INTERRUPTED
-    spec = config.model_config().spec
-    if as_json:
-        JsonLines(out).result(
-            {
-                "type": "run_result",
-                "loop_id": result.loop_id,
-                "model": spec,
-                "reason": result.reason,
-                "error": result.error,
-                "text": result.text,
-                "usage": result.usage.model_dump(mode="json"),
-                "cost_usd": result.cost_usd,
-            }
-        )
-    else:
-        if streamed:
-            out.write("\n")
-        errors = Console(file=err, highlight=False)
-        if result.error:
-            errors.print(Text(f"Error: {result.error}", style="red"))
-        errors.print(
-            Text(
-                f"{spec} · {result.reason} · {result.usage.input} in / "
-                f"{result.usage.output} out · {format_cost(result.cost_usd)}",
-                style="dim",
-            )
-        )
-    if interrupted or result.reason == "cancelled":
-        return EXIT_INTERRUPTED
-    return EXIT_OK if result.reason == "completed" else EXIT_FAILED
+def _run_branch(
+    ctx: typer.Context, model: str, system: str | None, continuation: Continuation | None
+) -> BranchSpec:
+    """The model of ``phi run``: ``-m`` as typed; else, when continuing, the winner's branch
+    (model, settings, system prompt); else ``PHI_MODEL`` or the embedded default. ``--system``
+    applies to it when given."""
+    spec: BranchSpec | None = None
+    previous = continuation.winner_spec if continuation is not None else None
+    if not _explicit(ctx, "model") and previous:
+        try:
+            spec = BranchSpec.model_validate(previous)
+        except ValueError:
+            spec = None  # logged by another version: use -m's default
+    if spec is None:
+        spec = parse_branch(model, qualify=True)
+        if system is None and previous and previous.get("system_prompt"):
+            system = str(previous["system_prompt"])  # the conversation keeps its system prompt
+    if system is not None:
+        spec = spec.model_copy(update={"system_prompt": system})
+    return spec
 
 
 # --------------------------------------------------------------------------- phi models
@@ -548,10 +480,17 @@ def models(
 ) -> None:
     """List providers and models, their prices, and which API keys are set (never their values)."""
     rows: list[dict[str, Any]] = []
+    try:
+        stored = stored_keys()
+    except UserError as exc:  # an unreadable keys.json: say so, list the models anyway
+        warn(str(exc))
+        stored = {}
+    by_env = {s.key_env for s in known_providers() if s.name in stored and s.key_env}
     for spec in known_providers():
         if spec.name == "scripted":
             continue
         key_set = bool(os.environ.get(spec.key_env)) if spec.key_env else None
+        key_stored = (spec.name in stored or spec.key_env in by_env) if spec.key_env else None
         entries = spec.models or ("",)
         for name in entries:
             price = None
@@ -567,6 +506,7 @@ def models(
                     "description": spec.description,
                     "key_env": spec.key_env,
                     "key_set": key_set,
+                    "key_stored": key_stored,
                     "input_per_mtok": price.input if price else None,
                     "output_per_mtok": price.output if price else None,
                 }
@@ -584,6 +524,8 @@ def models(
             key = Text("not needed", style="green")
         elif row["key_set"]:
             key = Text(f"{row['key_env']} set", style="green")
+        elif row["key_stored"]:
+            key = Text("stored (phi keys)", style="green")
         else:
             key = Text(f"{row['key_env']} missing", style="yellow")
         first = row["provider"] != previous
@@ -595,7 +537,7 @@ def models(
             key if first else Text(""),
             row["description"] if first else "",
         )
-    Console(highlight=False).print(table)
+    print_table(Console(highlight=False), table)
 
 
 def _price(value: float | None) -> str:
@@ -603,11 +545,16 @@ def _price(value: float | None) -> str:
 
 
 def _mount_subcommands() -> None:
-    """``phi route …``, ``phi select`` and ``phi parallel-agents`` live in their own modules."""
-    from . import _parallel_agents, route, select
+    """``phi route …``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys`` and
+    ``parallel-agents`` live in their own modules."""
+    from . import _parallel_agents, aliases, chat, keys, logs, route, select
 
     app.add_typer(route.app, name="route")
     app.command("select")(select.command)
+    app.command("chat")(chat.command)
+    app.add_typer(logs.app, name="logs")
+    app.add_typer(aliases.app, name="aliases")
+    app.add_typer(keys.app, name="keys")
     app.command("parallel-agents")(_parallel_agents.parallel_agents)
 
 

@@ -20,6 +20,7 @@ from rich.text import Text
 from ..cancel import CancelToken
 from ..events import ParallelLoopStart, RouteDecision, RouteUpdate
 from ..race.pipeline import BanditRace, BanditRaceResult
+from ._output import print_table
 from ._view import _STATUS_STYLE, BranchState, RaceView, format_cost
 
 __all__ = ["BanditView", "bandit_exit_code", "run_bandit"]
@@ -48,13 +49,14 @@ class BanditView(RaceView):
         if isinstance(event, RouteDecision):
             self.decision = event
             for state in self.branches:
-                if state.label not in event.contenders and state.status == "waiting":
+                if state.label not in event.contenders and state.status == "queued":
                     state.status = "idle"
             if not self.live_mode:
                 self.console.print(_route_line(event), soft_wrap=True)
         elif isinstance(event, RouteUpdate):
             self.update = event
         elif isinstance(event, ParallelLoopStart):
+            self.race_started()
             for loop_id, config_id in zip(event.loop_ids, event.config_ids, strict=False):
                 arm = self.by_id.get(config_id)
                 if not isinstance(arm, _ArmState):
@@ -125,7 +127,7 @@ class BanditView(RaceView):
             from rich.panel import Panel
 
             console.print(Panel(Text(result.text.strip()), title=result.winner))
-        console.print(bandit_cost_table(result))
+        print_table(console, bandit_cost_table(result))
 
 
 _ACTIONS = {

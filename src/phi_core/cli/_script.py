@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..testing import Fail, Hang, Reply, ScriptedProvider, ScriptItem, call
 from ..types import Usage
 
-__all__ = ["load_scripts"]
+__all__ = ["load_scripts", "scripted_providers"]
 
 _FAILURES: dict[str, type[errors.ProviderError]] = {
     "auth": errors.AuthError,
@@ -59,6 +59,11 @@ def load_scripts(path: str | Path) -> dict[str, ScriptedProvider]:
             default=_item(default, shown, f"{model}.default") if default is not None else None,
         )
     return providers
+
+
+def scripted_providers(path: str | Path | None) -> dict[str, ScriptedProvider]:
+    """:func:`load_scripts` of the hidden ``--script`` option (``{}`` when it is not given)."""
+    return load_scripts(path) if path is not None else {}
 
 
 def _item(turn: Any, file: str, key: str) -> ScriptItem:

@@ -6,6 +6,13 @@ side by side when they fit (at least ``MIN_PANEL_WIDTH`` columns each), stacked 
 stdout is not a terminal it prints each branch's answer once, as the branch ends. Either way it
 finishes with the verdict (winner and why) and a table of latency, tokens and cost.
 
+A branch reads ``queued`` until its model produces something (it may be waiting for a
+concurrency slot, a local model instance or the first token), ``running`` while output streams,
+then ``done`` / ``error`` / … the moment it ends. Once every branch has ended, a judging line
+shows the judge (or the strategy) at work with its elapsed time, then how long the verdict took
+and who won. The frame redraws itself a few times a second, so timers keep moving while no
+event arrives (a judge that does not stream, say).
+
 :class:`JsonLines` writes every event as one JSON object per line, then the result object.
 """
 
@@ -28,18 +35,20 @@ from ..events import (
     MessageUpdate,
     ParallelLoopEnd,
     ParallelLoopStart,
+    ToolExecutionStart,
     TurnEnd,
     Warning,
 )
 from ..types import TextDelta, Usage
+from ._output import print_table
 
 __all__ = ["MIN_PANEL_WIDTH", "BranchState", "JsonLines", "RaceView", "format_cost"]
 
 MIN_PANEL_WIDTH = 38
 _REFRESH_S = 1 / 12
+_TICKS_PER_S = 4
 
 _STATUS_STYLE = {
-    "waiting": "dim",
     "queued": "dim",
     "idle": "dim",
     "unverified": "red",
@@ -76,7 +85,7 @@ class BranchState:
     model: str
     loop_id: str = ""
     text: str = ""
-    status: str = "waiting"
+    status: str = "queued"
     error: str | None = None
     deltas: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -103,25 +112,32 @@ class RaceView:
         branches: list[tuple[str, str]],
         *,
         judge: str | None = None,
+        strategy: str | None = None,
         live: bool | None = None,
     ) -> None:
         self.console = console
         self.branches = [BranchState(label, model) for label, model in branches]
         self.by_loop: dict[str, BranchState] = {}
         self.judge = BranchState("judge", judge) if judge else None
+        self.strategy = strategy
         self.warnings: list[str] = []
         self.live_mode = console.is_terminal if live is None else live
         self._live: Live | None = None
         self._last_draw = 0.0
+        self.evaluating_since: float | None = None
+        """When the evaluation began (every branch ended, or the judge started)."""
+        self.decided_at: float | None = None
+        self.decided_winner: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> RaceView:
         if self.live_mode:
             self._live = Live(
-                self.render(),
                 console=self.console,
-                auto_refresh=False,
+                get_renderable=self.render,
+                auto_refresh=True,
+                refresh_per_second=_TICKS_PER_S,
                 transient=False,
                 vertical_overflow="crop",
             )
@@ -135,7 +151,7 @@ class RaceView:
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.update(self.render(), refresh=True)
+            self._live.refresh()
             self._live.__exit__(None, None, None)
             self._live = None
 
@@ -144,18 +160,31 @@ class RaceView:
     def __call__(self, event: Any) -> None:
         now = time.perf_counter()
         if isinstance(event, ParallelLoopStart):
+            self.race_started()
             for state, loop_id in zip(self.branches, event.loop_ids, strict=False):
                 state.loop_id = loop_id
                 self.by_loop[loop_id] = state
         elif isinstance(event, Warning):
             self.warnings.append(event.message)
         elif isinstance(event, ParallelLoopEnd):
-            pass
+            self._decided(event, now)
         else:
             target = self._state_for(event.loop_id)
             if target is not None:
                 self._apply(target, event, now)
-        self._draw(now)
+        self._draw(now, force=not isinstance(event, MessageUpdate))
+
+    def race_started(self) -> None:
+        """A (new) race begins: no evaluation yet."""
+        self.evaluating_since = self.decided_at = None
+        self.decided_winner = None
+
+    def _decided(self, event: ParallelLoopEnd, now: float) -> None:
+        if self.evaluating_since is None:
+            self.evaluating_since = now
+        self.decided_at = now
+        chosen = self.by_loop.get(event.selected_loop_id or "")
+        self.decided_winner = chosen.label if chosen is not None else None
 
     def _state_for(self, loop_id: str) -> BranchState | None:
         state = self.by_loop.get(loop_id)
@@ -168,28 +197,39 @@ class RaceView:
         if isinstance(event, AgentStart):
             if state.started is None:
                 state.started = now
-            state.status = "running"
             if state is self.judge:
+                state.status = "running"
                 state.text = ""
-        elif isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
-            state.text += event.delta.text
-            state.deltas += 1
-        elif isinstance(event, TurnEnd):
-            state.usage = state.usage + event.usage
+                if self.evaluating_since is None:
+                    self.evaluating_since = now
+        elif isinstance(event, MessageUpdate | ToolExecutionStart | TurnEnd):
+            if state.status == "queued":
+                state.status = "running"  # the model answers: no longer waiting for it
+            if isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
+                state.text += event.delta.text
+                state.deltas += 1
+            elif isinstance(event, TurnEnd):
+                state.usage = state.usage + event.usage
         elif isinstance(event, AgentEnd):
             state.ended = now
             state.status = _STATUS_OF_REASON.get(event.reason, event.reason)
             state.error = event.error
-            if not self.live_mode and state is not self.judge:
-                self._print_branch(state)
+            if state is not self.judge:
+                if not self.live_mode:
+                    self._print_branch(state)
+                racing = [b for b in self.by_loop.values() if b is not self.judge]
+                if self.evaluating_since is None and all(b.ended for b in racing):
+                    self.evaluating_since = now
 
     # ------------------------------------------------------------------ drawing
 
-    def _draw(self, now: float) -> None:
-        if self._live is None or now - self._last_draw < _REFRESH_S:
+    def _draw(self, now: float, *, force: bool = False) -> None:
+        """Redraw at once on a change of state, at most every ``_REFRESH_S`` for streamed text
+        (the frame also redraws itself ``_TICKS_PER_S`` times a second)."""
+        if self._live is None or (not force and now - self._last_draw < _REFRESH_S):
             return
         self._last_draw = now
-        self._live.update(self.render(), refresh=True)
+        self._live.refresh()
 
     def render(self) -> RenderableType:
         """The live frame: branch panels (side by side or stacked) and the judge's status."""
@@ -214,16 +254,38 @@ class RaceView:
             parts.append(grid)
         else:
             parts.extend(panels)
-        if self.judge is not None and self.judge.status != "waiting":
-            parts.append(
-                Text.assemble(
-                    ("judge ", "bold"),
-                    (f"{self.judge.model}: ", "dim"),
-                    (self.judge.status, _STATUS_STYLE.get(self.judge.status, "")),
-                    (f"  {self.judge.tokens_out} tok  {self.judge.seconds(now):.1f}s", "dim"),
-                )
-            )
+        line = self.evaluation_line(now)
+        if line is not None:
+            parts.append(line)
         return Group(*parts)
+
+    def evaluation_line(self, now: float) -> Text | None:
+        """``judging local:smollm2 · 41 tok · 3.2s`` while the verdict is being reached, then
+        ``judged in 5.0s · winner: teacher`` (``None`` while the branches still run)."""
+        since = self.evaluating_since
+        if since is None:
+            return None
+        judge = self.judge
+        who = judge.model if judge is not None else (self.strategy or "strategy")
+        tokens = f" · {judge.tokens_out} tok" if judge is not None and judge.started else ""
+        if self.decided_at is None:
+            verb = "judging " if judge is not None else "evaluating "
+            return Text.assemble(
+                (verb, "bold yellow"), (who, "dim"), (f"{tokens} · {now - since:.1f}s", "dim")
+            )
+        verb = "judged" if judge is not None and judge.started else "decided"
+        outcome = (
+            (f"winner: {self.decided_winner}", "bold green")
+            if self.decided_winner
+            else ("no winner", "bold red")
+        )
+        return Text.assemble(
+            (f"{verb} ", "bold"),
+            (f"in {self.decided_at - since:.1f}s", ""),
+            (f" ({who}{tokens})", "dim"),
+            " · ",
+            outcome,
+        )
 
     def _panel(self, state: BranchState, now: float, height: int, width: int) -> Panel:
         lines = height - 2
@@ -261,7 +323,7 @@ class RaceView:
         """What had arrived when the race was interrupted (plain mode printed ended branches)."""
         pending = [b for b in self.branches if self.live_mode or b.ended is None]
         for state in pending:
-            if state.status in ("waiting", "running"):
+            if state.status in ("queued", "running"):
                 state.status = "cancelled"
             if not self.live_mode:
                 self._print_branch(state)
@@ -295,7 +357,7 @@ class RaceView:
             console.print(Text("warning: " + message, style="yellow"))
         if winner is not None and self.live_mode:
             console.print(Panel(Text(winner.text.strip()), title=f"{labels[winner.config_index]}"))
-        console.print(cost_table(result, labels))
+        print_table(console, cost_table(result, labels))
 
 
 def _wrapped_lines(text: str, width: int) -> int:

@@ -22,8 +22,10 @@ from rich.text import Text
 
 from ..config import SelectSpec, load_select_spec
 from ..errors import PhiError, UserError
-from ..select import Arena, ModelSelector, SelectionResult
+from ..select import Evaluation, ModelSelector, SelectionResult
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, usage_error
+from ._conversation import open_session
+from ._output import print_table
 
 __all__ = ["command", "result_table"]
 
@@ -114,6 +116,9 @@ def command(
             help="Continue an interrupted run of the same spec: finished evaluations are not run again.",
         ),
     ] = False,
+    no_log: Annotated[
+        bool, typer.Option("-n", "--no-log", help="Do not record this selection in `phi logs`.")
+    ] = False,
 ) -> None:
     """Find the best model per agent step on a dataset, with a fraction of a grid search."""
     console = Console(stderr=True, highlight=False)
@@ -129,25 +134,29 @@ def command(
     except UserError as error:
         raise usage_error(error) from None
     grid = len(selector.space) * len(selector.dataset)
+    most = min(grid, selector.max_evaluations or grid)
     started = time.perf_counter()
     try:
         with Progress(
             TextColumn("[bold]selecting"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("evaluations (grid {task.total})"),
+            TextColumn("evaluations (at most {task.total}, grid " + str(grid) + ")"),
             TextColumn("${task.fields[cost]:.4f}"),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
             console=console,
             transient=True,
             disable=as_json,
         ) as progress:
-            task = progress.add_task("select", total=grid, cost=0.0)
+            task = progress.add_task("select", total=most, cost=0.0, eta="")
+            tally = _Tally(most)
 
-            def on_batch(arena: Arena) -> None:
-                progress.update(task, completed=arena.evaluations, cost=arena.cost_spent)
+            def on_evaluation(k: int, i: int, evaluation: Evaluation) -> None:
+                tally.add(evaluation, time.perf_counter() - started)
+                progress.update(task, completed=tally.done, cost=tally.spent, eta=tally.eta())
 
-            result = asyncio.run(selector.select_best(on_progress=on_batch, resume=resume))
+            result = asyncio.run(selector.select_best(on_evaluation=on_evaluation, resume=resume))
     except KeyboardInterrupt:
         _interrupted(console, loaded, selector, time.perf_counter() - started)
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -157,6 +166,7 @@ def command(
         _error(console, str(error))
         raise typer.Exit(EXIT_FAILED) from None
     _export(console, result, csv_path, json_path, plot_path)
+    _log(spec, loaded, result, no_log)
     if result.resumed:
         console.print(
             f"{result.resumed} evaluations were resumed from the run journal (not run again).",
@@ -175,7 +185,7 @@ def command(
         typer.echo(result.to_json())
         return
     out = Console()
-    out.print(result_table(result))
+    print_table(out, result_table(result))
     out.print(f"best: [bold]{result.best.name}[/bold]", highlight=False)
     if result.failures:
         first = result.failures[0]
@@ -183,6 +193,37 @@ def command(
             f"[yellow]{len(result.failures)} failed evaluations (scored 0), e.g. "
             f"{first.combination} on item {first.datapoint}: {first.error}"
         )
+
+
+class _Tally:
+    """Evaluations done, dollars paid, and the time left at the current pace (an upper bound:
+    the algorithm usually stops well before the grid)."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.done = 0
+        self.spent = 0.0
+        self.elapsed = 0.0
+
+    def add(self, evaluation: Evaluation, elapsed: float) -> None:
+        self.done += 1
+        self.spent += evaluation.paid
+        self.elapsed = elapsed
+
+    def eta(self) -> str:
+        if not self.done or self.done >= self.most:
+            return ""
+        seconds = int(self.elapsed / self.done * (self.most - self.done))
+        return f"≤ {seconds // 60}:{seconds % 60:02d} left"
+
+
+def _log(path: Path, spec: SelectSpec, result: SelectionResult, no_log: bool) -> None:
+    """Record the selection in the run log (a failed write is a warning)."""
+    with open_session(no_log=no_log, resume=False, cid=None) as session:
+        if not session.logged:
+            return
+        extra = {"spec": str(path), "cache": str(spec.cache_path) if spec.cache_path else None}
+        session.finish(session.recorder(f"phi select {path}", extra=extra), result)
 
 
 def _error(console: Console, message: str) -> None:

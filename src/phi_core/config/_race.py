@@ -191,8 +191,8 @@ def parse_branch(
 ) -> BranchSpec:
     """``provider:model[@key=value,...]``, or the name of one of the ``named`` branches.
 
-    With ``qualify``, a bare model name is looked up in the catalog (``gpt-4o`` →
-    ``openai:gpt-4o``; an ambiguous one raises, listing the candidates).
+    With ``qualify``, an alias or a bare model name is looked up (``phi aliases``, then the
+    catalog: ``gpt-4o`` → ``openai:gpt-4o``; an ambiguous one raises, listing the candidates).
 
     Raises:
         UserError: an empty text, a model without provider, an unknown or invalid setting.
@@ -204,9 +204,11 @@ def parse_branch(
         if branch.name == text:
             return branch
     model, settings = split_model_settings(text)
-    if qualify:
+    if ":" in model:
+        pass  # `provider:model`: an unknown provider is named when the model is resolved
+    elif qualify:
         model = qualify_model_name(model)
-    elif ":" not in model:
+    else:
         raise UserError(_bare_name_message(text, model, named))
     fields: dict[str, Any] = {"model": model}
     for key, value in settings.items():

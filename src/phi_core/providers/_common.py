@@ -1,7 +1,8 @@
 """Pieces every concrete provider shares: key lookup, error classification, message assembly.
 
-* :func:`api_key_for` finds a key (the ModelConfig's own, else the environment) when a provider is
-  built, registers it as a secret, and raises :class:`MissingApiKeyError` naming the variable.
+* :func:`api_key_for` finds a key (the ModelConfig's own, else the environment, else the one
+  stored with ``phi keys set``) when a provider is built, registers it as a secret, and raises
+  :class:`MissingApiKeyError` naming the variable and ``phi keys set``.
 * :func:`classify_error` turns a status code, a message, a body and response headers into the
   right :class:`ProviderError` subclass; each provider calls it from one ``except`` boundary.
 * :class:`MessageBuilder` turns vendor stream pieces into our deltas (with the content-block
@@ -46,6 +47,7 @@ from ..types import (
     Usage,
 )
 from .base import ModelConfig
+from .keys import stored_key
 
 T = TypeVar("T")
 
@@ -158,7 +160,8 @@ KEY_REQUIRED = frozenset(
 def api_key_for(
     model: ModelConfig, env_var: str | None, *, required: bool | None = None
 ) -> str | None:
-    """The key for ``model``: its own ``api_key``, else ``model.api_key_env`` or ``env_var``.
+    """The key for ``model``: its own ``api_key``, else ``model.api_key_env`` or ``env_var``,
+    else the key stored with ``phi keys set`` (:mod:`phi_core.providers.keys`).
 
     Raises :class:`MissingApiKeyError` naming the variable when the key is ``required`` (by
     default: for the vendors in :data:`KEY_REQUIRED`) and nothing is set.
@@ -169,6 +172,8 @@ def api_key_for(
     var = model.api_key_env or env_var
     if not key and var:
         key = os.environ.get(var) or None
+    if not key:
+        key = stored_key(model.provider, var)
     if not key and required:
         raise MissingApiKeyError(model.provider, var or "<PROVIDER>_API_KEY")
     register_secret(key)

@@ -2,20 +2,24 @@
 
 Protocol implementations register a factory with :func:`register_protocol`; providers named in
 ``provider:model`` strings register with :func:`register_provider`. :func:`get_provider` keeps one
-provider instance per (protocol, endpoint, key), so every call to the same endpoint shares one
-client and one connection pool.
+provider instance per (protocol, endpoint, key in effect — the model's own, the environment's or
+the stored one), so every call to the same endpoint with the same key shares one client and one
+connection pool, and a key changed since gets a client of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AmbiguousModelError, UnknownModelError
+from .aliases import lookup_alias
 from .base import ApiProtocol, ModelConfig, Provider
+from .keys import stored_key
 from .pricing import PRICES
 
 __all__ = [
@@ -67,11 +71,15 @@ def known_providers() -> list[ProviderSpec]:
 def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
     """Turn ``"openai:gpt-4o-mini"`` (or a ModelConfig) into a ModelConfig.
 
-    Raises :class:`UnknownModelError` listing the known providers when the prefix is unknown.
+    A name without ``provider:`` is an alias or a bare catalog name (see
+    :func:`qualify_model_name`). Raises :class:`UnknownModelError` listing the known providers
+    when the prefix is unknown.
     """
     if isinstance(spec, ModelConfig):
         return _override(spec, overrides) if overrides else spec
     _ensure_builtins()
+    if ":" not in spec and spec.strip():
+        spec = qualify_model_name(spec)  # an alias, or a bare name one provider offers
     name, sep, model = spec.partition(":")
     if not sep or not name or not model:
         raise UnknownModelError(
@@ -92,8 +100,9 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
 
 
 def qualify_model_name(name: str) -> str:
-    """``provider:model`` for a bare model name, looked up in the catalog (``gpt-4o`` →
-    ``openai:gpt-4o``); a name that already starts with a known provider is returned unchanged.
+    """``provider:model`` for an alias (``phi aliases set``) or a bare model name looked up in
+    the catalog (``gpt-4o`` → ``openai:gpt-4o``); a name that already starts with a known
+    provider is returned unchanged.
 
     A provider offers a name when it lists it, prices it, or prices a family it starts with (a
     dated snapshot such as ``gpt-4o-2024-08-06`` belongs to ``gpt-4o``). Another API of the same
@@ -110,6 +119,9 @@ def qualify_model_name(name: str) -> str:
         return text
     if not text:
         raise UnknownModelError("An empty model name was given; write `provider:model`.")
+    alias = lookup_alias(text)
+    if alias is not None:
+        return alias
     offered = {spec.name: _offered(spec) for spec in _PROVIDERS.values() if spec.name != "scripted"}
     owners = [p for p, names in offered.items() if text in names]
     if not owners:
@@ -126,7 +138,7 @@ def qualify_model_name(name: str) -> str:
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UnknownModelError(
         f"No known provider offers the model {text!r}.{hint} Write it as `provider:model` "
-        f"(providers: {', '.join(sorted(offered))}); `phi models` lists the known models."
+        f"(providers: {', '.join(sorted(offered))}); `phi models` lists the known models and `phi aliases` your aliases."
     )
 
 
@@ -179,7 +191,7 @@ def get_provider(model: ModelConfig) -> Provider:
             f"No provider registered for protocol {model.api!r}. "
             f"Registered protocols: {', '.join(sorted(_PROTOCOLS)) or 'none'}."
         )
-    key = model.api_key_value() or ""
+    key = _effective_key(model)
     cache_key = (
         model.api,
         model.base_url or "",
@@ -191,6 +203,15 @@ def get_provider(model: ModelConfig) -> Provider:
         instance = factory(model)
         _INSTANCES[cache_key] = instance
     return instance
+
+
+def _effective_key(model: ModelConfig) -> str:
+    """The key a provider built now would use: the model's own, else its environment variable,
+    else the stored one — so a key set, stored or removed later gets its own client."""
+    key = model.api_key_value()
+    if not key and model.api_key_env:
+        key = os.environ.get(model.api_key_env)
+    return key or stored_key(model.provider, model.api_key_env) or ""
 
 
 def _closest(name: str, candidates: list[str]) -> str | None:

@@ -39,6 +39,8 @@ logger = logging.getLogger("phi_core.select")
 
 Candidate = str | ModelConfig | MeteredModel
 ProgressCallback = Callable[[Arena], None]
+EvaluationCallback = Callable[[int, int, Evaluation], None]
+"""Called as each (combination, datapoint) evaluation finishes: ``(k, i, evaluation)``."""
 Executor = Literal["local", "ray"]
 
 NO_CALLS_WARNING = (
@@ -262,12 +264,18 @@ class ModelSelector:
         return RunJournal(path, run)
 
     async def select_best(
-        self, *, on_progress: ProgressCallback | None = None, resume: bool = False
+        self,
+        *,
+        on_progress: ProgressCallback | None = None,
+        resume: bool = False,
+        on_evaluation: EvaluationCallback | None = None,
     ) -> SelectionResult:
         """Run the algorithm and return the results (the winner is ``result.best``).
 
         ``resume=True`` continues an interrupted run with the same settings: the cells its
-        journal recorded are not run again.
+        journal recorded are not run again. ``on_progress(arena)`` is called after every batch,
+        ``on_evaluation(k, i, evaluation)`` as each evaluation run now finishes (a progress bar
+        per evaluation).
         """
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
         loop = asyncio.get_running_loop()
@@ -285,7 +293,7 @@ class ModelSelector:
         started = time.perf_counter()
         scope = InterceptScope(cache=self.cache, model_prices=self.model_prices, loop=loop)
         run_meter = Meter(self.budget)
-        evaluator = self._evaluator(recorded, journal)
+        evaluator = self._evaluator(recorded, journal, on_evaluation)
         self.last_evaluator = evaluator
         try:
             arena = Arena(
@@ -332,13 +340,19 @@ class ModelSelector:
         )
 
     def _evaluator(
-        self, recorded: Mapping[tuple[str, int], Evaluation], journal: RunJournal | None
+        self,
+        recorded: Mapping[tuple[str, int], Evaluation],
+        journal: RunJournal | None,
+        on_evaluation: EvaluationCallback | None = None,
     ) -> BatchEvaluator:
         on_cell = None
-        if journal is not None:
+        if journal is not None or on_evaluation is not None:
 
             async def on_cell(k: int, i: int, evaluation: Evaluation) -> None:
-                await journal.record(self.space.name(k), i, evaluation)
+                if journal is not None:
+                    await journal.record(self.space.name(k), i, evaluation)
+                if on_evaluation is not None:
+                    on_evaluation(k, i, evaluation)
 
         if self.executor == "ray":
             from ._ray import RayEvaluator

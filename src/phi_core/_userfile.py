@@ -1,0 +1,82 @@
+"""Small JSON files in the user directory (stored keys, model aliases): read tolerantly, written
+atomically.
+
+:func:`write_json` writes a unique temporary file next to the target (mode 0600 from its first
+byte when ``secret``), fsyncs it and renames it over the target, so a reader sees the old file
+or the new one, never half of one. :func:`read_json` re-reads a file only when its modification
+time or size changed.
+
+Note: stores15 is adding the project's one atomic-write helper (``phi_core._files.atomic_write``);
+once it is on main, :func:`_atomic_write` below should become a call to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+__all__ = ["read_json", "write_json"]
+
+_CACHE: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (``{}`` when the file does not exist).
+
+    Raises:
+        UserError: the file exists but is not a JSON object (names the file and how to fix it).
+    """
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        _CACHE.pop(path, None)
+        return {}
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = _CACHE.get(path)
+    if cached is not None and cached[0] == stamp:
+        return dict(cached[1])
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(
+            f"Cannot read {str(path)!r} ({type(exc).__name__}: {exc}); fix the file or delete it."
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(
+            f"{str(path)!r} must hold a JSON object, got {type(data).__name__}; fix the file or "
+            "delete it."
+        )
+    _CACHE[path] = (stamp, data)
+    return dict(data)
+
+
+def write_json(path: Path, data: dict[str, Any], *, secret: bool = False) -> None:
+    """Replace ``path`` with ``data`` as pretty JSON, atomically (0600 when ``secret``)."""
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    _atomic_write(path, text.encode("utf-8"), secret=secret)
+    _CACHE.pop(path, None)
+
+
+def _atomic_write(path: Path, payload: bytes, *, secret: bool) -> None:
+    directory = path.parent
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if secret else 0o644)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if secret:
+                os.fchmod(handle.fileno(), 0o600)
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,52 @@
+"""Options that several commands share (``race``, ``run``, ``chat``), defined once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._output import OUTPUT_MODES
+
+__all__ = [
+    "AnswerOnlyOption",
+    "CidOption",
+    "ContinueOption",
+    "MaxConcurrencyOption",
+    "NoLogOption",
+    "OutputOption",
+    "ScriptOption",
+    "TimeoutOption",
+]
+
+OUTPUT_HELP = (
+    f"What to print: {', '.join(OUTPUT_MODES)} (answer: only the winner's text). Default: text."
+)
+ContinueOption = Annotated[
+    bool,
+    typer.Option(
+        "-c", "--continue", help="Continue the last conversation from the winner's answer."
+    ),
+]
+CidOption = Annotated[
+    str | None,
+    typer.Option("--cid", help="Continue this conversation (an id from `phi logs`)."),
+]
+NoLogOption = Annotated[
+    bool,
+    typer.Option("-n", "--no-log", help="Do not record this run in the run log (`phi logs`)."),
+]
+OutputOption = Annotated[str | None, typer.Option("-o", "--output", help=OUTPUT_HELP)]
+AnswerOnlyOption = Annotated[
+    bool, typer.Option("-a", "--answer-only", help="Print only the winner's text (-o answer).")
+]
+TimeoutOption = Annotated[
+    float | None, typer.Option(min=0.001, help="Seconds after which a branch times out.")
+]
+MaxConcurrencyOption = Annotated[
+    int | None, typer.Option(min=1, help="At most this many branches run at once.")
+]
+ScriptOption = Annotated[
+    Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
+]

@@ -1,0 +1,52 @@
+"""`select_best(on_evaluation=...)`: a progress report per finished evaluation, not per batch
+(what `phi select`'s progress bar, ETA and running cost are drawn from)."""
+
+from __future__ import annotations
+
+from phi_core.cli.select import _Tally
+from phi_core.providers.base import ModelConfig
+from phi_core.select import Evaluation, MeteredModel, ModelSelector
+from phi_core.testing import Reply, ScriptedProvider
+from phi_core.types import Pricing, Usage
+
+
+def handle(name: str, answer: str) -> MeteredModel:
+    config = ModelConfig(
+        provider="scripted", id=name, api="scripted", pricing=Pricing(input=1.0, output=2.0)
+    )
+    reply = Reply(answer, usage=Usage(input=100, output=50))
+    return MeteredModel(config, provider=ScriptedProvider(name=name, default=reply))
+
+
+async def agent(models: dict[str, MeteredModel], question: str) -> str:
+    return await models["solver"].complete(question)
+
+
+async def test_every_evaluation_is_reported_as_it_finishes_not_once_per_batch() -> None:
+    selector = ModelSelector(
+        agent,
+        {"solver": [handle("good", "yes"), handle("bad", "no")]},
+        [(f"q{i}", "yes") for i in range(5)],
+        lambda expected, actual: expected == actual,
+        algorithm="brute_force",  # one batch holding every cell
+        cache=False,
+    )
+    batches: list[int] = []
+    seen: list[tuple[int, int, float]] = []
+    result = await selector.select_best(
+        on_progress=lambda arena: batches.append(arena.evaluations),
+        on_evaluation=lambda k, i, e: seen.append((k, i, e.score)),
+    )
+    assert batches == [10]
+    assert len(seen) == 10 == result.evaluations
+    assert {(k, i) for k, i, _ in seen} == {(k, i) for k in range(2) for i in range(5)}
+    assert sorted(score for _, _, score in seen) == [0.0] * 5 + [1.0] * 5
+
+
+def test_the_tally_sums_what_was_paid_and_bounds_the_time_left() -> None:
+    tally = _Tally(most=10)
+    assert tally.eta() == ""
+    for n in range(1, 5):
+        tally.add(Evaluation(config_id="c", score=1.0, cost_usd=0.01, spent_usd=0.002), n * 3.0)
+    assert tally.done == 4 and round(tally.spent, 6) == 0.008  # paid, not the list price
+    assert tally.eta() == "≤ 0:18 left"  # 6 more at 3 s each, at most
