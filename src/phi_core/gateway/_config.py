@@ -87,6 +87,10 @@ class GatewaySettings(_Section):
     link_ttl_s: float = Field(default=86_400.0, gt=0)
     """How long a completion can still receive feedback."""
     drain_timeout_s: float = Field(default=30.0, gt=0)
+    """On shutdown, streams in flight get this long to finish."""
+    retries: int = Field(default=2, ge=0)
+    """Retries of a failed upstream call (rate limits, overload, 5xx, network) before the
+    gateway answers with the upstream's error."""
 
 
 class GatewayConfig(_Section):

@@ -32,6 +32,7 @@ from ..parallel import ParallelLoopOutcome, ParallelLoopResult
 from ..providers.base import Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.registry import get_provider, resolve_model
+from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace, BanditRaceResult
 from ..routing.state import open_route_state, state_location
 from ..routing.stores import MemoryPreviewCache, PreviewCache
@@ -161,11 +162,13 @@ class Gateway:
         self.in_flight = 0
         self._redis: Any = None
         # Plans are checked now, so a bad profile fails at start with the race file's errors.
+        self.retry = RetryPolicy(max_retries=self.settings.retries)
         for name, spec in config.profiles.items():
             try:
-                self.race_plans[name] = plan_race(spec, providers=self.providers)
+                plan = plan_race(spec, providers=self.providers)
             except UserError as exc:
                 raise UserError(f"Profile {name!r}: {exc}") from None
+            self.race_plans[name] = self._retrying(plan)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -202,13 +205,22 @@ class Gateway:
                     bandit=BanditOptions(state=self.state),
                     providers=self.providers,
                 )
-                self.routes[name] = _Route(bandit_race_from_plan(plan))
+                self.routes[name] = _Route(bandit_race_from_plan(self._retrying(plan)))
             except UserError as exc:
                 raise UserError(f"Profile {name!r} (route): {exc}") from None
         if self._run_log_arg == "default":
             self.run_log = RunLog() if settings.run_log else None
         else:
             self.run_log = self._run_log_arg
+
+    def _retrying(self, plan: RacePlan) -> RacePlan:
+        """``plan`` with the gateway's retry policy on every branch and the judge."""
+        judge = plan.judge_config
+        return dataclasses.replace(
+            plan,
+            configs=[dataclasses.replace(c, retry=self.retry) for c in plan.configs],
+            judge_config=dataclasses.replace(judge, retry=self.retry) if judge else None,
+        )
 
     async def close(self) -> None:
         self.ready = False
@@ -381,7 +393,7 @@ class Gateway:
         """The upstream's stream (deltas, then one :class:`StreamDone`) through the call path;
         provider errors become :class:`GatewayError`."""
         provider, sent = self.passthrough_request(request)
-        call = ModelCall(provider, sent, retry=None, meters=(meter,))
+        call = ModelCall(provider, sent, retry=self.retry, meters=(meter,))
         try:
             async for item in call.stream():
                 if isinstance(item, TextDelta | ToolCallDelta | StreamDone):
