@@ -198,6 +198,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                 raise GatewayError(400, "The request body is not valid JSON.") from None
             chat_request = parse_chat_request(body)
             kind, _ = gateway.resolve(chat_request.model)
+            gateway.authorize(caller, chat_request.model)
             await gateway.admit(caller)
         except GatewayError as exc:
             metrics.inc("phi_gateway_requests_total", route="chat", kind=kind,

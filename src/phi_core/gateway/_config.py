@@ -50,6 +50,8 @@ class ApiKey(_Section):
     key_env: str | None = None
     daily_usd: float | None = Field(default=None, gt=0)
     requests_per_minute: int | None = Field(default=None, ge=1)
+    models: list[str] | None = None
+    """The models this key may call (``race:fast``, ``openai:gpt-4o-mini``…); None: any."""
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKey:

@@ -299,6 +299,19 @@ class Gateway:
             )  # fmt: skip
         return Caller(found.name, found)
 
+    def authorize(self, caller: Caller, model: str) -> None:
+        """403 when the caller's key may not call ``model``."""
+        allowed = caller.key.models if caller.key is not None else None
+        if allowed is not None and model not in allowed:
+            raise GatewayError(
+                403,
+                f"Key {caller.name!r} may not call {model!r}; it may call: "
+                f"{', '.join(allowed) or 'nothing'}.",
+                type_="permission_error",
+                code="model_not_allowed",
+                param="model",
+            )
+
     async def admit(self, caller: Caller) -> None:
         """Refuse with 429 (and ``Retry-After``) a key over its request rate or daily spend."""
         key = caller.key
