@@ -204,7 +204,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             metrics.inc("phi_gateway_requests_total", route="chat", kind=kind,
                         status=str(exc.status))  # fmt: skip
             return _error(exc)
-        meter = Meter()
+        meter, wall = Meter(), time.time()
         if kind == "passthrough" and chat_request.stream:
             return await stream_passthrough(request, chat_request, caller, meter, started)
         gateway.in_flight += 1
@@ -216,9 +216,9 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             metrics.inc("phi_gateway_disconnects_total", kind=kind)
             observe(kind, 499, started, meter)
             await settle(caller, meter)
-            if kind == "passthrough":
-                await gateway.write_record(gateway.passthrough_record(
-                    chat_request, meter, "cancelled", "", time.time()))  # fmt: skip
+            await gateway.write_record(
+                gateway.request_record(chat_request, meter, "cancelled", "", wall)
+            )
             return _json(499, error_body("The client closed the request.", "client_closed"))
         except GatewayError as exc:
             observe(kind, exc.status, started, meter)
@@ -229,8 +229,9 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         observe(kind, 200, started, meter)
         await settle(caller, meter)
         if kind == "passthrough":
-            await gateway.write_record(gateway.passthrough_record(
-                chat_request, meter, "ok", answer.text, time.time()))  # fmt: skip
+            await gateway.write_record(
+                gateway.request_record(chat_request, meter, "ok", answer.text, wall)
+            )
         if chat_request.stream:
             frames = _answer_frames(answer, chat_request.include_usage, int(time.time()))
 
@@ -314,7 +315,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             await settle(caller, meter)
             state = {200: "ok", 499: "cancelled"}.get(status, "error")
             await gateway.write_record(
-                gateway.passthrough_record(chat_request, meter, state, "".join(text), wall)
+                gateway.request_record(chat_request, meter, state, "".join(text), wall)
             )
 
         headers = {"x-phi-kind": "passthrough", "x-phi-model": model}

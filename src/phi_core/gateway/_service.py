@@ -656,9 +656,11 @@ class Gateway:
         except Exception as exc:  # a failed log write must not fail a request already paid for
             logger.warning("the run log could not record gateway run %s: %s", record.id, exc)
 
-    def passthrough_record(
+    def request_record(
         self, request: ChatRequest, meter: Meter, status: str, text: str, started: float
     ) -> RunRecord:
+        """The run-log record of a passthrough call, or of any request that ended before a
+        result existed (the client went away): what it asked and what its calls used."""
         from ..runlog import BranchRecord
 
         usage, model = meter.usage, request.model
