@@ -25,9 +25,9 @@ def slow_reply(words: int = 200, interval: float = 0.05) -> Stream:
     )
 
 
-async def until(condition: Any, timeout: float = 5.0) -> None:
+async def until(condition: Any, within: float = 5.0) -> None:
     """Wait (bounded) for ``condition()`` to hold: the fake upstream has no event to await."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
