@@ -60,14 +60,14 @@ def reply_rule(record: Recorded) -> Respond | Stream:
         status = int(last.split(":")[1][:3])
         headers = {"retry-after": "7"} if status == 429 else {}
         return Respond(status, error_body(f"upstream says {status}"), headers=headers)
-    if "impartial judge" in system:
-        return Stream(text_reply("1"))
     if '"scores"' in system + last:
         scores = [
             {"answer": i, "reason": "fine", "relevance": 0.9, "coverage": 0.8, "faithfulness": 0.9}
             for i in range(1, 5)
         ]
         return Stream(text_reply(json.dumps({"scores": scores}), prompt=40, completion=30))
+    if "impartial judge" in system:
+        return Stream(text_reply("1"))
     if body.get("tools"):
         tool = body["tools"][0]["function"]["name"]
         return Stream(tool_call_reply(tool, '{"city": "Paris"}'))
