@@ -420,9 +420,10 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     workers: int = 1,
-    log_level: str = "warning",
+    log_level: str = "info",
 ) -> None:
     """Run the gateway with uvicorn until interrupted; in-flight streams drain on shutdown.
+    uvicorn logs its start and errors at ``log_level``; its access log is off.
 
     The config is loaded (and every profile planned) before the server starts, so a bad file
     fails here with its located error.
@@ -438,7 +439,7 @@ def serve(
     if workers == 1:
         uvicorn.run(
             create_app(Gateway(loaded)), host=host, port=port, log_level=log_level,
-            timeout_graceful_shutdown=drain,
+            timeout_graceful_shutdown=drain, access_log=False,
         )  # fmt: skip
         return
     Gateway(loaded)  # every profile is checked once, before the workers start
@@ -448,5 +449,5 @@ def serve(
         os.environ.pop(CONFIG_ENV, None)
     uvicorn.run(
         "phi_core.gateway._app:app_from_env", factory=True, host=host, port=port,
-        workers=workers, log_level=log_level, timeout_graceful_shutdown=drain,
+        workers=workers, log_level=log_level, timeout_graceful_shutdown=drain, access_log=False,
     )  # fmt: skip
