@@ -185,3 +185,14 @@ async def test_a_sure_router_skips_the_race_and_counts_it(
     assert reply.headers["x-phi-action"] == "sure" and reply.headers["x-phi-winner"] == "alpha"
     assert 'phi_gateway_races_skipped_total{profile="duo"} 1' in metrics
     assert upstream.requests[0].json["model"] == "alpha"  # the first call answers: no preview race
+
+
+def test_serving_beyond_loopback_without_keys_is_warned(monkeypatch: pytest.MonkeyPatch) -> None:
+    from phi_core.gateway._config import exposure_warning
+
+    monkeypatch.delenv("PHI_GATEWAY_KEYS", raising=False)
+    open_config = GatewayConfig()
+    keyed = GatewayConfig.model_validate({"gateway": {"keys": [{"name": "k", "key": "sk-x"}]}})
+    assert exposure_warning(open_config, "127.0.0.1") is None
+    assert "without keys" in (exposure_warning(open_config, "0.0.0.0") or "")
+    assert exposure_warning(keyed, "0.0.0.0") is None

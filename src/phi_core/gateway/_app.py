@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import (
     AsyncIterator,
@@ -28,7 +29,7 @@ from ..errors import MissingExtraError, UserError
 from ..metering import Meter
 from ..providers.base import StreamDone
 from ..types import TextDelta, ToolCallDelta
-from ._config import GatewayConfig, load_gateway_config
+from ._config import GatewayConfig, exposure_warning, load_gateway_config
 from ._service import Answer, Caller, Gateway
 from ._wire import (
     ChatRequest,
@@ -435,6 +436,10 @@ def serve(
     if not 0 <= port <= 65535:
         raise UserError(f"port must be from 0 to 65535, got {port!r}.")
     loaded = load_gateway_config(config)
+    warning = exposure_warning(loaded, host)
+    if warning is not None:
+        logger.warning("phi serve: %s", warning)
+        print(f"warning: {warning}", file=sys.stderr)
     drain = max(1, round(loaded.gateway.drain_timeout_s))
     if workers == 1:
         uvicorn.run(

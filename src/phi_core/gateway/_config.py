@@ -37,7 +37,14 @@ from ..config._race import RaceSpec
 from ..config._schema import _Section
 from ..errors import ConfigError, UserError
 
-__all__ = ["KEYS_ENV", "ApiKey", "GatewayConfig", "GatewaySettings", "load_gateway_config"]
+__all__ = [
+    "KEYS_ENV",
+    "ApiKey",
+    "GatewayConfig",
+    "GatewaySettings",
+    "exposure_warning",
+    "load_gateway_config",
+]
 
 KEYS_ENV = "PHI_GATEWAY_KEYS"
 
@@ -116,6 +123,20 @@ class GatewayConfig(_Section):
         for i, value in enumerate(env):
             keys.append((ApiKey(name=f"env-{i + 1}", key=SecretStr(value)), value))
         return keys
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def exposure_warning(config: GatewayConfig, host: str) -> str | None:
+    """What is wrong with serving ``config`` on ``host`` (``None``: nothing): a gateway without
+    keys reachable from other machines spends your providers' money for anyone."""
+    if host in LOOPBACK or config.gateway.keys or os.environ.get(KEYS_ENV, "").strip():
+        return None
+    return (
+        f"listening on {host} without keys: anyone who can reach it can call your providers. "
+        "Add [[gateway.keys]] to the config or set $PHI_GATEWAY_KEYS."
+    )
 
 
 def load_gateway_config(path: str | os.PathLike[str] | None) -> GatewayConfig:

@@ -22,8 +22,7 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..config import RacePlan, plan_race
-from ..config._plan import bandit_race_from_plan
+from ..config import RacePlan, bandit_race_from_plan, plan_race
 from ..errors import ProviderError, UserError
 from ..events import RouteDecision, tee
 from ..loop import AgentContext, AgentLoopConfig
