@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from ..providers.fakes import FakeServer, Stream
 from ..providers.fakes.openai_wire import chat_stream, chunk, usage_chunk
 from .process import PHI, phi_serve
+
+pytestmark = pytest.mark.server  # each test starts `phi serve` as a process
 
 KEY = "sk-gateway-test-key"
 

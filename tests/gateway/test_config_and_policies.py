@@ -10,9 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from phi_core.errors import ConfigError, UserError
+from phi_core.errors import ConfigError, GatewayError, UserError
 from phi_core.gateway import Gateway, GatewayConfig, load_gateway_config, parse_chat_request
-from phi_core.gateway._wire import GatewayError
 from phi_core.runlog import RunLog
 
 from ..providers.fakes import FakeServer

@@ -25,7 +25,7 @@ from collections.abc import (
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from ..errors import MissingExtraError, UserError
+from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserError
 from ..metering import Meter
 from ..providers.base import StreamDone
 from ..types import TextDelta, ToolCallDelta
@@ -33,7 +33,6 @@ from ._config import GatewayConfig, exposure_warning, load_gateway_config
 from ._service import Answer, Caller, Gateway
 from ._wire import (
     ChatRequest,
-    GatewayError,
     chunk,
     completion,
     error_body,
@@ -62,10 +61,6 @@ CONFIG_ENV = "PHI_GATEWAY_CONFIG"
 T = TypeVar("T")
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-class ClientDisconnected(Exception):
-    """The client closed the connection before its answer was sent."""
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
@@ -220,7 +215,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             await gateway.write_record(
                 gateway.request_record(chat_request, meter, "cancelled", "", wall)
             )
-            return _json(499, error_body("The client closed the request.", "client_closed"))
+            return _error(ClientDisconnected())
         except GatewayError as exc:
             observe(kind, exc.status, started, meter)
             await settle(caller, meter)
@@ -267,7 +262,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             observe("passthrough", status, started, meter)
             if isinstance(exc, GatewayError):
                 return _error(exc)
-            return _json(499, error_body("The client closed the request.", "client_closed"))
+            return _error(ClientDisconnected())
         cid, model, created = new_completion_id(), chat_request.model, int(time.time())
         text: list[str] = []
         outcome = {"status": 200}

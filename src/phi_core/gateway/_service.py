@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..config import RacePlan, bandit_race_from_plan, plan_race
-from ..errors import ProviderError, UserError
+from ..errors import GatewayError, ProviderError, UserError
 from ..events import RouteDecision, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
@@ -42,7 +42,6 @@ from ._limits import LimitCounters, MemoryCounters, RedisCounters, day_window, m
 from ._metrics import GatewayMetrics
 from ._wire import (
     ChatRequest,
-    GatewayError,
     cut_at_stop,
     finish_reason,
     new_completion_id,
