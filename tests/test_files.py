@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from phi_core._files import FileLockTimeout, atomic_write, file_lock
+from phi_core._files import atomic_write, file_lock
 
 
 def test_atomic_write_replaces_whole_file_with_the_given_mode(tmp_path: Path) -> None:
@@ -52,11 +52,11 @@ def test_lock_excludes_another_process_until_released(tmp_path: Path) -> None:
     try:
         assert ready.wait(30)
         with (
-            pytest.raises(FileLockTimeout, match="locked by another process"),
+            pytest.raises(TimeoutError, match="locked by another process"),
             file_lock(target, timeout=0.2),
         ):
             pass
-        with pytest.raises(FileLockTimeout), file_lock(target, exclusive=False, timeout=0.2):
+        with pytest.raises(TimeoutError), file_lock(target, exclusive=False, timeout=0.2):
             pass  # a shared lock waits for an exclusive holder too
     finally:
         release.set()

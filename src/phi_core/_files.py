@@ -21,19 +21,10 @@ import fcntl
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["FileLockTimeout", "atomic_write", "file_lock"]
-
-
-class FileLockTimeout(TimeoutError):
-    """Another process held the lock on ``path`` for longer than ``timeout`` seconds."""
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__(f"{str(path)!r} stayed locked by another process for {timeout:g} s")
-        self.path = path
-        self.timeout = timeout
+__all__ = ["atomic_write", "file_lock"]
 
 
 def atomic_write(path: Path, payload: bytes, *, mode: int = 0o644, dir_mode: int = 0o700) -> None:
@@ -65,12 +56,17 @@ def atomic_write(path: Path, payload: bytes, *, mode: int = 0o644, dir_mode: int
 
 @contextlib.contextmanager
 def file_lock(
-    path: Path, *, exclusive: bool = True, timeout: float | None = None
+    path: Path,
+    *,
+    exclusive: bool = True,
+    timeout: float | None = None,
+    on_timeout: Callable[[], BaseException] | None = None,
 ) -> Iterator[None]:
     """Hold an ``flock`` on ``<path>.lock`` for the duration of the block.
 
     Raises:
-        FileLockTimeout: ``timeout`` is set and the lock was not free within it.
+        TimeoutError: ``timeout`` is set and the lock was not free within it (or what
+            ``on_timeout()`` returns, so a store raises its own error, e.g. a locked session).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = path.with_name(path.name + ".lock")
@@ -87,7 +83,11 @@ def file_lock(
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        raise FileLockTimeout(path, timeout) from None
+                        if on_timeout is not None:
+                            raise on_timeout() from None
+                        raise TimeoutError(
+                            f"{str(path)!r} stayed locked by another process for {timeout:g} s"
+                        ) from None
                     time.sleep(0.05)
         try:
             yield

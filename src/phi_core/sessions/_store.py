@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .._files import FileLockTimeout, atomic_write, file_lock
+from .._files import atomic_write, file_lock
 from .._sqlite import init_wal
 from ..errors import SessionLockedError, SessionNotFoundError, UserError
 from ._model import Session
@@ -115,13 +115,13 @@ class JsonFileSessionStore(_ThreadedStore):
 
     @contextlib.contextmanager
     def _locked(self, session_id: str, *, exclusive: bool) -> Iterator[None]:
-        try:
-            with file_lock(
-                self.path_of(session_id), exclusive=exclusive, timeout=self.lock_timeout
-            ):
-                yield
-        except FileLockTimeout:
-            raise SessionLockedError(session_id, self.lock_timeout) from None
+        with file_lock(
+            self.path_of(session_id),
+            exclusive=exclusive,
+            timeout=self.lock_timeout,
+            on_timeout=lambda: SessionLockedError(session_id, self.lock_timeout),
+        ):
+            yield
 
     # -- synchronous forms -------------------------------------------------------
 
