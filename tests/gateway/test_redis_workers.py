@@ -100,3 +100,40 @@ async def test_two_workers_share_router_statistics_through_redis(
         assert stats[arm].reward_sum == pytest.approx(rewards[arm])
     # the races' own updates are there too, not only the feedback
     assert sum(weights.values()) > CLIENTS * REQUESTS
+
+
+async def test_daily_spend_is_shared_by_workers(
+    strict_loop: Any, upstream: FakeServer, redis_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[gateway]\nretries = 0\nstate = "{redis_url}"\nrun_log = false\n\n'
+        '[[gateway.keys]]\nname = "cheap"\nkey = "sk-cheap"\ndaily_usd = 0.000001\n'
+    )
+    env = {"OPENAI_BASE_URL": f"{upstream.url}/v1", "OPENAI_API_KEY": "sk-upstream-test"}
+    body = {"model": "openai:gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    statuses = []
+    async with phi_serve(config, "--workers", "2", env=env) as (url, _):
+        for _ in range(6):  # a new connection each time: the kernel spreads them over workers
+            async with httpx.AsyncClient(headers={"Authorization": "Bearer sk-cheap"}) as client:
+                statuses.append(
+                    (await client.post(f"{url}/v1/chat/completions", json=body)).status_code
+                )
+    # the first answer spends the day's dollars for every worker, not only the one that served it
+    assert statuses == [200, 429, 429, 429, 429, 429]
+    assert len(upstream.requests) == 1
+
+
+async def test_not_ready_while_redis_is_unreachable(strict_loop: Any, upstream: FakeServer) -> None:
+    from phi_core.gateway import Gateway
+
+    from .helpers import gateway_config
+
+    gone = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    gateway = Gateway(gateway_config(upstream.url, state=gone), run_log=None)
+    await gateway.start()
+    try:
+        why = await gateway.check_ready()
+    finally:
+        await gateway.close()
+    assert why is not None and "redis unreachable" in why
