@@ -29,8 +29,9 @@ from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserEr
 from ..metering import Meter
 from ..providers.base import StreamDone
 from ..types import TextDelta, ToolCallDelta
+from ._answers import Answer, request_record
 from ._config import GatewayConfig, exposure_warning, load_gateway_config
-from ._service import Answer, Caller, Gateway
+from ._service import Caller, Gateway
 from ._wire import (
     ChatRequest,
     chunk,
@@ -212,9 +213,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             metrics.inc("phi_gateway_disconnects_total", kind=kind)
             observe(kind, 499, started, meter)
             await settle(caller, meter)
-            await gateway.write_record(
-                gateway.request_record(chat_request, meter, "cancelled", "", wall)
-            )
+            await gateway.write_record(request_record(chat_request, meter, "cancelled", "", wall))
             return _error(ClientDisconnected())
         except GatewayError as exc:
             observe(kind, exc.status, started, meter)
@@ -225,9 +224,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         observe(kind, 200, started, meter)
         await settle(caller, meter)
         if kind == "passthrough":
-            await gateway.write_record(
-                gateway.request_record(chat_request, meter, "ok", answer.text, wall)
-            )
+            await gateway.write_record(request_record(chat_request, meter, "ok", answer.text, wall))
         if chat_request.stream:
             frames = _answer_frames(answer, chat_request.include_usage, int(time.time()))
 
@@ -311,7 +308,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             await settle(caller, meter)
             state = {200: "ok", 499: "cancelled"}.get(status, "error")
             await gateway.write_record(
-                gateway.request_record(chat_request, meter, state, "".join(text), wall)
+                request_record(chat_request, meter, state, "".join(text), wall)
             )
 
         headers = {"x-phi-kind": "passthrough", "x-phi-model": model}
