@@ -15,7 +15,7 @@ from ..config import RacePlan
 from ..errors import GatewayError, ProviderError
 from ..metering import Meter
 from ..parallel import ParallelLoopOutcome, ParallelLoopResult
-from ..race import BanditRace, BanditRaceResult
+from ..race import BanditRaceResult
 from ..runlog import BranchRecord, RunRecord
 from ..types import Usage
 from ._wire import ChatRequest, cut_at_stop, finish_reason, new_completion_id
@@ -142,20 +142,22 @@ def race_answer(
 def route_answer(
     request: ChatRequest,
     profile: str,
-    race: BanditRace,
     result: BanditRaceResult,
     meter: Meter,
     run_id: str,
     completion_id: str,
     ranked: list[dict[str, Any]],
+    updates: list[dict[str, Any]],
 ) -> Answer:
-    """The answer of a routed request with the router's facts (its ranking, rewards, action)."""
+    """The answer of a routed request with the router's facts: its ranking (``ranked``, from
+    the ``RouteDecision`` event) and the updates it learned (``updates``, the ``RouteUpdate``
+    event's rows: arm, reward, weight, source)."""
     text, cut = cut_at_stop(result.text, request.stop)
     scores = {a["arm"]: round(a["score"], 4) for a in ranked}
     ranking = result.ranking.explain() if result.ranking is not None else []
     rewards = [
-        {"arm": arm, "reward": r.reward, "weight": _weight(result, arm, race)}
-        for arm, r in result.rewards.items()
+        {"arm": u["arm"], "reward": u["reward"], "weight": u["weight"], "source": u["source"]}
+        for u in updates
     ]
     return Answer(
         completion_id=completion_id,
@@ -233,15 +235,6 @@ def request_record(
             )
         ],
     )
-
-
-def _weight(result: BanditRaceResult, arm: str, race: BanditRace) -> float:
-    """The weight of ``arm``'s update in ``result``: the answer's and failures' 1, a
-    preview-only update's the settings' preview weight."""
-    answered = {str(o.config.extra.get("arm", o.config_id)) for o in result.answers}
-    if arm in answered:
-        return 1.0
-    return race.settings.preview_weight if arm in result.scores else 1.0
 
 
 def header_text(text: str, limit: int = 512) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ..config import RacePlan, bandit_race_from_plan, plan_race
 from ..errors import GatewayError, ProviderError, UserError
-from ..events import RouteDecision, tee
+from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
 from ..parallel import ParallelLoopResult
@@ -435,10 +435,13 @@ class Gateway:
         plan = self.race_plans[profile]
         recorder = self._recorder(request, plan=plan)
         decisions: list[RouteDecision] = []
+        updates: list[dict[str, Any]] = []
 
         def sink(event: Any) -> None:
             if isinstance(event, RouteDecision):
                 decisions.append(event)
+            elif isinstance(event, RouteUpdate):
+                updates.extend(event.rewards)
 
         with metering(meter):
             result = await race.run(query, events=tee(recorder, sink))
@@ -461,7 +464,7 @@ class Gateway:
                                 self.settings.link_ttl_s)  # fmt: skip
         ranking = decisions[0].ranking if decisions else []
         return route_answer(
-            request, profile, race, result, meter, recorder.run_id, completion_id, ranking
+            request, profile, result, meter, recorder.run_id, completion_id, ranking, updates
         )
 
     # ------------------------------------------------------------------ feedback
