@@ -75,13 +75,14 @@ def reply_rule(record: Recorded) -> Respond | Stream:
 
 
 def gateway_config(upstream_url: str, **gateway: Any) -> GatewayConfig:
-    """Profiles over two upstream models: ``duo`` (judge strategy) and ``first`` (pick-first)."""
+    """Profiles over two upstream models: ``duo`` (judge strategy) and ``first`` (pick-first);
+    the two models are listed, so they are served as passthrough models too."""
     alpha = f"openai-compat:alpha@{upstream_url}/v1"
     beta = f"openai-compat:beta@{upstream_url}/v1"
     branches = [{"name": "alpha", "model": alpha}, {"name": "beta", "model": beta}]
     return GatewayConfig.model_validate(
         {
-            "gateway": {"retries": 0, **gateway},
+            "gateway": {"retries": 0, "models": [alpha, beta], **gateway},
             "profiles": {
                 "duo": {"strategy": "judge", "branches": branches},
                 "first": {"strategy": "pick-first", "branches": branches},

@@ -33,6 +33,7 @@ def write_config(tmp_path: Path, upstream: FakeServer) -> Path:
 [gateway]
 retries = 0
 state = "{tmp_path / "router.sqlite"}"
+models = ["{alpha}", "{beta}"]
 
 [[gateway.keys]]
 name = "tests"
@@ -65,6 +66,7 @@ async def test_curl_and_llm_against_phi_serve(
     strict_loop: Any, upstream: FakeServer, tmp_path: Path
 ) -> None:
     config = write_config(tmp_path, upstream)
+    alpha, beta = (f"openai-compat:{m}@{upstream.url}/v1" for m in ("alpha", "beta"))
     env = {"GATEWAY_TEST_KEY": KEY}
     llm_dir = tmp_path / "llm"
     llm_dir.mkdir()
@@ -97,7 +99,7 @@ async def test_curl_and_llm_against_phi_serve(
     assert json.loads(payload)["choices"][0]["message"]["content"] == "alpha says: hi"
     assert '"content": "alpha says: hi"' in streamed and streamed.rstrip().endswith("data: [DONE]")
     assert denied.rstrip().endswith("401") and KEY not in denied
-    assert [m["id"] for m in json.loads(models)["data"]] == ["race:duo", "route:duo"]
+    assert [m["id"] for m in json.loads(models)["data"]] == ["race:duo", "route:duo", alpha, beta]
     assert llm_code == 0, llm_err
     assert llm_out.strip() == "alpha says: hello llm"
     assert llm_stream_code == 0, llm_streamed

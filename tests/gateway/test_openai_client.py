@@ -47,7 +47,8 @@ async def test_sync_and_async_clients_parse_passthrough_answers(
     assert reply.choices[0].finish_reason == "stop"
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (10, 5)
     assert areply.choices[0].message.content == "alpha says: again"
-    assert [m.id for m in listed.data] == ["race:duo", "race:first", "route:duo", "route:first"]
+    profiles = ["race:duo", "race:first", "route:duo", "route:first"]
+    assert [m.id for m in listed.data] == [*profiles, model, passthrough(upstream, "beta")]
     runs = run_log.list_runs()
     assert [r.source for r in runs] == ["gateway", "gateway"]
     assert all(r.prompt == "" and r.text == "" for r in runs)  # content is not logged by default
@@ -263,6 +264,10 @@ async def test_every_error_status_in_openai_format(strict_loop: Any, upstream: F
             await team.chat.completions.create(model="race:first", messages=user, temperature=9)
         with pytest.raises(openai.NotFoundError) as e404:
             await team.chat.completions.create(model="race:missing", messages=user)
+        with pytest.raises(openai.PermissionDeniedError) as endpoint:  # not listed: refused
+            await team.chat.completions.create(
+                model="openai-compat:x@http://127.0.0.1:9/v1", messages=user
+            )
         async with client("sk-narrow-secret") as n2:
             errors = {}
             for status in (429, 500, 503):
@@ -288,6 +293,7 @@ async def test_every_error_status_in_openai_format(strict_loop: Any, upstream: F
     assert e403.value.status_code == 403 and "race:first" in e403.value.message
     assert e400.value.status_code == 400 and e400.value.param == "temperature"
     assert e404.value.status_code == 404
+    assert endpoint.value.status_code == 403 and endpoint.value.code == "endpoint_not_allowed"
     assert "race:first" in e404.value.message and "route:duo" in e404.value.message
     upstream_429 = errors[429]
     assert upstream_429.status_code == 429 and upstream_429.response.headers["retry-after"] == "7"

@@ -92,7 +92,8 @@ class GatewaySettings(_Section):
     cors_origins: list[str] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)
     passthrough: bool = True
-    """Serve any ``provider:model`` (False: only the listed ``models`` and the profiles)."""
+    """Serve any ``provider:model`` (False: only the listed ``models`` and the profiles). A
+    model naming its own endpoint (``openai-compat:m@http://…``) must be listed either way."""
     link_ttl_s: float = Field(default=86_400.0, gt=0)
     """How long a completion can still receive feedback."""
     drain_timeout_s: float = Field(default=30.0, gt=0)

@@ -208,8 +208,18 @@ class Gateway:
             return ("route" if self.race_plans[rest].strategy == "bandit" else "race"), rest
         if head == "route" and sep and rest in self.routes:
             return "route", rest
-        allowed = self.settings.passthrough or name in self.settings.models
-        if head not in ("race", "route") and sep and rest and allowed:
+        listed = name in self.settings.models
+        if head not in ("race", "route") and sep and rest and (self.settings.passthrough or listed):
+            if "@" in rest and not listed:
+                # A client must not point the gateway (and the keys it holds) at any address.
+                raise GatewayError(
+                    403,
+                    f"The model {name!r} names its own endpoint; such models are served only "
+                    "when listed in the config's `gateway.models`.",
+                    type_="permission_error",
+                    code="endpoint_not_allowed",
+                    param="model",
+                )
             try:
                 resolve_model(name)
             except UserError as exc:
