@@ -218,6 +218,8 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         except GatewayError as exc:
             observe(kind, exc.status, started, meter)
             await settle(caller, meter)
+            if kind == "passthrough":  # a race or route logged its own result
+                await gateway.write_record(request_record(chat_request, meter, "error", "", wall))
             return _error(exc)
         finally:
             gateway.in_flight -= 1
@@ -251,15 +253,20 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         gateway.in_flight += 1
         try:
             first: Any = await _until_disconnect(request.receive, anext(stream))
-        except (ClientDisconnected, GatewayError, StopAsyncIteration) as exc:
+        except (GatewayError, StopAsyncIteration) as exc:
             gateway.in_flight -= 1
             await stream.aclose()
             await settle(caller, meter)
-            status = exc.status if isinstance(exc, GatewayError) else 499
-            observe("passthrough", status, started, meter)
-            if isinstance(exc, GatewayError):
-                return _error(exc)
-            return _error(ClientDisconnected())
+            error = (
+                exc
+                if isinstance(exc, GatewayError)
+                else GatewayError(502, "upstream: the stream ended without a reply",
+                                  type_="upstream_error")
+            )  # fmt: skip
+            observe("passthrough", error.status, started, meter)
+            state = "cancelled" if isinstance(error, ClientDisconnected) else "error"
+            await gateway.write_record(request_record(chat_request, meter, state, "", wall))
+            return _error(error)
         cid, model, created = new_completion_id(), chat_request.model, int(time.time())
         text: list[str] = []
         outcome = {"status": 200}
