@@ -195,3 +195,21 @@ def test_serving_beyond_loopback_without_keys_is_warned(monkeypatch: pytest.Monk
     assert exposure_warning(open_config, "127.0.0.1") is None
     assert "without keys" in (exposure_warning(open_config, "0.0.0.0") or "")
     assert exposure_warning(keyed, "0.0.0.0") is None
+
+
+async def test_a_profile_that_cannot_be_routed_is_still_raced(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    same = {"model": f"openai-compat:alpha@{upstream.url}/v1"}
+    config = GatewayConfig.model_validate(
+        {"gateway": {"retries": 0},
+         "profiles": {"twins": {"strategy": "pick-first", "branches": [same, same]}}}
+    )  # fmt: skip
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    async with live_gateway(config) as url, httpx.AsyncClient(base_url=url) as client:
+        raced = await client.post("/v1/chat/completions", json={**body, "model": "race:twins"})
+        routed = await client.post("/v1/chat/completions", json={**body, "model": "route:twins"})
+    assert raced.status_code == 200
+    assert routed.status_code == 404
+    assert "cannot be routed" in routed.json()["error"]["message"]
+    assert "distinct `name`" in routed.json()["error"]["message"]

@@ -125,6 +125,22 @@ class Gateway:
             except UserError as exc:
                 raise UserError(f"Profile {name!r}: {exc}") from None
             self.race_plans[name] = self._retrying(plan)
+        # A profile that cannot be a route (repeated branch labels) is still a race; a client
+        # asking for its route is told why.
+        self._route_plans: dict[str, RacePlan] = {}
+        self.route_problems: dict[str, str] = {}
+        for name, spec in config.profiles.items():
+            try:
+                plan = plan_race(
+                    spec,
+                    strategy="bandit",
+                    bandit=BanditOptions(state=self.state),
+                    providers=self.providers,
+                )
+            except UserError as exc:
+                self.route_problems[name] = str(exc)
+                continue
+            self._route_plans[name] = self._retrying(plan)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,17 +169,8 @@ class Gateway:
                 client = redis.Redis.from_url(self.state)
             self._redis = client
             self.counters = RedisCounters(client)
-        for name, spec in self.config.profiles.items():
-            try:
-                plan = plan_race(
-                    spec,
-                    strategy="bandit",
-                    bandit=BanditOptions(state=self.state),
-                    providers=self.providers,
-                )
-                self.routes[name] = _Route(bandit_race_from_plan(self._retrying(plan)))
-            except UserError as exc:
-                raise UserError(f"Profile {name!r} (route): {exc}") from None
+        for name, plan in self._route_plans.items():
+            self.routes[name] = _Route(bandit_race_from_plan(plan))
         if self._run_log_arg == "default":
             self.run_log = RunLog() if settings.run_log else None
         else:
@@ -208,6 +215,8 @@ class Gateway:
             return ("route" if self.race_plans[rest].strategy == "bandit" else "race"), rest
         if head == "route" and sep and rest in self.routes:
             return "route", rest
+        if head == "route" and rest in self.route_problems:
+            raise self._unknown(name, f"the profile cannot be routed: {self.route_problems[rest]}")
         listed = name in self.settings.models
         if head not in ("race", "route") and sep and rest and (self.settings.passthrough or listed):
             if "@" in rest and not listed:
