@@ -115,8 +115,8 @@ def race_answer(
         model=request.model,
         text=text,
         finish=finish_reason(winner.final_message, cut),
-        usage=meter.usage,
-        cost_usd=meter.cost,
+        usage=meter.paid_usage,
+        cost_usd=meter.spent,
         phi={
             "kind": "race",
             "profile": profile,
@@ -125,7 +125,7 @@ def race_answer(
             "rationale": decision.rationale,
             "scores": {labels[i]: s for i, s in decision.scores.items()},
             "branches": branches,
-            "cost_usd": meter.cost,
+            "cost_usd": meter.spent,
             "run_id": run_id,
         },
         headers={
@@ -133,7 +133,7 @@ def race_answer(
             "x-phi-winner": winner_name,
             "x-phi-strategy": plan.strategy,
             "x-phi-branches": str(len(branches)),
-            "x-phi-cost-usd": f"{meter.cost:.6f}",
+            "x-phi-cost-usd": f"{meter.spent:.6f}",
             "x-phi-rationale": header_text(decision.rationale or ""),
         },
     )
@@ -164,8 +164,8 @@ def route_answer(
         model=request.model,
         text=text,
         finish=finish_reason(result.answer.final_message if result.answer else None, cut),
-        usage=meter.usage,
-        cost_usd=meter.cost,
+        usage=meter.paid_usage,
+        cost_usd=meter.spent,
         phi={
             "kind": "route",
             "profile": profile,
@@ -176,7 +176,7 @@ def route_answer(
             "ranking": ranking,
             "rewards": rewards,
             "quality": result.quality,
-            "cost_usd": meter.cost,
+            "cost_usd": meter.spent,
             "run_id": run_id,
             "branches": [
                 {
@@ -193,7 +193,7 @@ def route_answer(
             "x-phi-winner": str(result.winner),
             "x-phi-action": result.action,
             "x-phi-strategy": "bandit",
-            "x-phi-cost-usd": f"{meter.cost:.6f}",
+            "x-phi-cost-usd": f"{meter.spent:.6f}",
             "x-phi-router-scores": header_text(json.dumps(scores)),
         },
     )
@@ -205,7 +205,7 @@ def request_record(
     """The run-log record of a passthrough call, or of any request that ended before a
     result existed (the client went away): what it asked and what its calls used."""
 
-    usage, model = meter.usage, request.model
+    usage, model = meter.paid_usage, request.model
     return RunRecord(
         kind="run",
         source="gateway",
@@ -216,7 +216,7 @@ def request_record(
         text=text,
         input_tokens=usage.input,
         output_tokens=usage.output,
-        cost_usd=meter.cost,
+        cost_usd=meter.spent,
         duration_s=round(time.time() - started, 4),
         plan={"branches": [{"model": model}]},
         extra={"model": model},
@@ -229,7 +229,7 @@ def request_record(
                 text=text,
                 input_tokens=usage.input,
                 output_tokens=usage.output,
-                cost_usd=meter.cost,
+                cost_usd=meter.spent,
                 winner=status == "ok",
                 spec={"model": model},
             )

@@ -354,10 +354,10 @@ class Gateway:
             model=request.model,
             text=text,
             finish=finish_reason(message, cut),
-            usage=meter.usage,
-            cost_usd=meter.cost,
+            usage=meter.paid_usage,
+            cost_usd=meter.spent,
             tool_calls=tool_calls_dicts(message),
-            phi={"kind": "passthrough", "model": model, "cost_usd": meter.cost},
+            phi={"kind": "passthrough", "model": model, "cost_usd": meter.spent},
             headers={"x-phi-kind": "passthrough", "x-phi-model": model},
         )
 
