@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,9 @@ def race_answer(
             "x-phi-branches": str(len(branches)),
             "x-phi-cost-usd": f"{meter.spent:.6f}",
             "x-phi-rationale": header_text(decision.rationale or ""),
+            "x-phi-branch-usage": branch_usage_header(
+                (labels[o.config_index], o.usage.total, o.cost_usd) for o in result.outcomes
+            ),
         },
     )
 
@@ -159,6 +163,22 @@ def route_answer(
         {"arm": u["arm"], "reward": u["reward"], "weight": u["weight"], "source": u["source"]}
         for u in updates
     ]
+    previews = result.previews.outcomes if result.previews is not None else []
+    calls = [
+        (str(o.config.extra.get("arm", o.config_id)), call, o)
+        for call, outcomes in (("preview", previews), ("answer", result.answers))
+        for o in outcomes
+    ]
+    branches = [
+        {
+            "arm": arm,
+            "call": call,
+            "status": o.status,
+            "usage": o.usage.model_dump(mode="json"),
+            "cost_usd": o.cost_usd,
+        }
+        for arm, call, o in calls
+    ]
     return Answer(
         completion_id=completion_id,
         model=request.model,
@@ -178,15 +198,7 @@ def route_answer(
             "quality": result.quality,
             "cost_usd": meter.spent,
             "run_id": run_id,
-            "branches": [
-                {
-                    "arm": str(o.config.extra.get("arm", o.config_id)),
-                    "status": o.status,
-                    "usage": o.usage.model_dump(mode="json"),
-                    "cost_usd": o.cost_usd,
-                }
-                for o in result.outcomes
-            ],
+            "branches": branches,
         },
         headers={
             "x-phi-kind": "route",
@@ -195,6 +207,9 @@ def route_answer(
             "x-phi-strategy": "bandit",
             "x-phi-cost-usd": f"{meter.spent:.6f}",
             "x-phi-router-scores": header_text(json.dumps(scores)),
+            "x-phi-branch-usage": branch_usage_header(
+                (f"{arm}/{call}", o.usage.total, o.cost_usd) for arm, call, o in calls
+            ),
         },
     )
 
@@ -235,6 +250,12 @@ def request_record(
             )
         ],
     )
+
+
+def branch_usage_header(rows: Iterable[tuple[str, int, float]]) -> str:
+    """``name=tokens:$cost`` per branch call, ``;``-separated (a branch answering twice — a
+    route's preview and answer — appears twice)."""
+    return header_text(";".join(f"{name}={tokens}:${cost:.6f}" for name, tokens, cost in rows))
 
 
 def header_text(text: str, limit: int = 512) -> str:
