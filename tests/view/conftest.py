@@ -58,7 +58,9 @@ async def record_all(root: Path) -> Recorded:
             judge="scripted:judge",
             providers=_providers(
                 a=Reply(f"A answers: {XSS}", usage=Usage(input=12, output=30)),
-                b=Reply("B: entanglement links two particles' states.", usage=Usage(input=12, output=9)),
+                b=Reply(
+                    "B: entanglement links two particles' states.", usage=Usage(input=12, output=9)
+                ),
                 c=Fail(AuthError("bad credentials")),
                 judge=Reply("2"),
             ),

@@ -237,7 +237,7 @@ def test_viewing_never_writes_the_log_or_the_router_state(recorded: Recorded) ->
             f"/api/selections/{recorded.select_id}/pareto.svg",
         ):
             assert client.get(url).status_code == 200
-        with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
+        with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only|query_only"):
             data.log()._conn.execute("DELETE FROM runs")  # type: ignore[union-attr]
     data.close()
     assert (digest(recorded.log_path), digest(state)) == before

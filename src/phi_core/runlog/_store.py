@@ -206,7 +206,9 @@ class RunLog:
     def write(self, record: RunRecord) -> RunRecord:
         """Store ``record`` (every string redacted); returns it as stored."""
         if self.read_only:
-            raise UserError(f"The run log {str(self.path)!r} was opened read-only; it cannot store runs.")
+            raise UserError(
+                f"The run log {str(self.path)!r} was opened read-only; it cannot store runs."
+            )
         clean = RunRecord.model_validate(_redacted(record.model_dump(mode="json")))
         branches = [_branch_values(clean.id, b) for b in clean.branches]
         events = [

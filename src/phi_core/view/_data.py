@@ -203,7 +203,9 @@ class ViewData:
 
     def selections(self, params: dict[str, str]) -> dict[str, Any]:
         """One page of logged selection runs (``limit``, ``offset``), newest first."""
-        merged = {k: v for k, v in params.items() if k in ("limit", "offset", "q", "since", "until")}
+        merged = {
+            k: v for k, v in params.items() if k in ("limit", "offset", "q", "since", "until")
+        }
         return self.runs({**merged, "kind": "select"})
 
     def selection(self, run_id: str) -> dict[str, Any]:
@@ -248,6 +250,7 @@ class ViewData:
         panels = []
         for axis, label in (("cost_per_datapoint", "cost per datapoint (USD)"),
                             ("latency_s", "latency p50 (s)")):  # fmt: skip
+
             def point(c: dict[str, Any], axis: str = axis) -> tuple[float, float, str]:
                 return (float(c[axis] or 0.0), float(c["accuracy"]),
                         f"{c['name']}: accuracy {c['accuracy']:.3f}")  # fmt: skip
@@ -274,9 +277,7 @@ def run_query(params: dict[str, str]) -> RunQuery:
     known = {"q", "model", "strategy", "kind", "status", "since", "until", "limit", "offset"}
     unknown = sorted(set(params) - known)
     if unknown:
-        raise UserError(
-            f"Unknown search parameter {unknown[0]!r}; use {', '.join(sorted(known))}."
-        )
+        raise UserError(f"Unknown search parameter {unknown[0]!r}; use {', '.join(sorted(known))}.")
     values = {k: v.strip() for k, v in params.items() if v.strip()}
     limit = _int(values, "limit", 50, 1, MAX_PAGE)
     offset = _int(values, "offset", 0, 0, None)

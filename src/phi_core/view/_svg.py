@@ -165,7 +165,9 @@ def _panel(
         colour = colours[s.name]
         if s.joined and len(s.points) > 1:
             path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y, _ in s.points)
-            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+            out.append(
+                f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>'
+            )
         for x, y, tip in s.points:
             cx, cy = sx(x), sy(y)
             tooltip = f"<title>{escape(tip)}</title>"
