@@ -73,7 +73,7 @@
 
   function show(title, ...content) {
     document.title = `${title} · phi view`;
-    main.replaceChildren(...content.flat());
+    main.replaceChildren(...content.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   }
 
   // ------------------------------------------------------------------ runs list
@@ -152,8 +152,10 @@
       ["Evaluation cost", v.evaluation_cost_usd !== undefined ? money(v.evaluation_cost_usd) : null],
       ["Error", v.error],
     ];
+    const empty = (value) => value === null || value === "" || (typeof value === "object" && Object.keys(value).length === 0);
     for (const [key, value] of Object.entries(details)) {
-      if (key !== "flip_rate") pairs.push([key.replace(/_/g, " "), value]);
+      // Internal ids (the judge's loop id) say nothing to a reader.
+      if (key !== "flip_rate" && !key.endsWith("_id") && !empty(value)) pairs.push([key.replace(/_/g, " "), value]);
     }
     const scores = Object.entries(v.scores || {});
     const rewards = Object.entries(v.rewards || {});
