@@ -17,7 +17,7 @@ __all__ = ["Series", "nice_ticks", "scatter_svg"]
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 _W, _H = 440, 320
-_LEFT, _RIGHT, _TOP, _BOTTOM = 62, 16, 16, 46
+_LEFT, _RIGHT, _TOP, _BOTTOM = 62, 30, 16, 46
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,9 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     start = math.floor(low / step) * step
-    ticks = []
-    value = start
-    while value <= high + step * 0.5:
-        ticks.append(round(value, 12))
-        value += step
+    ticks = [round(start, 12)]
+    while ticks[-1] < high - step * 1e-9:
+        ticks.append(round(start + len(ticks) * step, 12))
     return ticks
 
 
