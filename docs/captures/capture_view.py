@@ -42,8 +42,12 @@ def main() -> None:
                 WebDriverWait(driver, 15).until(
                     lambda d: d.find_element(By.ID, "main").get_attribute("data-ready") == fragment
                 )
-                height = driver.execute_script("return document.body.scrollHeight")
-                driver.set_window_size(1400, min(int(height) + 20, 2600))
+                height = driver.execute_script("return document.documentElement.scrollHeight")
+                driver.execute_cdp_cmd(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": 1400, "height": min(int(height), 2600), "deviceScaleFactor": 1,
+                     "mobile": False},
+                )
                 driver.save_screenshot(str(HERE / f"{name}.png"))
                 print(HERE / f"{name}.png")
     finally:

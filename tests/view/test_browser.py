@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from phi_core.config import plan_race
+from phi_core.runlog import RunLog, RunRecorder
+from phi_core.testing import Reply, ScriptedProvider
 from phi_core.view import ViewData, ViewServer
 
 from .conftest import XSS, Recorded
@@ -199,3 +202,33 @@ def test_the_search_form_finds_runs_and_a_bad_date_shows_the_servers_message(
     # The 400 itself is logged by the browser as a failed load; nothing else is.
     problems = console_problems(browser)
     assert all("400" in p for p in problems), problems
+
+
+async def test_a_pairwise_race_shows_each_pair_in_both_orders_and_the_flip_rate(
+    browser: Any, recorded: Recorded, artifacts: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # A judge that always prefers whichever answer it is shown first: every pair flips.
+    race = plan_race(
+        models=["scripted:a", "scripted:b"],
+        judge="scripted:judge",
+        strategy="pairwise",
+        providers={
+            f"scripted:{name}": ScriptedProvider(name=name, default=Reply(reply))
+            for name, reply in (("a", "Answer A."), ("b", "Answer B."), ("judge", "1"))
+        },
+    )
+    with RunLog(recorded.log_path) as log:
+        recorder = RunRecorder(log, prompt="Which?", plan=race)
+        race_id = recorder.finish(await race.run("Which?", events=recorder)).id
+    with ViewServer(ViewData(recorded.log_path, recorded.state)) as server:
+        main = open_page(browser, server, f"/runs/{race_id}")
+        verdict = main.find_element(By.ID, "verdict")
+        assert "Flip rate\n100 %" in verdict.text
+        (row,) = verdict.find_elements(By.CSS_SELECTOR, "table.pairs tbody tr")
+        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        assert cells == ["scripted:a vs scripted:b", "scripted:a", "scripted:b", "undecided", "yes"]
+        assert stray_values(main) == []
+        browser.save_screenshot(str(artifacts / "view-pairwise.png"))
+        assert console_problems(browser) == []

@@ -41,7 +41,7 @@
     return body;
   }
 
-  const money = (v) => (v === null || v === undefined ? "—" : `$${Number(v).toFixed(v >= 1 ? 2 : 5)}`);
+  const money = (v) => (v === null || v === undefined ? "—" : v === 0 ? "$0" : `$${Number(v).toFixed(v >= 1 ? 2 : 5)}`);
   const secs = (v) => (v === null || v === undefined ? "—" : `${Number(v).toFixed(2)} s`);
   const num = (v, digits = 3) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits));
   const pct = (v) => (v === null || v === undefined ? "—" : `${(100 * Number(v)).toFixed(0)} %`);
@@ -155,7 +155,7 @@
     const empty = (value) => value === null || value === "" || (typeof value === "object" && Object.keys(value).length === 0);
     for (const [key, value] of Object.entries(details)) {
       // Internal ids (the judge's loop id) say nothing to a reader.
-      if (key !== "flip_rate" && !key.endsWith("_id") && !empty(value)) pairs.push([key.replace(/_/g, " "), value]);
+      if (key !== "flip_rate" && key !== "pairs" && !key.endsWith("_id") && !empty(value)) pairs.push([key.replace(/_/g, " "), value]);
     }
     const scores = Object.entries(v.scores || {});
     const rewards = Object.entries(v.rewards || {});
@@ -166,9 +166,22 @@
         : "No winner."),
       v.rationale ? h("blockquote", { class: "rationale" }, v.rationale) : null,
       figures(pairs),
+      Array.isArray(details.pairs) && details.pairs.length ? pairwiseTable(details.pairs, labels) : null,
       scores.length ? table(["Branch", "Score"], scores.map(([k, s]) => h("tr", {}, h("td", {}, labels[k] || k), h("td", { class: "num" }, num(s))))) : null,
       rewards.length ? table(["Arm", "Reward"], rewards.map(([k, r]) => h("tr", {}, h("td", {}, k), h("td", { class: "num" }, num(r))))) : null,
       Array.isArray(v.ranking) && v.ranking.length ? h("ul", { class: "ranking" }, v.ranking.map((line) => h("li", {}, line))) : null);
+  }
+
+  // A pairwise judge asks each pair twice, in both orders; a flip is a verdict that changed
+  // with the order (position bias), and such a pair is left undecided.
+  function pairwiseTable(rows, labels) {
+    const name = (index) => (index === null || index === undefined ? "—" : labels[String(index)] || String(index));
+    return table(["Pair", "First order", "Swapped order", "Winner", "Flipped"], rows.map((p) => h("tr", {},
+      h("td", {}, (p.pair || []).map(name).join(" vs ")),
+      h("td", {}, name(p.forward)),
+      h("td", {}, name(p.backward)),
+      h("td", {}, p.winner === null || p.winner === undefined ? "undecided" : name(p.winner)),
+      h("td", {}, p.flipped ? "yes" : "no"))), "grid pairs");
   }
 
   function branchCard(b) {
