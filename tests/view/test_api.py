@@ -23,7 +23,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 @pytest.fixture
 def client(recorded: Recorded) -> Iterator[TestClient]:
     data = ViewData(recorded.log_path, recorded.state)
-    with TestClient(create_app(data)) as client:
+    with TestClient(create_app(data), base_url="http://127.0.0.1:8765") as client:
         yield client
     data.close()
 
@@ -228,7 +228,7 @@ def test_viewing_never_writes_the_log_or_the_router_state(recorded: Recorded) ->
     state = Path(recorded.state)
     before = (digest(recorded.log_path), digest(state))
     data = ViewData(recorded.log_path, recorded.state)
-    with TestClient(create_app(data)) as client:
+    with TestClient(create_app(data), base_url="http://127.0.0.1:8765") as client:
         for url in (
             "/api/runs",
             f"/api/runs/{recorded.race_id}",
@@ -248,10 +248,26 @@ def test_viewing_never_writes_the_log_or_the_router_state(recorded: Recorded) ->
 
 def test_without_a_log_or_state_the_view_says_how_to_get_one(tmp_path: Path) -> None:
     data = ViewData(tmp_path / "logs.db", str(tmp_path / "router.sqlite"))
-    with TestClient(create_app(data)) as client:
+    with TestClient(create_app(data), base_url="http://127.0.0.1:8765") as client:
         runs = client.get("/api/runs").json()
         assert runs["runs"] == [] and "No runs logged yet" in runs["note"]
         routes = client.get("/api/routes").json()
         assert routes["namespaces"] == [] and "race with --strategy bandit" in routes["note"]
         assert client.get("/api/runs/01ABC").status_code == 404
     assert not (tmp_path / "logs.db").exists() and not (tmp_path / "router.sqlite").exists()
+
+
+def test_a_request_for_a_foreign_host_is_refused(client: TestClient) -> None:
+    # A page whose domain was re-pointed at 127.0.0.1 (DNS rebinding) sends its own Host.
+    refused = client.get("/api/runs", headers={"Host": "attacker.example:8765"})
+    assert refused.status_code == 400
+    assert "not 'attacker.example:8765'" in refused.json()["error"]
+    for host in ("localhost:8765", "127.0.0.1", "[::1]:8765"):
+        assert client.get("/api/runs", headers={"Host": host}).status_code == 200, host
+
+
+def test_served_to_the_network_on_purpose_any_host_is_answered(recorded: Recorded) -> None:
+    data = ViewData(recorded.log_path, recorded.state)
+    with TestClient(create_app(data, hosts=None), base_url="http://view.lan") as client:
+        assert client.get("/api/runs").json()["total"] == 3
+    data.close()

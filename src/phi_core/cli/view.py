@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import webbrowser
 from pathlib import Path
 from typing import Annotated
@@ -11,19 +10,10 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ..view import DEFAULT_PORT, ViewData, serve
+from ..view import DEFAULT_PORT, ViewData, is_loopback, serve
 from ._common import EXIT_INTERRUPTED, usage_error, warn
 
 __all__ = ["command"]
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def command(
@@ -50,7 +40,7 @@ def command(
     ] = None,
 ) -> None:
     """Serve the web view of past runs, the router state and selections (read-only)."""
-    if not _is_loopback(host):
+    if not is_loopback(host):
         warn(
             f"--host {host} serves every logged prompt and answer to the network, without "
             "authentication; use 127.0.0.1 unless that is what you want."

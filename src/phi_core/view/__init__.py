@@ -7,12 +7,21 @@ no CDN, it works offline). Sits above ``runlog/``, ``routing/`` and ``select/``,
 reads; ``cli/view.py`` wires it to the command line. Needs the ``server`` extra.
 """
 
-from ._app import DEFAULT_PORT, STATIC_DIR, ViewServer, create_app, serve
+from ._app import (
+    DEFAULT_PORT,
+    LOOPBACK_HOSTS,
+    STATIC_DIR,
+    ViewServer,
+    create_app,
+    is_loopback,
+    serve,
+)
 from ._data import MAX_PAGE, NotFound, ViewData, run_query
 from ._svg import Series, scatter_svg
 
 __all__ = [
     "DEFAULT_PORT",
+    "LOOPBACK_HOSTS",
     "MAX_PAGE",
     "STATIC_DIR",
     "NotFound",
@@ -20,6 +29,7 @@ __all__ = [
     "ViewData",
     "ViewServer",
     "create_app",
+    "is_loopback",
     "run_query",
     "scatter_svg",
     "serve",

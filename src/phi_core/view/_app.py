@@ -22,19 +22,30 @@ model-written, so the page puts them in the DOM as text only, and the policy is 
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import MissingExtraError, UserError
 from ._data import NotFound, ViewData
 
-__all__ = ["DEFAULT_PORT", "STATIC_DIR", "ViewServer", "create_app", "serve"]
+__all__ = [
+    "DEFAULT_PORT",
+    "LOOPBACK_HOSTS",
+    "STATIC_DIR",
+    "ViewServer",
+    "create_app",
+    "is_loopback",
+    "serve",
+]
 
 STATIC_DIR = Path(__file__).parent / "static"
 DEFAULT_PORT = 8765
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -56,10 +67,17 @@ def _starlette() -> Any:
         raise MissingExtraError("`phi view`", "server") from exc
 
 
-def create_app(data: ViewData) -> Any:
-    """The Starlette application over ``data`` (see the module docstring for its routes)."""
+def create_app(data: ViewData, *, hosts: Sequence[str] | None = LOOPBACK_HOSTS) -> Any:
+    """The Starlette application over ``data`` (see the module docstring for its routes).
+
+    ``hosts``: the host names a request may be addressed to (``None``: any). The loopback
+    default refuses a foreign ``Host`` header, so a web page whose domain is re-pointed at
+    127.0.0.1 (DNS rebinding) cannot read the log through the visitor's browser.
+    """
     _starlette()
     from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Mount, Route
@@ -69,8 +87,6 @@ def create_app(data: ViewData) -> Any:
         read: Callable[[Request], Any], media_type: str | None = None
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            from starlette.concurrency import run_in_threadpool
-
             try:
                 value = await run_in_threadpool(read, request)
             except NotFound as exc:
@@ -120,7 +136,31 @@ def create_app(data: ViewData) -> Any:
         ),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers={404: not_found})
+    middleware = [] if hosts is None else [Middleware(_HostCheck, hosts=hosts)]
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found})
+
+
+class _HostCheck:
+    """ASGI middleware answering 400 to a request whose ``Host`` is not one of ``hosts``."""
+
+    def __init__(self, app: Any, hosts: Sequence[str]) -> None:
+        self.app = app
+        self.hosts = {h.strip("[]").lower() for h in hosts}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            host = (urlsplit("//" + raw).hostname or "") if raw else ""
+            if host not in self.hosts:
+                from starlette.responses import JSONResponse
+
+                message = (
+                    f"This view answers requests for {', '.join(sorted(self.hosts))} only, "
+                    f"not {raw!r}; open it at the address `phi view` printed."
+                )
+                await JSONResponse({"error": message}, status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -140,6 +180,21 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address to listen on) is this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _hosts_for(host: str) -> Sequence[str] | None:
+    """Loopback names when bound to loopback; any host when served to the network on purpose."""
+    return LOOPBACK_HOSTS if is_loopback(host) else None
+
+
 def _url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
@@ -156,7 +211,9 @@ class ViewServer:
         self.data = data
         self._sock = _bind(host, port)
         self.url = _url(self._sock)
-        config = uvicorn.Config(create_app(data), log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            create_app(data, hosts=_hosts_for(host)), log_level="warning", lifespan="off"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
@@ -188,7 +245,9 @@ def serve(
     try:
         if on_ready is not None:
             on_ready(_url(sock))
-        config = uvicorn.Config(create_app(data), log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            create_app(data, hosts=_hosts_for(host)), log_level="warning", lifespan="off"
+        )
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()

@@ -21,7 +21,7 @@ from ..routing.stores import open_state_store
 from ..runlog import RunLog, RunQuery, RunRecord, default_log_path, end_of_day, parse_when
 from ._svg import Series, scatter_svg
 
-__all__ = ["MAX_PAGE", "ViewData"]
+__all__ = ["MAX_PAGE", "NotFound", "ViewData", "run_query"]
 
 MAX_PAGE = 200
 """The most runs one page of ``/api/runs`` holds."""
