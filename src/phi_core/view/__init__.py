@@ -16,7 +16,7 @@ from ._app import (
     is_loopback,
     serve,
 )
-from ._data import MAX_PAGE, NotFound, ViewData, run_query
+from ._data import MAX_PAGE, ViewData, run_query
 from ._svg import Series, scatter_svg
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "LOOPBACK_HOSTS",
     "MAX_PAGE",
     "STATIC_DIR",
-    "NotFound",
     "Series",
     "ViewData",
     "ViewServer",

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import MissingExtraError, UserError
-from ._data import NotFound, ViewData
+from ..errors import MissingExtraError, UserError, ViewNotFoundError
+from ._data import ViewData
 
 __all__ = [
     "DEFAULT_PORT",
@@ -89,7 +89,7 @@ def create_app(data: ViewData, *, hosts: Sequence[str] | None = LOOPBACK_HOSTS) 
         async def endpoint(request: Request) -> Response:
             try:
                 value = await run_in_threadpool(read, request)
-            except NotFound as exc:
+            except ViewNotFoundError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=404, headers=_HEADERS)
             except UserError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=400, headers=_HEADERS)

@@ -14,22 +14,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, ViewNotFoundError
 from ..race.entry import route_state_summary
 from ..routing.state import state_location
 from ..routing.stores import open_state_store
 from ..runlog import RunLog, RunQuery, RunRecord, default_log_path, end_of_day, parse_when
 from ._svg import Series, scatter_svg
 
-__all__ = ["MAX_PAGE", "NotFound", "ViewData", "run_query"]
+__all__ = ["MAX_PAGE", "ViewData", "run_query"]
 
 MAX_PAGE = 200
 """The most runs one page of ``/api/runs`` holds."""
 _KINDS = ("run", "race", "bandit", "select")
-
-
-class NotFound(UserError):
-    """The view has no such run, namespace or selection (HTTP 404)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ class ViewData:
         """One run whole (its history included), by id or unique id prefix.
 
         Raises:
-            NotFound: no such run, or no run log yet.
+            ViewNotFoundError: no such run, or no run log yet.
             UserError: a prefix several runs share.
         """
         return self._record(run_id).model_dump(mode="json")
@@ -116,13 +112,13 @@ class ViewData:
     def _record(self, run_id: str) -> RunRecord:
         log = self.log()
         if log is None:
-            raise NotFound(self._no_log_note())
+            raise ViewNotFoundError(self._no_log_note())
         try:
             return log.get_run(run_id)
         except UserError as exc:
             if "several runs" in str(exc):
                 raise
-            raise NotFound(str(exc)) from None
+            raise ViewNotFoundError(str(exc)) from None
 
     # ------------------------------------------------------------------ router state
 
@@ -152,12 +148,12 @@ class ViewData:
         run log), with a chart of the rewards each arm earned.
 
         Raises:
-            NotFound: the state has no such namespace (the message lists the ones it has).
+            ViewNotFoundError: the state has no such namespace (the message lists the ones it has).
         """
         location, summary = self._state_summary()
         if namespace not in summary:
             known = ", ".join(repr(n) for n in summary) or "none yet"
-            raise NotFound(
+            raise ViewNotFoundError(
                 f"The router state {location!r} has no namespace {namespace!r}; its namespaces "
                 f"are: {known}."
             )
@@ -213,7 +209,7 @@ class ViewData:
         evaluations, Pareto and best flags) and the run's figures.
 
         Raises:
-            NotFound: no such run, or the run is not a selection.
+            ViewNotFoundError: no such run, or the run is not a selection.
         """
         record = self._selection(run_id)
         verdict = record.verdict or {}
@@ -237,7 +233,7 @@ class ViewData:
     def _selection(self, run_id: str) -> RunRecord:
         record = self._record(run_id)
         if record.kind != "select":
-            raise NotFound(
+            raise ViewNotFoundError(
                 f"Run {record.id} is a {record.kind}, not a selection; /runs/{record.id} shows it."
             )
         return record
