@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,6 @@ __all__ = ["MAX_PAGE", "ViewData", "run_query"]
 MAX_PAGE = 200
 """The most runs one page of ``/api/runs`` holds."""
 _KINDS = ("run", "race", "bandit", "select")
-
-
-@dataclass(frozen=True)
-class _Page:
-    limit: int
-    offset: int
 
 
 class ViewData:
@@ -198,11 +192,9 @@ class ViewData:
     # ------------------------------------------------------------------ selections
 
     def selections(self, params: dict[str, str]) -> dict[str, Any]:
-        """One page of logged selection runs (``limit``, ``offset``), newest first."""
-        merged = {
-            k: v for k, v in params.items() if k in ("limit", "offset", "q", "since", "until")
-        }
-        return self.runs({**merged, "kind": "select"})
+        """One page of logged selection runs, newest first (the parameters of :meth:`runs`,
+        the kind aside)."""
+        return self.runs({**params, "kind": "select"})
 
     def selection(self, run_id: str) -> dict[str, Any]:
         """A logged selection: its combinations (accuracy, cost per datapoint, latency,
@@ -234,7 +226,7 @@ class ViewData:
         record = self._record(run_id)
         if record.kind != "select":
             raise ViewNotFoundError(
-                f"Run {record.id} is a {record.kind}, not a selection; /runs/{record.id} shows it."
+                f"Run {record.id} is a {record.kind}, not a selection; /api/runs/{record.id} shows it."
             )
         return record
 
