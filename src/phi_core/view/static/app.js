@@ -55,6 +55,26 @@
     return h("span", { class: `badge ${ok ? "ok" : "bad"}` }, status || "—");
   }
 
+  // A chart from the server, inlined (its points' <title>s become tooltips). The server
+  // escapes every label; anything active is dropped all the same before it reaches the page.
+  async function svgChart(url, label) {
+    const response = await fetch(url);
+    const text = await response.text();
+    if (!response.ok) return errorBox(`The chart could not be drawn: ${text}`);
+    const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+    const svg = doc.documentElement;
+    if (svg.nodeName !== "svg" || doc.getElementsByTagName("parsererror").length) {
+      return errorBox("The chart could not be read.");
+    }
+    for (const el of svg.querySelectorAll("script, foreignObject, a, use, image")) el.remove();
+    for (const el of [svg, ...svg.querySelectorAll("*")]) {
+      for (const attr of [...el.attributes]) if (/^on|href$/i.test(attr.name)) el.removeAttribute(attr.name);
+    }
+    const figure = h("figure", { class: "chart", role: "img", "aria-label": label });
+    figure.append(document.importNode(svg, true));
+    return figure;
+  }
+
   function errorBox(err) {
     return h("div", { class: "error", role: "alert" }, err instanceof Error ? err.message : String(err));
   }
@@ -289,7 +309,7 @@
       h("h1", {}, namespace),
       armsTable(state.arms),
       h("h2", {}, "Decisions over time"),
-      h("img", { class: "chart", src: `/api/routes/${encodeURIComponent(namespace)}/rewards.svg`, alt: `Rewards over time in ${namespace}` }),
+      await svgChart(`/api/routes/${encodeURIComponent(namespace)}/rewards.svg`, `Rewards over time in ${namespace}`),
       rows.length ? table(["When", "Run", "Event", "Action", "Ranking / rewards"], rows) : h("p", { class: "muted" }, "No decisions logged for this namespace."));
   }
 
@@ -335,7 +355,7 @@
         ["Cost", money(sel.cost_usd)],
         ["Duration", secs(sel.duration_s)],
       ]),
-      h("img", { class: "chart", src: `/api/selections/${encodeURIComponent(sel.id)}/pareto.svg`, alt: "Pareto chart: accuracy against cost and latency" }),
+      await svgChart(`/api/selections/${encodeURIComponent(sel.id)}/pareto.svg`, "Pareto chart: accuracy against cost and latency"),
       table(["Combination", "Models", "Accuracy", "Evaluations", "Cost / datapoint", "Latency p50", "Pareto"], rows),
       sel.warnings.length ? h("section", {}, h("h2", {}, "Failures"), h("ul", {}, sel.warnings.map((w) => h("li", {}, w)))) : null);
   }
