@@ -199,6 +199,21 @@ def test_the_search_form_finds_runs_and_a_bad_date_shows_the_servers_message(
     assert [r.get_attribute("data-id") for r in rows] == [recorded.race_id]
     assert "1–1 of 1 runs" in browser.find_element(By.CSS_SELECTOR, ".pager").text
 
+    # Pages: two runs, then "Older →" shows the third.
+    open_page(browser, server, "/?limit=2")
+    first = [
+        r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, "tr.run-row")
+    ]
+    browser.find_element(By.XPATH, "//button[contains(., 'Older')]").click()
+    WebDriverWait(browser, 15).until(
+        lambda d: d.find_element(By.ID, "main").get_attribute("data-ready") == "/?limit=2&offset=2"
+    )
+    rest = [
+        r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, "tr.run-row")
+    ]
+    assert first == [recorded.select_id, recorded.bandit_id] and rest == [recorded.race_id]
+    assert "3–3 of 3 runs" in browser.find_element(By.CSS_SELECTOR, ".pager").text
+
     main = open_page(browser, server, "/?since=someday")
     assert "Cannot read 'someday' as a time" in main.find_element(By.CSS_SELECTOR, ".error").text
     # The 400 itself is logged by the browser as a failed load; nothing else is.
