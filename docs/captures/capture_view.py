@@ -1,4 +1,4 @@
-"""Capture docs/captures/view-*.png: the web view of a real run log, in Debian's headless
+"""Capture docs/captures/view-race.png: the web view of a real race, in Debian's headless
 Chromium, at 1400 px wide.
 
     PHI_HOME=/tmp/demo phi race -s pairwise --max-tokens 120 "In two sentences, why is the sky blue?"
@@ -37,7 +37,7 @@ def main() -> None:
     driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
     try:
         with ViewServer(ViewData()) as server:
-            for fragment, name in ((f"/runs/{run_id}", "view-race"), ("/", "view-runs")):
+            for fragment, name in ((f"/runs/{run_id}", "view-race"),):
                 driver.get(server.url + "#" + fragment)
                 WebDriverWait(driver, 15).until(
                     lambda d: d.find_element(By.ID, "main").get_attribute("data-ready") == fragment

@@ -100,5 +100,6 @@ async def record_all(root: Path) -> Recorded:
 
 
 @pytest.fixture
-async def recorded(tmp_path: Path) -> Recorded:
+async def recorded(tmp_path: Path, strict_loop: list[dict[str, Any]]) -> Recorded:
+    """The recordings, made on a strict loop (no task left running, no unretrieved error)."""
     return await record_all(tmp_path)

@@ -222,7 +222,7 @@ def test_the_search_form_finds_runs_and_a_bad_date_shows_the_servers_message(
 
 
 async def test_a_pairwise_race_shows_each_pair_in_both_orders_and_the_flip_rate(
-    browser: Any, recorded: Recorded, artifacts: Path
+    browser: Any, recorded: Recorded, artifacts: Path, strict_loop: list[dict[str, Any]]
 ) -> None:
     from selenium.webdriver.common.by import By
 
