@@ -10,7 +10,6 @@ races once and persists the updates.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ from .pipeline import Arm, BanditRace, BanditRaceResult, RaceSettings, Verifier
 __all__ = [
     "BanditOptions",
     "build_bandit_race",
-    "route_state_summary",
     "run_bandit_race",
     "verifier_from_spec",
 ]
@@ -223,28 +221,3 @@ async def run_bandit_race(
     race = build_bandit_race(agent_models, options, configs=configs, store=store)
     await race.load()
     return await race.run(query, events=events, cancel=cancel)
-
-
-def route_state_summary(store: RouterStateStore) -> dict[str, Any]:
-    """``{namespace: {arm: {n, mean_reward, reward_sd, ci95, updated_at}}}`` for ``phi route
-    show`` and the web view: ``reward_sd`` is the rewards' standard deviation and ``ci95`` the
-    half-width of the mean's 95 % interval (``None`` below two observations)."""
-    out: dict[str, Any] = {}
-    for namespace in store.namespaces():
-        arms = {}
-        for arm, stats in sorted(store.load(namespace).items()):
-            mean = stats.reward_sum / stats.n if stats.n else None
-            sd = (
-                math.sqrt(max(0.0, stats.reward_sq / stats.n - (mean or 0.0) ** 2))
-                if stats.n
-                else None
-            )
-            arms[arm] = {
-                "n": stats.n,
-                "mean_reward": mean,
-                "reward_sd": sd,
-                "ci95": 1.96 * sd / math.sqrt(stats.n) if sd is not None and stats.n >= 2 else None,
-                "updated_at": stats.updated_at,
-            }
-        out[namespace] = arms
-    return out

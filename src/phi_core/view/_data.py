@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError, ViewNotFoundError
-from ..race.entry import route_state_summary
-from ..routing.state import state_location
+from ..routing.state import route_state_summary, state_location
 from ..routing.stores import open_state_store
 from ..runlog import RunLog, RunQuery, RunRecord, default_log_path, end_of_day, parse_when
 from ._svg import Series, scatter_svg
