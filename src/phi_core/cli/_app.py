@@ -547,11 +547,12 @@ def _price(value: float | None) -> str:
 def _mount_subcommands() -> None:
     """``phi route …``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys``, ``view`` and
     ``parallel-agents`` live in their own modules."""
-    from . import _parallel_agents, aliases, chat, keys, logs, route, select, view
+    from . import _parallel_agents, aliases, chat, keys, logs, route, select, serve, view
 
     app.add_typer(route.app, name="route")
     app.command("select")(select.command)
     app.command("chat")(chat.command)
+    app.command("serve")(serve.command)
     app.add_typer(logs.app, name="logs")
     app.add_typer(aliases.app, name="aliases")
     app.add_typer(keys.app, name="keys")
