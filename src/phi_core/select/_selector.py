@@ -323,6 +323,7 @@ class ModelSelector:
         warnings = _warnings(arena, unpriced)
         for warning in warnings:
             logger.warning("%s", warning)
+        warnings += algorithm.warnings  # logged by the algorithm as they happened
         return build_result(
             arena,
             self.space,
