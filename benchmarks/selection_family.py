@@ -65,9 +65,7 @@ def limit(m: Matrices, questions: int = 2) -> dict[str, float]:
     }
 
 
-def run_family(
-    kinds: list[str], world_seeds: list[int], seeds: int
-) -> dict[str, dict[str, Any]]:
+def run_family(kinds: list[str], world_seeds: list[int], seeds: int) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         per: dict[str, list[dict[str, float]]] = {}

@@ -70,6 +70,10 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "paired_race_z3": ("paired_race", {"z": 3.0}),
     # the additive (planner + solver) prior: near-tie-robust on additive grids, not the default
     "regret_race_additive": ("regret_race", {"eta": 3e-5, "additive_prior": 4.0}),
+    # tuning candidates for the default (issue 20 point 4)
+    "regret_race_floor1": ("regret_race", {"floor": 1.0}),
+    "regret_race_floor05": ("regret_race", {"floor": 0.5}),
+    "regret_race_floor1_c0": ("regret_race", {"floor": 1.0, "cost_power": 0.0}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

@@ -113,7 +113,7 @@ async def test_lm_proposal_evaluates_what_the_model_proposes_and_shows_it_the_re
     assert "planner (writes the plan)" in first
     assert "Results so far" not in first
     accuracy = 100 * scores[4].mean()
-    assert f'{json.dumps({"planner": "haiku", "solver": "opus"})}: accuracy {accuracy:.1f} %' in (
+    assert f"{json.dumps({'planner': 'haiku', 'solver': 'opus'})}: accuracy {accuracy:.1f} %" in (
         second
     )
 

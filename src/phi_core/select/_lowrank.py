@@ -154,7 +154,11 @@ class LowRankMatrixUCB(SelectionAlgorithm):
 
 def _ridge(mask: np.ndarray, y: np.ndarray, other: np.ndarray, eye: np.ndarray) -> np.ndarray:
     """Row factors solving ``min sum_q mask (y - u . other_q)^2 + lam |u|^2`` for every member."""
-    gram = np.einsum("ekq,eqr,eqs->ekrs", mask, other, other) + eye
-    rhs = np.einsum("ekq,eqr->ekr", y, other)
+    e, q, r = other.shape
+    outer = (other[:, :, :, None] * other[:, :, None, :]).reshape(e, q, r * r)
+    gram = np.matmul(mask, outer).reshape(e, mask.shape[1], r, r) + eye
+    rhs = np.matmul(y, other)
+    if r == 1:
+        return rhs / gram[..., 0]
     out: np.ndarray = np.linalg.solve(gram, rhs[..., None])[..., 0]
     return out

@@ -163,7 +163,11 @@ class LMProposal(SelectionAlgorithm):
                     f"${cost:.5f} per question"
                 )
         example = json.dumps(
-            {"combinations": [{s: c[0] for s, c in zip(space.steps, space.candidates, strict=True)}]}
+            {
+                "combinations": [
+                    {s: c[0] for s, c in zip(space.steps, space.candidates, strict=True)}
+                ]
+            }
         )
         lines += [
             "",

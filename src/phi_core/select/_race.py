@@ -224,8 +224,12 @@ class RegretRace(SelectionAlgorithm):
         growth: float = 1.2,
         prior: float = 2.0,
         additive_prior: float = 0.0,
+        floor: float = 0.0,
     ) -> None:
         super().__init__()
+        if floor < 0:
+            raise UserError(f"floor must be >= 0 pseudo-disagreements (0 = off), got {floor!r}.")
+        self.floor = floor
         if additive_prior < 0:
             raise UserError(f"additive_prior must be >= 0 (0 = off), got {additive_prior!r}.")
         self.additive_prior = additive_prior
@@ -284,6 +288,8 @@ class RegretRace(SelectionAlgorithm):
         ss = ((diff - mean[:, None]) ** 2).sum(axis=1)
         pooled = max(float(ss.sum()) / max(1, (len(active) - 1) * (n - 1)), 1.0 / n)
         var = (ss + self.prior * pooled) / (n - 1 + self.prior)
+        if self.floor > 0:  # rare disagreements: as if ``floor`` more questions split them fully
+            var = np.maximum(var, (ss + self.floor) / (n - 1 + self.floor))
         sd = np.sqrt(var / n * (total - n) / total)
         prior = self._centre(arena, active)
         if prior is not None:
