@@ -74,6 +74,9 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "regret_race_floor1": ("regret_race", {"floor": 1.0}),
     "regret_race_floor05": ("regret_race", {"floor": 0.5}),
     "regret_race_floor1_c0": ("regret_race", {"floor": 1.0, "cost_power": 0.0}),
+    "regret_race_f1t1": ("regret_race", {"floor": 1.0, "tie_questions": 1.0}),
+    "regret_race_t1": ("regret_race", {"tie_questions": 1.0}),
+    "regret_race_f05t1": ("regret_race", {"floor": 0.5, "tie_questions": 1.0}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

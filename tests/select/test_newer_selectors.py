@@ -173,12 +173,16 @@ async def test_lm_proposal_warnings_reach_the_selection_result(strict_loop: Any)
 
 
 @pytest.mark.local_model
-async def test_lm_proposal_runs_on_the_embedded_model(strict_loop: Any) -> None:
+async def test_lm_proposal_runs_on_the_embedded_model(
+    strict_loop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHI_LOCAL_THREADS", "1")
     scores, costs = world()
     evaluator = MatrixEvaluator(scores, costs)
     arena = Arena(len(SPACE), 40, evaluator, seed=0)
-    proposer = ModelConfig(provider="local", id="smollm2", compat={"n_threads": 1})
-    algorithm = make_algorithm("lm_proposal", proposer=proposer, budget_fraction=2 / 6, attempts=1)
+    algorithm = make_algorithm(
+        "lm_proposal", proposer="local:smollm2", budget_fraction=2 / 6, attempts=1, max_tokens=80
+    )
     assert isinstance(algorithm, LMProposal)
     pick = await run_algorithm(algorithm, arena, SPACE)
     evaluated = sorted({k for k, _ in evaluator.requested})

@@ -225,8 +225,12 @@ class RegretRace(SelectionAlgorithm):
         prior: float = 2.0,
         additive_prior: float = 0.0,
         floor: float = 0.0,
+        tie_questions: float = 0.0,
     ) -> None:
         super().__init__()
+        if tie_questions < 0:
+            raise UserError(f"tie_questions must be >= 0 (0 = off), got {tie_questions!r}.")
+        self.tie_questions = tie_questions
         if floor < 0:
             raise UserError(f"floor must be >= 0 pseudo-disagreements (0 = off), got {floor!r}.")
         self.floor = floor
@@ -294,8 +298,11 @@ class RegretRace(SelectionAlgorithm):
         prior = self._centre(arena, active)
         if prior is not None:
             mean, sd = self._posterior(x, sd, leader, n, total, prior)
-        loss = _expected_excess(mean, sd)
         cost = arena.costs[np.asarray(active, dtype=np.int64), :n].mean(axis=1)
+        if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
+            cheaper = cost < cost[leader] - 1e-12 - 1e-9 * abs(float(cost[leader]))
+            mean = mean + self.tie_questions / total * cheaper
+        loss = _expected_excess(mean, sd)
         weight = np.ones(len(active))
         if self.cost_power > 0 and float(cost.mean()) > 0:
             weight = (cost / cost.mean()) ** self.cost_power
