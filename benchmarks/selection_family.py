@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from selection_replay import PHI_SELECTORS, Matrices, forbid_non_loopback, run_phi, summarise
 from selection_worlds import FAMILY, WORLDS, make_world
 

@@ -49,8 +49,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -349,10 +349,7 @@ def make_world(kind: str, *, rho: float | None = None, seed: int = 0, **override
         fields["rho"] = rho
     p = WorldParams(**fields)
     rng = np.random.default_rng([seed, int(1000 * p.rho), p.stream])
-    if p.models:
-        world = _one_step_world(p, rng, seed)
-    else:
-        world = _grid_world(p, rng, seed)
+    world = _one_step_world(p, rng, seed) if p.models else _grid_world(p, rng, seed)
     # the family's additions draw from their own stream: the historical worlds stay as they were
     extra = np.random.default_rng([seed, int(1000 * p.rho), p.stream, 1])
     if p.fail_share > 0:

@@ -201,12 +201,12 @@ def test_agentopts_newer_methods_take_their_agentopt_parameter_names() -> None:
         "model_prices": prices,
         "node_descriptions": {"solver": "answers"},
     }
-    with pytest.raises(UserError, match="device='cuda' is not available"):
+    with pytest.raises(UserError, match=r"device='cuda' is not available"):
         ModelSelector(
             lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)],
             method="matrix_ucb_lrf", device="cuda",
         )  # fmt: skip
-    with pytest.raises(UserError, match="proposer_model='openai:gpt-4.1'"):
+    with pytest.raises(UserError, match=r"proposer_model='openai:gpt-4\.1'"):
         ModelSelector(
             lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)],
             method="lm_proposal", proposer_client=object(),

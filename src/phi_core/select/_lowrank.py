@@ -159,6 +159,7 @@ def _ridge(mask: np.ndarray, y: np.ndarray, other: np.ndarray, eye: np.ndarray) 
     gram = np.matmul(mask, outer).reshape(e, mask.shape[1], r, r) + eye
     rhs = np.matmul(y, other)
     if r == 1:
-        return rhs / gram[..., 0]
+        single: np.ndarray = rhs / gram[..., 0]
+        return single
     out: np.ndarray = np.linalg.solve(gram, rhs[..., None])[..., 0]
     return out

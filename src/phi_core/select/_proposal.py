@@ -157,7 +157,7 @@ class LMProposal(SelectionAlgorithm):
         if seen:
             lines += ["", f"Results so far ({arena.n_datapoints} questions each):"]
             for k in sorted(seen, key=arena.rank_key):
-                n, acc, cost, _ = arena.summary(k)
+                _, acc, cost, _ = arena.summary(k)
                 lines.append(
                     f"- {json.dumps(space.labels(k))}: accuracy {100 * acc:.1f} %, "
                     f"${cost:.5f} per question"
