@@ -50,6 +50,7 @@ FAMILY_SELECTORS = (
     "matrix_ucb_lrf",
     "lm_proposal",
     "paired_race",
+    "regret_race_v0",
     "regret_race",
 )
 DEFAULT = "regret_race"

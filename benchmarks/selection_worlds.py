@@ -1,4 +1,4 @@
-"""Synthetic planner x solver worlds shaped like AgentOpt's HotpotQA and MathQA benchmarks.
+"""Synthetic selection worlds shaped like AgentOpt's HotpotQA, MathQA, GPQA and BFCL benchmarks.
 
 ``reference/study-agentopt.md`` §4.3 simulates AgentOpt's published brute-force tables with 0/1
 cells drawn through a Gaussian copula with a shared per-question difficulty factor. This module
@@ -32,6 +32,30 @@ the shared question difficulty (``rho`` = 0.3 or 0.6 in §4.3), ``S`` a per-solv
 noise. Each cell is Bernoulli(``p_k``) marginally, so the realised full-data accuracies scatter
 around the targets by sampling noise, as real benchmarks do; the ground truth is always the
 realised matrix.
+
+**The family** (:data:`FAMILY`, issue 20 point 4; ``selection_family.py`` runs every selector on
+it). Besides the two shapes above, each a variation calibrated to a published figure of
+``reference/study-agentopt.md`` §4.1 or to a hard case of the issue:
+
+- ``gpqa``: GPQA's 9 models x 198 questions, one step, the dearest model (Opus, 74.75 %) best,
+  the others at 45-72 %, a 13x cost gap;
+- ``bfcl``: BFCL's 9 x 200 with a three-way exact tie at 70 %, a 32x cost gap;
+- ``near_tie_expensive``: MathQA-like accuracies (98.84 vs 98.82 at the top), quality following
+  price, and the four best configurations forced within two questions of each other (the
+  issue's held-out matrix: "the top configurations lie within one question of each other and
+  the most expensive are the best");
+- ``many_bad_few_good``: 95 configurations at 15-50 %, five at 71-78 %;
+- ``additive`` / ``interacting``: no planner x solver interaction, or a strong one plus
+  HotpotQA's "capability as liability" (the best is an interaction outlier);
+- ``heavy_tail_cost``: per-question token counts log-normal with sigma 1.1 (long reasoning
+  traces) and BFCL's 32x cost gap;
+- ``correlated_difficulty``: shared question difficulty rho = 0.8, solver share 0.6;
+- ``failure_prone``: a third of the configurations (half of them among the ten best) crash or
+  time out on 5-40 % of the questions (score 0, 30 % of the cost paid, 60 s).
+
+Ties (``ties``) are forced on the realised cells by flipping the cells nearest to their
+configuration's cut, so the shared difficulty structure is kept. The family's additions draw
+from their own random stream: ``mathqa`` and ``hotpotqa`` worlds are unchanged.
 
 Usage (writes the same CSV files as ``benchmarks/data/agentopt_hotpotqa``)::
 
