@@ -136,11 +136,15 @@ def heuristic_proposer() -> Any:
     return MeteredModel(config, provider=ScriptedProvider(default=answer))
 
 
+PROPOSER: str | None = None
+"""``--proposer MODEL``: a real proposer model for ``lm_proposal`` instead of the heuristic."""
+
+
 def lm_proposal_params() -> dict[str, Any]:
     from selection_worlds import PRICES
 
     prices = {m: {"input_price": i, "output_price": o} for m, (i, o) in PRICES.items()}
-    return {"proposer": heuristic_proposer(), "model_prices": prices}
+    return {"proposer": PROPOSER or heuristic_proposer(), "model_prices": prices}
 
 
 # --------------------------------------------------------------------------- offline guard
@@ -496,7 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--selectors", default=None, help="comma-separated phi selector names (default: all)"
     )
+    parser.add_argument(
+        "--proposer",
+        default=None,
+        metavar="MODEL",
+        help="lm_proposal's proposer model, e.g. local:smollm2 (default: the heuristic double)",
+    )
     args = parser.parse_args(argv)
+    global PROPOSER
+    PROPOSER = args.proposer
     if args.selectors:
         unknown = set(args.selectors.split(",")) - set(PHI_SELECTORS)
         if unknown:
