@@ -122,6 +122,34 @@ def worst_case(family: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     return out
 
 
+def _cell(r: dict[str, float]) -> str:
+    return f"{r['find_rate']:.0f} / {r['mean_regret_pts']:.3f} / {r['cost_saved_pct']:.1f}"
+
+
+def goal(result: dict[str, Any]) -> list[str]:
+    """Per world type: the default against the anchor and against the 70 % / 0.2 pts target."""
+    lines = [
+        "\n### Goal per world type (find % / regret pts / saved %)\n",
+        f"| type | limit saved % | {DEFAULT} | {ANCHOR} | find, regret >= anchor | savings >= "
+        "anchor | >= 70 % saved at <= 0.2 pts |",
+        "|---|---:|---|---|---|---|---|",
+    ]
+    for kind, w in result["family"].items():
+        d, a = w["selectors"].get(DEFAULT), w["selectors"].get(ANCHOR)
+        if d is None or a is None:
+            continue
+        quality = d["find_rate"] >= a["find_rate"] and d["mean_regret_pts"] <= a["mean_regret_pts"]
+        target = d["cost_saved_pct"] >= 70 and d["mean_regret_pts"] <= 0.2
+        allowed = w["limit_saved_pct"] >= 70
+        lines.append(
+            f"| {kind} | {w['limit_saved_pct']:.1f} | {_cell(d)} | {_cell(a)} | "
+            f"{'yes' if quality else 'no'} | "
+            f"{'yes' if d['cost_saved_pct'] >= a['cost_saved_pct'] else 'no'} | "
+            f"{'yes' if target else ('no' if allowed else 'not allowed (limit < 70 %)')} |"
+        )
+    return lines
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = []
     for kind, w in result["family"].items():
@@ -138,6 +166,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {bold}{name}{bold} | {r['find_rate']:.1f} | {r['mean_regret_pts']:.3f} | "
                 f"{r['evals_pct']:.1f} | {r['cost_saved_pct']:.1f} |"
             )
+    lines += goal(result)
     lines.append("\n### Worst case across the world types\n")
     lines.append(
         f"| selector | min find % | max regret pts | min saved % | mean regret | mean saved % "
@@ -163,7 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worlds", default=",".join(FAMILY), help="comma-separated world types")
     parser.add_argument("--selectors", default=",".join(FAMILY_SELECTORS))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--render", type=Path, default=None, metavar="JSON", help="only rewrite table.md from JSON"
+    )
     args = parser.parse_args(argv)
+    if args.render is not None:
+        result = json.loads(args.render.read_text())
+        result["worst_case"] = worst_case(result["family"])
+        (args.render.parent / "table.md").write_text(markdown(result))
+        print(markdown(result))
+        return 0
     kinds = args.worlds.split(",")
     unknown = set(kinds) - set(WORLDS)
     if unknown:
