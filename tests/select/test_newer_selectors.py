@@ -278,3 +278,57 @@ async def test_the_same_seed_gives_the_same_selection_for_every_selector(
         runs.append((pick, evaluator.requested, arena.order))
     assert runs[0] == runs[1]
     assert runs[0][2] != runs[2][2]  # another seed really is another run
+
+
+async def test_a_proposer_behind_an_openai_compatible_server_is_not_billed_to_a_combination(
+    monkeypatch: pytest.MonkeyPatch, strict_loop: Any
+) -> None:
+    """The agent calls the server through the official SDK (intercepted, attributed per
+    combination); the proposer calls it through phi's provider. The proposer's replies
+    ("right"/"wrong") are unusable, so every round falls back with a warning, and none of its
+    tokens lands on a combination."""
+    from phi_core.select import ModelSelector
+
+    from .llm_server import LlmServer
+
+    async with LlmServer() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        client = server.openai(api_key="sk-test")
+
+        class Agent:
+            def __init__(self, models: dict[str, str]) -> None:
+                self.model = models["solver"]
+
+            async def run(self, question: str) -> str:
+                reply = await client.chat.completions.create(
+                    model=self.model, messages=[{"role": "user", "content": question}]
+                )
+                return reply.choices[0].message.content or ""
+
+        dataset = [(f"q{i}", "right") for i in range(6)]
+        result = await ModelSelector(
+            Agent,
+            {"solver": ["model-a", "model-b", "model-c"]},
+            dataset,
+            lambda expected, actual: float(expected == actual.strip()),
+            algorithm="lm_proposal",
+            algorithm_params={
+                "proposer": "openai:gpt-4o",
+                "budget_fraction": 0.5,
+                "per_round": 1,
+                "attempts": 1,
+            },
+            cache=False,
+            journal=False,
+            model_handles=False,
+            seed=0,
+        ).select_best()
+    proposer = [b for b in server.reported if b.model == "gpt-4o"]
+    agent = [b for b in server.reported if b.model != "gpt-4o"]
+    assert len(proposer) == 2  # two rounds (one combination each), one try each
+    assert all("Propose 1 new combination" in b.prompt for b in proposer)
+    assert sum(c.input_tokens for c in result.combinations) == sum(b.input for b in agent)
+    assert sum(c.output_tokens for c in result.combinations) == sum(b.output for b in agent)
+    assert len([w for w in result.warnings if "chosen by rule" in w]) == 2
+    assert result.evaluations == 2 * len(dataset)
