@@ -90,7 +90,9 @@ class ModelSelector:
         dataset: a sequence of ``(input, expected)`` pairs.
         scorer: ``(expected, actual) -> float`` in [0, 1] (or bool), sync or async.
         algorithm: a name (``"auto"`` = ``"regret_race"``, ``"paired_race"``, ``"arm_elimination"``,
-            ...) or a :class:`SelectionAlgorithm` instance.
+            ``"matrix_ucb_lrf"``, ``"lm_proposal"``, ...) or a :class:`SelectionAlgorithm`
+            instance. Warnings an algorithm records (e.g. an LM proposer's unusable replies)
+            are added to the result's ``warnings``.
         max_concurrent: agent runs in flight at once, split between combinations and datapoints.
         seed: shuffles the dataset and seeds the algorithm; the same seed reproduces the run.
         budget: a :class:`~phi_core.metering.Budget` (dollars actually paid, tokens, calls, wall
@@ -394,6 +396,7 @@ class ModelSelector:
         warnings = _warnings(arena, unpriced)
         for warning in warnings:
             logger.warning("%s", warning)
+        warnings += algorithm.warnings  # logged by the algorithm as they happened
         return build_result(
             arena,
             self.space,
