@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from .._paths import user_path
 from ..errors import BudgetExhausted, UserError, redact
-from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart
+from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart, Warning
 from ..metering import Budget, Meter, metering
 from ..providers.base import ModelConfig
 from ..providers.registry import split_model_settings
@@ -332,6 +332,8 @@ class ModelSelector:
             error = redact(f"{type(exc).__name__}: {exc}")
             emitter.emit(SelectionEnd(session_id=session_id, status="error", error=error))
             raise
+        for message in result.warnings:  # an algorithm's fallback, unpriced models, ...
+            emitter.emit(Warning(loop_id=session_id, message=message))
         emitter.emit(
             SelectionEnd(
                 session_id=session_id,
