@@ -26,6 +26,7 @@ from ..types import (
 from ._common import MessageBuilder, api_key_for, network_error, thinking_as_text
 from ._openai import (
     arguments_text,
+    request_timeout,
     data_url,
     json_schema_format,
     map_openai_error,
@@ -66,7 +67,7 @@ class OpenAIChatProvider:
         finish: str | None = None
         usage = Usage()
         try:
-            response = await self._clients.get().chat.completions.create(**params)
+            response = await self._clients.get().chat.completions.create(**params, timeout=request_timeout())
             try:
                 async for chunk in response:
                     if chunk.usage is not None:

@@ -37,6 +37,7 @@ from ._common import (
 from ._openai import (
     TIMEOUT,
     arguments_text,
+    request_timeout,
     data_url,
     http_client,
     map_openai_error,
@@ -69,7 +70,7 @@ class OpenAIResponsesProvider:
         usage = Usage()
         stop: StopReason | None = None
         try:
-            response = await self._clients.get().responses.create(**params)
+            response = await self._clients.get().responses.create(**params, timeout=request_timeout())
             try:
                 async for event in response:
                     kind = event.type
