@@ -39,7 +39,9 @@
         ├── BudgetExceededError        the budget refused the call before it was sent
         └── ProviderCancelledError     the call was cancelled
 
-Provider errors never carry API keys: :func:`redact` scrubs anything that looks like one.
+Provider errors never carry API keys: :func:`redact` scrubs anything that looks like one, and
+the raw SDK exception a provider error is classified from is not chained to it (its request
+headers hold the key); ``ProviderError.cause_type`` names its type.
 """
 
 from __future__ import annotations
@@ -361,6 +363,10 @@ class ProviderError(PhiError):
 
     kind: ProviderErrorKind = "bad_request"
     retryable: bool = False
+    cause_type: str | None = None
+    """The type of the SDK or transport exception this error was classified from
+    (``openai.AuthenticationError``). The raw exception itself is never chained as
+    ``__cause__``/``__context__``: its message, request and headers can hold the API key."""
 
     def __init__(
         self,

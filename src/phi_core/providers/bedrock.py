@@ -45,6 +45,7 @@ from ..types import (
     UserMessage,
 )
 from ._common import (
+    unchained,
     TRANSPORT_ERRORS,
     MessageBuilder,
     classify_error,
@@ -156,7 +157,7 @@ class BedrockProvider:
                     mapped = _map_error(payload, model)
                     if mapped is None:
                         raise payload
-                    raise mapped from payload
+                    raise unchained(mapped, payload)  # not chained: its request holds the key
                 if "contentBlockDelta" in payload:
                     body = payload["contentBlockDelta"]
                     index = body.get("contentBlockIndex", 0)

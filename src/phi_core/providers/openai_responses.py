@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ProviderError
 from ..types import (
     AssistantMessage,
     ImageContent,
@@ -27,6 +27,7 @@ from ..types import (
     UserMessage,
 )
 from ._common import (
+    unchained,
     MessageBuilder,
     PerLoop,
     api_key_for,
@@ -69,6 +70,7 @@ class OpenAIResponsesProvider:
         builder = MessageBuilder(model.provider, model.id)
         usage = Usage()
         stop: StopReason | None = None
+        failure: ProviderError | None = None
         try:
             response = await self._clients.get().responses.create(**params, timeout=request_timeout())
             try:
@@ -126,7 +128,9 @@ class OpenAIResponsesProvider:
             mapped = map_openai_error(exc, model.provider, model.id)
             if mapped is None:
                 raise
-            raise mapped from exc
+            failure = unchained(mapped, exc)
+        if failure is not None:  # raised here, outside the handler: nothing chains the SDK error
+            raise failure
         if stop is None:
             raise network_error(
                 model.provider, model.id, EOFError("the stream ended before response.completed")
