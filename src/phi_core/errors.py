@@ -25,6 +25,8 @@
     │       └── McpTimeoutError        the server did not answer in time
     ├── ToolError                      raised by a tool: its message becomes the error result
     │   └── PathError                  a built-in tool refused a path (outside its workspace…)
+    ├── StateStoreError                router state unreadable or unwritable: disk full, locked…
+    │   └── StateCorruptError          not a router state (wrong shape, garbage); ``path`` names it
     ├── SessionError                   the session store could not do what was asked
     │   ├── SessionNotFoundError       no session with that id (also a ``KeyError``)
     │   └── SessionLockedError         another writer held the session's lock too long
@@ -88,6 +90,8 @@ __all__ = [
     "SessionLockedError",
     "SessionNotFoundError",
     "SkillError",
+    "StateCorruptError",
+    "StateStoreError",
     "ToolError",
     "UnknownModelError",
     "UserError",
@@ -295,6 +299,23 @@ class ToolError(PhiError):
 
 class PathError(ToolError):
     """A path a built-in tool refuses: outside its workspace, not a regular file, malformed."""
+
+
+class StateStoreError(PhiError):
+    """A router state (or its cache) could not be read or written; the message names the real
+    cause (disk full, locked by another process, unreachable, permission) and the location."""
+
+
+class StateCorruptError(StateStoreError):
+    """A router state of the wrong shape: garbage or truncated SQLite, JSON that is not a state
+    (``[]``, ``null``, a string where an arm's statistics belong). Writers move it aside with a
+    warning; read-only commands raise this and leave the file untouched."""
+
+    def __init__(self, message: str, *, path: str, reason: str = "") -> None:
+        self.path = path
+        self.reason = reason or message
+        """What is wrong with it, in a few words."""
+        super().__init__(message)
 
 
 class SessionError(PhiError):

@@ -57,8 +57,8 @@ from ..events import (
 )
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
 from ..providers.call import ModelCall
-from ..providers.deadlines import CallTimeoutError, deadline_scope
 from ..providers.credentials import stream_with_credentials
+from ..providers.deadlines import CallTimeoutError, deadline_scope
 from ..tools._validate import check_tools
 from ..tools.execute import ToolRunner
 from ..types import (

@@ -38,7 +38,9 @@ def request_timeout() -> Any:
     """This call's SDK time-out: the per-read :data:`TIMEOUT`, and the call's
     ``CallDeadlines.connect`` for opening the connection (the call path enforces the rest)."""
     connect = current_deadlines().connect
-    return type(openai.DEFAULT_TIMEOUT)(TIMEOUT, connect=connect if connect is not None else TIMEOUT)
+    return type(openai.DEFAULT_TIMEOUT)(
+        TIMEOUT, connect=connect if connect is not None else TIMEOUT
+    )
 
 
 PREFER_AIOHTTP = True

@@ -39,7 +39,6 @@ from ..types import (
     UserMessage,
 )
 from ._common import (
-    unchained,
     TRANSPORT_ERRORS,
     MessageBuilder,
     PerLoop,
@@ -48,6 +47,7 @@ from ._common import (
     malformed_stream,
     network_error,
     thinking_as_text,
+    unchained,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 

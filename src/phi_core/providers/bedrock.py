@@ -45,12 +45,12 @@ from ..types import (
     UserMessage,
 )
 from ._common import (
-    unchained,
     TRANSPORT_ERRORS,
     MessageBuilder,
     classify_error,
     network_error,
     thinking_as_text,
+    unchained,
 )
 from .anthropic import JSON_TOOL, THINKING_BUDGETS
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets

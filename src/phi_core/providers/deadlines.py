@@ -105,11 +105,8 @@ class CallTimeoutError(ProviderError):
     ) -> None:
         self.deadline: DeadlineKind = deadline
         self.seconds = seconds
+        self.retryable = deadline in ("connect", "first_byte")
         super().__init__(message, provider=provider, model=model)
-
-    @property  # type: ignore[override]
-    def retryable(self) -> bool:
-        return self.deadline in ("connect", "first_byte")
 
 
 _scope: ContextVar[float | None] = ContextVar("phi_call_deadline", default=None)

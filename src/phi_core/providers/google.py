@@ -42,7 +42,6 @@ from ..types import (
     UserMessage,
 )
 from ._common import (
-    unchained,
     TRANSPORT_ERRORS,
     MessageBuilder,
     PerLoop,
@@ -50,6 +49,7 @@ from ._common import (
     classify_error,
     malformed_stream,
     network_error,
+    unchained,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 

@@ -24,14 +24,14 @@ from ..types import (
     Usage,
     UserMessage,
 )
-from ._common import unchained, MessageBuilder, api_key_for, network_error, thinking_as_text
+from ._common import MessageBuilder, api_key_for, network_error, thinking_as_text, unchained
 from ._openai import (
     arguments_text,
-    request_timeout,
     data_url,
     json_schema_format,
     map_openai_error,
     openai_clients,
+    request_timeout,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 from .compat import OpenAICompat
@@ -69,7 +69,9 @@ class OpenAIChatProvider:
         usage = Usage()
         failure: ProviderError | None = None
         try:
-            response = await self._clients.get().chat.completions.create(**params, timeout=request_timeout())
+            response = await self._clients.get().chat.completions.create(
+                **params, timeout=request_timeout()
+            )
             try:
                 async for chunk in response:
                     if chunk.usage is not None:

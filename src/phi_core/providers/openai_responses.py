@@ -27,22 +27,22 @@ from ..types import (
     UserMessage,
 )
 from ._common import (
-    unchained,
     MessageBuilder,
     PerLoop,
     api_key_for,
     classify_error,
     network_error,
     thinking_as_text,
+    unchained,
 )
 from ._openai import (
     TIMEOUT,
     arguments_text,
-    request_timeout,
     data_url,
     http_client,
     map_openai_error,
     openai_clients,
+    request_timeout,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 
@@ -72,7 +72,9 @@ class OpenAIResponsesProvider:
         stop: StopReason | None = None
         failure: ProviderError | None = None
         try:
-            response = await self._clients.get().responses.create(**params, timeout=request_timeout())
+            response = await self._clients.get().responses.create(
+                **params, timeout=request_timeout()
+            )
             try:
                 async for event in response:
                     kind = event.type
