@@ -61,6 +61,9 @@ class Stream:
     """A streamed 200 response: each item of ``chunks`` is written and flushed on its own.
 
     ``drop_after``: close the connection abruptly after that many chunks (no terminating chunk).
+    ``stall_after``: after that many chunks send nothing more until the client hangs up (at
+    most ``stall_limit`` seconds). ``drip``: send the body one byte at a time, this many seconds
+    apart (a stream that never goes idle long enough for a per-read time-out).
     """
 
     chunks: list[bytes]
@@ -68,6 +71,9 @@ class Stream:
     headers: dict[str, str] = field(default_factory=dict)
     drop_after: int | None = None
     status: int = 200
+    stall_after: int | None = None
+    stall_limit: float = 30.0
+    drip: float | None = None
 
 
 Item = Respond | Stream | Callable[[Recorded], "Respond | Stream | Awaitable[Respond | Stream]"]
@@ -171,8 +177,20 @@ class FakeServer:
                 if item.drop_after is not None and n >= item.drop_after:
                     writer.transport.abort()
                     return False
-                writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                await writer.drain()
+                if item.stall_after is not None and n >= item.stall_after:
+                    # Silent until the client gives up (its read returns at EOF), then hang up.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(reader.read(1), item.stall_limit)
+                    writer.transport.abort()
+                    return False
+                pieces = [chunk[i : i + 1] for i in range(len(chunk))] if item.drip else [chunk]
+                for piece in pieces:
+                    if writer.is_closing():
+                        return False
+                    writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    await writer.drain()
+                    if item.drip:
+                        await asyncio.sleep(item.drip)
             if item.drop_after is not None:
                 writer.transport.abort()
                 return False
