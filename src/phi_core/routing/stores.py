@@ -382,6 +382,7 @@ class SQLiteStateStore:
             self._init()
 
     def _init(self) -> None:
+        self._check_shape()  # before anything is written (WAL mode changes the file's header)
         try:
             with self._connect() as conn:
                 init_wal(conn, _SCHEMA, timeout=self._timeout)
@@ -389,7 +390,6 @@ class SQLiteStateStore:
             raise sqlite_failure(exc, self.path, "open the router state") from None
         except sqlite3.DatabaseError as exc:  # not a database, malformed
             raise _corrupt(self.path, str(exc)) from None
-        self._check_shape()
 
     def _check_shape(self) -> None:
         try:
