@@ -618,8 +618,16 @@ class RedisStateStore:
         redis = _redis_module()
         self._redis = redis
         self._errors: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+        # No retries inside the client: this store retries itself, with back-off across calls,
+        # and a call never blocks for long on an unreachable server.
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         self._client = client or redis.Redis.from_url(
-            url, socket_connect_timeout=2.0, socket_timeout=socket_timeout
+            url,
+            socket_connect_timeout=min(2.0, socket_timeout),
+            socket_timeout=socket_timeout,
+            retry=Retry(NoBackoff(), 0),
         )
         self.url = url
         self.prefix = prefix or "phi:router:v1"
