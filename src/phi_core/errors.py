@@ -39,6 +39,7 @@
         ├── ContextOverflowError       the prompt does not fit the model's context window
         ├── BadRequestError            400/404/422: the request itself is wrong (not retried)
         ├── BudgetExceededError        the budget refused the call before it was sent
+        ├── CallTimeoutError           a call missed a deadline (``deadline``: connect, first byte…)
         └── ProviderCancelledError     the call was cancelled
 
 Provider errors never carry API keys: :func:`redact` scrubs anything that looks like one, and
@@ -63,8 +64,10 @@ __all__ = [
     "BranchFailure",
     "BudgetExceededError",
     "BudgetExhausted",
+    "CallTimeoutError",
     "ConfigError",
     "ContextOverflowError",
+    "DeadlineKind",
     "Interrupted",
     "McpConnectionError",
     "McpError",
@@ -458,6 +461,34 @@ class BudgetExceededError(ProviderError):
     def __init__(self, message: str, *, limit: str) -> None:
         self.limit = limit
         super().__init__(f"Budget exceeded: {message}")
+
+
+DeadlineKind = Literal["connect", "first_byte", "idle", "total", "run"]
+"""Which deadline a call missed (``run``: the run's ``max_duration`` or wall-clock budget)."""
+
+
+class CallTimeoutError(ProviderError):
+    """A model call missed a deadline; ``deadline`` says which one.
+
+    Retried (within the retry policy and the total deadline) only when nothing had streamed and
+    the missed deadline was ``connect`` or ``first_byte``.
+    """
+
+    kind = "timeout"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        deadline: DeadlineKind,
+        seconds: float,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.deadline: DeadlineKind = deadline
+        self.seconds = seconds
+        self.retryable = deadline in ("connect", "first_byte")
+        super().__init__(message, provider=provider, model=model)
 
 
 class ProviderCancelledError(ProviderError):

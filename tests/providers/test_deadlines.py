@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from phi_core.context.limits import ExecutionLimits
-from phi_core.errors import UserError
+from phi_core.errors import CallTimeoutError, UserError
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
 from phi_core.metering import Meter, metering
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.providers.call import ModelCall
-from phi_core.providers.deadlines import CallDeadlines, CallTimeoutError, deadline_scope
+from phi_core.providers.deadlines import CallDeadlines, deadline_scope
 from phi_core.providers.registry import get_provider
 from phi_core.providers.retry import RetryPolicy
 from phi_core.testing import Hang, Reply, ScriptedProvider, call

@@ -34,7 +34,7 @@ from ..context.compaction import CompactionReport
 from ..context.limits import ExecutionTracker
 from ..context.prun import PrunRecord, apply_prunes, pruned_turns
 from ..context.window import ContextWindow
-from ..errors import ContextOverflowError, ProviderError, UserError
+from ..errors import CallTimeoutError, ContextOverflowError, ProviderError, UserError
 from ..events import (
     AgentEnd,
     AgentStart,
@@ -58,7 +58,7 @@ from ..events import (
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.credentials import stream_with_credentials
-from ..providers.deadlines import CallTimeoutError, deadline_scope
+from ..providers.deadlines import deadline_scope
 from ..tools._validate import check_tools
 from ..tools.execute import ToolRunner
 from ..types import (

@@ -27,23 +27,19 @@ import time
 from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Literal
 
-from ..errors import ProviderError, UserError
+from ..errors import UserError
 from ..metering import Meter, active_meters
 
 __all__ = [
     "DEFAULT_DEADLINES",
     "CallDeadlines",
-    "CallTimeoutError",
-    "DeadlineKind",
     "current_deadlines",
     "deadline_scope",
+    "reset_current",
     "scope_deadline",
+    "set_current",
 ]
-
-DeadlineKind = Literal["connect", "first_byte", "idle", "total", "run"]
-"""Which deadline a call missed (``run``: the run's ``max_duration`` or wall-clock budget)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,30 +79,6 @@ class CallDeadlines:
 
 
 DEFAULT_DEADLINES = CallDeadlines()
-
-
-class CallTimeoutError(ProviderError):
-    """A model call missed a deadline; ``deadline`` says which one.
-
-    Retried (within the retry policy and the total deadline) only when nothing had streamed and
-    the missed deadline was ``connect`` or ``first_byte``.
-    """
-
-    kind = "timeout"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        deadline: DeadlineKind,
-        seconds: float,
-        provider: str | None = None,
-        model: str | None = None,
-    ) -> None:
-        self.deadline: DeadlineKind = deadline
-        self.seconds = seconds
-        self.retryable = deadline in ("connect", "first_byte")
-        super().__init__(message, provider=provider, model=model)
 
 
 _scope: ContextVar[float | None] = ContextVar("phi_call_deadline", default=None)

@@ -22,13 +22,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import ProviderError, RateLimitedError
+from ..errors import CallTimeoutError, DeadlineKind, ProviderError, RateLimitedError
 from .base import Provider, StreamDone, StreamEvent, StreamRequest
 from .deadlines import (
     DEFAULT_DEADLINES,
     CallDeadlines,
-    CallTimeoutError,
-    DeadlineKind,
     reset_current,
     scope_deadline,
     set_current,
