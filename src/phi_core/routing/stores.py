@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._sqlite import init_wal
+from .._sqlite import init_wal, sqlite_failure
 from ..errors import MissingExtraError, StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats
 
@@ -62,7 +62,6 @@ __all__ = [
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "open_state_store",
-    "sqlite_failure",
     "stats_from_json",
 ]
 
@@ -334,26 +333,6 @@ def _row_stats(row: tuple[Any, ...], where: str) -> ArmStats:
         reward_sq=_number(rq, f"{where}.reward_sq"),
         updated_at=_number(ts, f"{where}.updated_at"),
     )
-
-
-def sqlite_failure(exc: sqlite3.Error, path: Path | str, action: str) -> StateStoreError:
-    """A SQLite failure as a :class:`StateStoreError` that names the real cause."""
-    text = str(exc)
-    lowered = text.lower()
-    if "disk is full" in lowered or "disk full" in lowered:
-        cause = "disk full (free some space, or move the state elsewhere)"
-    elif "locked" in lowered or "busy" in lowered:
-        cause = (
-            "the database is locked: another process kept it busy for too long (retry, or "
-            "stop the other process)"
-        )
-    elif "readonly" in lowered or "read-only" in lowered:
-        cause = "the file or its folder is read-only"
-    elif "unable to open" in lowered:
-        cause = "it cannot be opened (check that the folder exists and is readable)"
-    else:
-        cause = text
-    return StateStoreError(f"Cannot {action} {path}: {cause}.")
 
 
 class SQLiteStateStore:
