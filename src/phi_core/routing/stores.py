@@ -159,21 +159,15 @@ def _check_document(data: Any) -> dict[str, dict[str, ArmStats]]:
     return out
 
 
-def _quarantine(path: Path, why: str, *, what: str = "Router state") -> Path:
-    """Move a state of the wrong shape (and its SQLite companions) aside, with one warning."""
+def _quarantine(path: Path, why: str, *, kind: str = "a router state") -> Path:
+    """Move a file of the wrong shape (and its SQLite companions) aside, with one warning."""
     aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     os.replace(path, aside)
     for suffix in ("-wal", "-shm", "-journal"):
         companion = path.with_name(path.name + suffix)
         with contextlib.suppress(FileNotFoundError):
             os.replace(companion, aside.with_name(aside.name + suffix))
-    logger.warning(
-        "%s %s is not a router state (%s); moved it to %s and starting from empty statistics.",
-        what,
-        path,
-        why,
-        aside,
-    )
+    logger.warning("%s is not %s (%s); moved it to %s and starting afresh.", path, kind, why, aside)
     return aside
 
 
@@ -878,6 +872,15 @@ class SQLitePreviewCache:
     def __init__(self, path: str | os.PathLike[str], ttl_s: float = 600.0) -> None:
         self.path = Path(path)
         self.ttl_s = ttl_s
+        try:
+            self._init()
+        except sqlite3.OperationalError as exc:
+            raise sqlite_failure(exc, self.path, "open the preview cache") from None
+        except sqlite3.DatabaseError as exc:  # garbage or truncated: a cache can start afresh
+            _quarantine(self.path, str(exc), kind="a preview cache")
+            self._init()
+
+    def _init(self) -> None:
         with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
             init_wal(
                 conn,
