@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -257,3 +258,12 @@ def test_a_locked_state_is_reported_as_locked(tmp_path: Path) -> None:
         holder.close()
     assert "another process" in str(caught.value)
     assert not list(tmp_path.glob("*.corrupt-*")), "a locked state is not corrupt"
+
+
+def test_phi_route_show_on_an_unreachable_redis_says_so_instead_of_showing_nothing() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = CliRunner().invoke(app, ["route", "show", "--state", f"redis://127.0.0.1:{port}/0"])
+    assert result.exit_code == 1, result.output
+    assert "unreachable" in result.output and "Traceback" not in result.output

@@ -538,8 +538,9 @@ return 1
 """One atomic, idempotent addition: ``KEYS[4]`` marks the update's id as applied, so an update
 re-sent after a time-out (the server may have run it before the client gave up) counts once."""
 
-APPLIED_TTL_S = 7 * 24 * 3600
-"""How long Redis remembers an applied update's id (an update is re-sent within this time)."""
+APPLIED_TTL_S = 24 * 3600
+"""How long Redis remembers an applied update's id (``<prefix>:applied:<id>``, a few bytes
+each): an update re-sent later than this after an outage could count twice."""
 
 
 def _redis_module() -> Any:
