@@ -4,6 +4,7 @@ persists between runs and is visible through `phi route show`."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,20 @@ def test_a_bandit_race_moves_a_state_of_the_wrong_shape_aside_and_learns_afresh(
         arms = next(iter(json.loads(shown.stdout).values()))
         learned.append(sum(arm["n"] for arm in arms.values()))
     assert learned[0] == learned[1] > 0
+
+
+def test_a_bandit_race_says_when_router_updates_could_not_reach_redis(
+    tmp_path: Path, script: str
+) -> None:
+    with socket.socket() as s:  # a port nobody listens on: Redis is down for the whole run
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [
+        "race", "What is entanglement?", "-m", "scripted:a", "-m", "scripted:b",
+        "--strategy", "bandit", "--judge", "scripted:judge",
+        "--state", f"redis://127.0.0.1:{port}/0", "--script", script, "--top-k", "2",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "router update(s) could not be stored" in result.stderr
+    assert "Traceback" not in result.output
