@@ -12,7 +12,7 @@ import pytest
 from phi_core.context.limits import ExecutionLimits
 from phi_core.errors import CallTimeoutError, UserError
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
-from phi_core.metering import Meter, metering
+from phi_core.metering import Budget, Meter, metering
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.providers.call import ModelCall
 from phi_core.providers.deadlines import CallDeadlines, deadline_scope
@@ -121,6 +121,17 @@ async def test_the_enclosing_deadline_scope_ends_a_call_with_deadlines_off(
             await _call(server.url, CallDeadlines.none(), Meter())
     assert caught.value.deadline == "run"
     assert time.monotonic() - started < 2.0
+
+
+async def test_a_wall_clock_budget_ends_a_call_that_is_still_streaming(strict_loop: Any) -> None:
+    meter = Meter(Budget(max_wall_s=1.0))
+    async with FakeServer([Stream(_partial_then_more(), stall_after=2)]) as server:
+        started = time.monotonic()
+        with pytest.raises(CallTimeoutError) as caught:
+            await _call(server.url, CallDeadlines.none(), meter)
+    assert caught.value.deadline == "run"
+    assert time.monotonic() - started < 2.0
+    assert meter.calls[-1].error_kind == "timeout" and meter.calls[-1].usage.output > 0
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "5", True])
