@@ -124,13 +124,13 @@ async def test_the_enclosing_deadline_scope_ends_a_call_with_deadlines_off(
 
 
 async def test_a_wall_clock_budget_ends_a_call_that_is_still_streaming(strict_loop: Any) -> None:
-    meter = Meter(Budget(max_wall_s=1.0))
     async with FakeServer([Stream(_partial_then_more(), stall_after=2)]) as server:
+        meter = Meter(Budget(max_wall_s=1.5))
         started = time.monotonic()
         with pytest.raises(CallTimeoutError) as caught:
             await _call(server.url, CallDeadlines.none(), meter)
     assert caught.value.deadline == "run"
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 2.5
     assert meter.calls[-1].error_kind == "timeout" and meter.calls[-1].usage.output > 0
 
 
