@@ -266,4 +266,4 @@ def test_phi_route_show_on_an_unreachable_redis_says_so_instead_of_showing_nothi
         port = s.getsockname()[1]
     result = CliRunner().invoke(app, ["route", "show", "--state", f"redis://127.0.0.1:{port}/0"])
     assert result.exit_code == 1, result.output
-    assert "unreachable" in result.output and "Traceback" not in result.output
+    assert "cannot be reached" in result.output and "Traceback" not in result.output

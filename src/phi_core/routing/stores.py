@@ -642,7 +642,7 @@ class RedisStateStore:
 
     def _unavailable(self, exc: BaseException) -> StateStoreError:
         return StateStoreError(
-            f"Cannot read the router state at {_safe_url(self.url)}: Redis is unreachable "
+            f"Cannot read the router state at {_safe_url(self.url)}: Redis cannot be reached "
             f"({type(exc).__name__}). Start it, or pass another --state."
         )
 
@@ -824,6 +824,11 @@ def open_state_store(
     text = str(location)
     if text.startswith(("redis://", "rediss://", "unix://")):
         return RedisStateStore(text, read_only=read_only)
+    if read_only and not Path(text).is_file():
+        raise UserError(
+            f"No router state at {text!r}; race with --strategy bandit first, or pass the "
+            "state's location (a .sqlite/.json file or redis://…)."
+        )
     if text.endswith((".sqlite", ".sqlite3", ".db")):
         return SQLiteStateStore(text, read_only=read_only)
     return JsonFileStateStore(text, read_only=read_only)
