@@ -44,6 +44,7 @@ from .errors import (
     BadRequestError,
     BranchFailure,
     BudgetExhausted,
+    CallTimeoutError,
     ConfigError,
     ContextOverflowError,
     Interrupted,
@@ -70,6 +71,8 @@ from .errors import (
     SessionLockedError,
     SessionNotFoundError,
     SkillError,
+    StateCorruptError,
+    StateStoreError,
     UnknownModelError,
     UserError,
 )
@@ -129,6 +132,7 @@ from .parallel import (
 )
 from .providers import (
     CacheConfig,
+    CallDeadlines,
     CredentialProvider,
     ManualCache,
     ModelConfig,
@@ -320,6 +324,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "tool",
     # providers
     "CacheConfig",
+    "CallDeadlines",
     "CredentialProvider",
     "ManualCache",
     "ModelConfig",
@@ -375,6 +380,7 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "BadRequestError",
     "BranchFailure",
     "BudgetExhausted",
+    "CallTimeoutError",
     "ConfigError",
     "ContextOverflowError",
     "Interrupted",
@@ -401,6 +407,8 @@ __all__ = [  # noqa: RUF022 - grouped by layer, not alphabetically
     "SessionError",
     "SessionLockedError",
     "SessionNotFoundError",
+    "StateCorruptError",
+    "StateStoreError",
     "UnknownModelError",
     "UserError",
     "__version__",

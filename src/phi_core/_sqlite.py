@@ -1,5 +1,6 @@
 """One way to open the project's SQLite files (session store, router state, preview and response
-caches): WAL mode plus the schema, retried while another process holds the database.
+caches): WAL mode plus the schema, retried while another process holds the database; and one way
+to report their failures (:func:`sqlite_failure` names the real cause: disk full, locked).
 
 SQLite's busy timeout does not cover every lock taken while a fresh database file is switched
 to WAL and its tables are created: a second process starting at the same moment can get
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from pathlib import Path
 
-__all__ = ["init_wal"]
+from .errors import StateStoreError
+
+__all__ = ["init_wal", "sqlite_failure"]
 
 
 def init_wal(conn: sqlite3.Connection, schema: str, *, timeout: float = 30.0) -> None:
@@ -32,3 +36,23 @@ def init_wal(conn: sqlite3.Connection, schema: str, *, timeout: float = 30.0) ->
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
+
+
+def sqlite_failure(exc: sqlite3.Error, path: Path | str, action: str) -> StateStoreError:
+    """A SQLite failure as a :class:`StateStoreError` that names the real cause."""
+    text = str(exc)
+    lowered = text.lower()
+    if "disk is full" in lowered or "disk full" in lowered:
+        cause = "disk full (free some space, or move the state elsewhere)"
+    elif "locked" in lowered or "busy" in lowered:
+        cause = (
+            "the database is locked: another process kept it busy for too long (retry, or "
+            "stop the other process)"
+        )
+    elif "readonly" in lowered or "read-only" in lowered:
+        cause = "the file or its folder is read-only"
+    elif "unable to open" in lowered:
+        cause = "it cannot be opened (check that the folder exists and is readable)"
+    else:
+        cause = text
+    return StateStoreError(f"Cannot {action} {path}: {cause}.")

@@ -71,6 +71,7 @@ from .loop import (
 from .loop.config import maybe_await
 from .providers.base import CacheConfig, ManualCache, ModelConfig, Provider
 from .providers.credentials import CredentialProvider
+from .providers.deadlines import CallDeadlines
 from .providers.retry import RetryPolicy
 from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
 from .subagents import SubAgentTool
@@ -276,6 +277,10 @@ class BasicAgent:
 
     def with_retry(self, retry: RetryPolicy) -> BasicAgent:
         return self._set(retry=retry)
+
+    def with_deadlines(self, deadlines: CallDeadlines) -> BasicAgent:
+        """Connect, first-byte, idle and total deadlines of every model call."""
+        return self._set(deadlines=deadlines)
 
     def with_cache(self, cache: bool | str | ManualCache | CacheConfig) -> BasicAgent:
         """Prompt caching: ``True``/``"auto"``, ``False``/``"disabled"``, a

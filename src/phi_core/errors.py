@@ -28,6 +28,8 @@
     │   └── ClientDisconnected         the client went away before its answer was sent (499)
     ├── ToolError                      raised by a tool: its message becomes the error result
     │   └── PathError                  a built-in tool refused a path (outside its workspace…)
+    ├── StateStoreError                router state unreadable or unwritable: disk full, locked…
+    │   └── StateCorruptError          not a router state (wrong shape, garbage); ``path`` names it
     ├── SessionError                   the session store could not do what was asked
     │   ├── SessionNotFoundError       no session with that id (also a ``KeyError``)
     │   └── SessionLockedError         another writer held the session's lock too long
@@ -40,9 +42,12 @@
         ├── ContextOverflowError       the prompt does not fit the model's context window
         ├── BadRequestError            400/404/422: the request itself is wrong (not retried)
         ├── BudgetExceededError        the budget refused the call before it was sent
+        ├── CallTimeoutError           a call missed a deadline (``deadline``: connect, first byte…)
         └── ProviderCancelledError     the call was cancelled
 
-Provider errors never carry API keys: :func:`redact` scrubs anything that looks like one.
+Provider errors never carry API keys: :func:`redact` scrubs anything that looks like one, and
+the raw SDK exception a provider error is classified from is not chained to it (its request
+headers hold the key); ``ProviderError.cause_type`` names its type.
 """
 
 from __future__ import annotations
@@ -62,9 +67,11 @@ __all__ = [
     "BranchFailure",
     "BudgetExceededError",
     "BudgetExhausted",
+    "CallTimeoutError",
     "ClientDisconnected",
     "ConfigError",
     "ContextOverflowError",
+    "DeadlineKind",
     "GatewayError",
     "Interrupted",
     "McpConnectionError",
@@ -91,6 +98,8 @@ __all__ = [
     "SessionLockedError",
     "SessionNotFoundError",
     "SkillError",
+    "StateCorruptError",
+    "StateStoreError",
     "ToolError",
     "UnknownModelError",
     "UserError",
@@ -306,6 +315,23 @@ class PathError(ToolError):
     """A path a built-in tool refuses: outside its workspace, not a regular file, malformed."""
 
 
+class StateStoreError(PhiError):
+    """A router state (or its cache) could not be read or written; the message names the real
+    cause (disk full, locked by another process, unreachable, permission) and the location."""
+
+
+class StateCorruptError(StateStoreError):
+    """A router state of the wrong shape: garbage or truncated SQLite, JSON that is not a state
+    (``[]``, ``null``, a string where an arm's statistics belong). Writers move it aside with a
+    warning; read-only commands raise this and leave the file untouched."""
+
+    def __init__(self, message: str, *, path: str, reason: str = "") -> None:
+        self.path = path
+        self.reason = reason or message
+        """What is wrong with it, in a few words."""
+        super().__init__(message)
+
+
 class SessionError(PhiError):
     """The session store could not do what was asked."""
 
@@ -409,6 +435,10 @@ class ProviderError(PhiError):
 
     kind: ProviderErrorKind = "bad_request"
     retryable: bool = False
+    cause_type: str | None = None
+    """The type of the SDK or transport exception this error was classified from
+    (``openai.AuthenticationError``). The raw exception itself is never chained as
+    ``__cause__``/``__context__``: its message, request and headers can hold the API key."""
 
     def __init__(
         self,
@@ -479,6 +509,34 @@ class BudgetExceededError(ProviderError):
     def __init__(self, message: str, *, limit: str) -> None:
         self.limit = limit
         super().__init__(f"Budget exceeded: {message}")
+
+
+DeadlineKind = Literal["connect", "first_byte", "idle", "total", "run"]
+"""Which deadline a call missed (``run``: the run's ``max_duration`` or wall-clock budget)."""
+
+
+class CallTimeoutError(ProviderError):
+    """A model call missed a deadline; ``deadline`` says which one.
+
+    Retried (within the retry policy and the total deadline) only when nothing had streamed and
+    the missed deadline was ``connect`` or ``first_byte``.
+    """
+
+    kind = "timeout"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        deadline: DeadlineKind,
+        seconds: float,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.deadline: DeadlineKind = deadline
+        self.seconds = seconds
+        self.retryable = deadline in ("connect", "first_byte")
+        super().__init__(message, provider=provider, model=model)
 
 
 class ProviderCancelledError(ProviderError):

@@ -4,6 +4,7 @@ persists between runs and is visible through `phi route show`."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,54 @@ def test_verify_is_a_usage_error_when_bad_or_without_the_bandit_strategy(
     assert bad.exit_code == 2 and "Unknown verify check 'json'" in bad.output
     other = runner.invoke(app, [*base, "--strategy", "vote", "--verify", "python"])
     assert other.exit_code == 2 and "--verify applies to --strategy bandit" in other.output
+
+
+@pytest.mark.parametrize(
+    ("name", "garbage"),
+    [("router.sqlite", b"\0" * 4096), ("router.json", b'{"version": 1, "namespaces": []}')],
+)
+def test_a_bandit_race_moves_a_state_of_the_wrong_shape_aside_and_learns_afresh(
+    tmp_path: Path, script: str, name: str, garbage: bytes
+) -> None:
+    state = tmp_path / name
+    state.write_bytes(garbage)
+    if name.endswith(".json"):  # its preview cache beside it is garbage too
+        (tmp_path / f"{name}.cache.sqlite").write_bytes(b"not a database" * 100)
+    args = [
+        "race", "What is entanglement?", "-m", "scripted:a", "-m", "scripted:b",
+        "--strategy", "bandit", "--judge", "scripted:judge", "--state", str(state),
+        "--script", script, "--json", "--top-k", "2",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert [p.read_bytes() for p in tmp_path.glob(f"{name}.corrupt-*")] == [garbage]
+    # Learning restarted from empty statistics: the same as one race on a fresh state.
+    fresh = tmp_path / "fresh" / name
+    fresh.parent.mkdir()
+    fresh_args = [str(fresh) if a == str(state) else a for a in args]
+    assert CliRunner().invoke(app, fresh_args).exit_code == 0
+    learned = []
+    for where in (state, fresh):
+        shown = CliRunner().invoke(app, ["route", "show", "--state", str(where), "--json"])
+        assert shown.exit_code == 0, shown.output
+        arms = next(iter(json.loads(shown.stdout).values()))
+        learned.append(sum(arm["n"] for arm in arms.values()))
+    assert learned[0] == learned[1] > 0
+
+
+def test_a_bandit_race_says_when_router_updates_could_not_reach_redis(
+    tmp_path: Path, script: str
+) -> None:
+    with socket.socket() as s:  # a port nobody listens on: Redis is down for the whole run
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [
+        "race", "What is entanglement?", "-m", "scripted:a", "-m", "scripted:b",
+        "--strategy", "bandit", "--judge", "scripted:judge",
+        "--state", f"redis://127.0.0.1:{port}/0", "--script", script, "--top-k", "2",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "router update(s) could not be stored" in result.stderr
+    assert "Traceback" not in result.output

@@ -111,6 +111,27 @@ def test_agent_from_config_applies_model_profile_and_limits() -> None:
     )
 
 
+def test_execution_deadlines_set_the_call_deadlines_and_keep_defaults_for_the_rest() -> None:
+    config = toml(
+        """
+        [provider]
+        model = "scripted:m1"
+        [execution.deadlines]
+        idle_secs = 15
+        total_secs = 90.5
+        """
+    )
+    deadlines = agent_from_config(config).build_config().deadlines
+    assert (deadlines.connect, deadlines.first_byte, deadlines.idle, deadlines.total) == (
+        10.0,
+        120.0,
+        15,
+        90.5,
+    )
+    with pytest.raises(ConfigError, match="idle_secs"):
+        toml('[provider]\nmodel = "scripted:x"\n[execution.deadlines]\nidle_secs = 0\n')
+
+
 @pytest.mark.parametrize("level", ["off", "minimal", "low", "medium", "HIGH"])
 def test_every_thinking_level_maps(level: str) -> None:
     config = toml(

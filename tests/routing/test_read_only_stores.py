@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phi_core.errors import UserError
+from phi_core.errors import StateCorruptError, UserError
 from phi_core.routing.bandits import ArmStats
 from phi_core.routing.stores import JsonFileStateStore, SQLiteStateStore, open_state_store
 
@@ -48,7 +48,7 @@ def test_a_corrupt_json_state_is_reported_and_left_where_it_is(tmp_path: Path) -
     path = tmp_path / "state.json"
     path.write_text("{not json")
     reader = JsonFileStateStore(path, read_only=True)
-    with pytest.raises(UserError, match="unreadable"):
+    with pytest.raises(StateCorruptError, match="is not a router state"):
         reader.namespaces()
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
     assert path.read_text() == "{not json"

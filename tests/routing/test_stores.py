@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing as mp
 import shutil
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +86,9 @@ def test_four_processes_updating_one_sqlite_store_lose_no_update(tmp_path: Path)
     _assert_equal_to_sum(SQLiteStateStore(path).load("ns")["arm"])
 
 
-@pytest.fixture
-def redis_url(tmp_path: Path):
+@contextlib.contextmanager
+def running_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real ``redis-server`` on a free 127.0.0.1 port: ``(url, process)``."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
@@ -122,11 +126,18 @@ def redis_url(tmp_path: Path):
                 pytest.fail("redis-server did not start")
             time.sleep(0.05)  # polling a foreign process's port: nothing to await
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://127.0.0.1:{port}/0", proc
     finally:
         client.close()
+        proc.send_signal(signal.SIGCONT)  # in case a test left it stopped
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    with running_redis(tmp_path) as (url, _proc):
+        yield url
 
 
 @pytest.mark.server

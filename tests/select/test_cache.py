@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+import sqlite3
 from pathlib import Path
 
+import pytest
+
+from phi_core.metering import metering
 from phi_core.providers.base import ModelConfig, StreamRequest
+from phi_core.providers.call import ModelCall
 from phi_core.providers.call import request_key as cache_key
 from phi_core.select import ResponseCache
+from phi_core.testing import ScriptedProvider
 from phi_core.types import AssistantMessage, TextContent, UserMessage
 
 
@@ -63,3 +70,32 @@ async def test_the_cache_persists_messages_and_latency(tmp_path: Path) -> None:
     assert hit is not None and hit.message.text == "hello" and hit.latency == 1.5
     assert await reopened.get("other") is None
     assert len(reopened) == 1
+
+
+async def test_a_locked_cache_never_fails_a_call_already_paid_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "cache.sqlite"
+    cache = ResponseCache(path, timeout=0.1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process is writing, and keeps the lock
+    model = ModelConfig(provider="scripted", id="m", api="scripted")
+    try:
+        with metering() as meter, caplog.at_level(logging.WARNING):
+            call = ModelCall(
+                ScriptedProvider(["paid answer"]),
+                StreamRequest(model=model, messages=[UserMessage.text("hi")]),
+                cache=cache,
+                limiter=None,
+            )
+            async for _ in call.stream():
+                pass
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert call.message is not None and call.message.text == "paid answer"
+    assert len(meter.calls) == 1 and meter.calls[0].error_kind is None
+    warning = next(r.getMessage() for r in caplog.records if "cache write failed" in r.getMessage())
+    assert "locked" in warning and "the answer is kept" in warning
+    assert len(cache) == 0
+    cache.close()

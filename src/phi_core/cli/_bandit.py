@@ -21,6 +21,7 @@ from ..cancel import CancelToken
 from ..events import ParallelLoopStart, RouteDecision, RouteUpdate
 from ..race.pipeline import BanditRace, BanditRaceResult
 from ..types import Usage
+from ._common import warn
 from ._output import print_table
 from ._view import BranchState, RaceView, outcome_table
 
@@ -185,6 +186,21 @@ def bandit_exit_code(result: BanditRaceResult, interrupted: bool) -> int:
 async def run_bandit(
     race: BanditRace, text: str, sink: Any, token: CancelToken
 ) -> BanditRaceResult:
-    """Load the shared state and race once, ``sink`` receiving every event."""
+    """Load the shared state and race once, ``sink`` receiving every event; push router updates
+    kept while the state was unreachable before the process exits (a warning when some could
+    not be)."""
     await race.load()
-    return await race.run(text, events=sink, cancel=token)
+    try:
+        return await race.run(text, events=sink, cancel=token)
+    finally:
+        await flush_router_updates(race)
+
+
+async def flush_router_updates(race: BanditRace) -> None:
+    """Push the updates a Redis state kept while unreachable; warn about any still waiting."""
+    waiting = await race.flush_state()
+    if waiting:
+        warn(
+            f"{waiting} router update(s) could not be stored: the router state is unreachable, "
+            "and they are lost when this command exits."
+        )

@@ -52,6 +52,7 @@ from ..providers.base import Provider
 from ..providers.registry import resolve_model
 from ..race import BanditOptions, BanditRace, BanditRaceResult
 from ..types import Pricing
+from ._bandit import flush_router_updates
 from ._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -282,7 +283,10 @@ def parallel_agents(
 
 async def _race(race: BanditRace, text: str, token: CancelToken) -> BanditRaceResult:
     await race.load()
-    return await race.run(text, cancel=token)
+    try:
+        return await race.run(text, cancel=token)
+    finally:
+        await flush_router_updates(race)
 
 
 def _features(name: str, embedding_model: str | None) -> Literal["hashed", "embedding"]:

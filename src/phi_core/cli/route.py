@@ -1,21 +1,26 @@
 """``phi route show|reset|export``: inspect, reset or export the learned router state.
 
-``app`` is the ``route`` sub-app (mounted by the main CLI). Reading commands never create or
-change a state; a namespace that does not exist is a usage error listing the ones that do.
+``app`` is the ``route`` sub-app (mounted by the main CLI). Reading commands (``show``,
+``export``) open the state read-only: they never create, lock, move or change it, and a state
+of the wrong shape is reported (exit 1) and left as it was. ``reset`` writes: it moves such a
+state aside with a warning. A namespace that does not exist is a usage error listing the ones
+that do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ..errors import UserError
+from ..errors import StateStoreError, UserError
 from ..routing.state import route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
-from ._common import usage_error
+from ._common import EXIT_FAILED, usage_error
 from ._parallel_agents import main as parallel_agents_main  # the installed script's old path
 
 __all__ = ["app", "parallel_agents_main"]
@@ -39,7 +44,7 @@ app = typer.Typer(
 )
 
 
-def _open(state: str | None) -> RouterStateStore:
+def _open(state: str | None, *, read_only: bool) -> RouterStateStore:
     state = state_location(state)
     if not state.startswith(("redis://", "rediss://", "unix://")) and not Path(state).is_file():
         raise usage_error(
@@ -48,7 +53,17 @@ def _open(state: str | None) -> RouterStateStore:
                 "--state (a .sqlite/.json file or redis://…)."
             )
         )
-    return open_state_store(state)
+    return open_state_store(state, read_only=read_only)
+
+
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """A state that cannot be read or written: its cause on stderr, exit 1 (not a traceback)."""
+    try:
+        yield
+    except StateStoreError as exc:
+        usage_error(exc)  # prints ``Error: …``
+        raise typer.Exit(EXIT_FAILED) from None
 
 
 @app.command("show")
@@ -57,7 +72,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show each arm's observation count and mean reward, per feature namespace."""
-    summary = route_state_summary(_open(state))
+    with _store_errors():
+        summary = route_state_summary(_open(state, read_only=True))
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -80,8 +96,11 @@ def reset(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Forget the learned statistics (all namespaces, or one)."""
-    store = _open(state)
-    state = state_location(state)
+    with _store_errors():
+        _reset(_open(state, read_only=False), state_location(state), namespace, yes)
+
+
+def _reset(store: RouterStateStore, state: str, namespace: str | None, yes: bool) -> None:
     if namespace is not None:
         known = store.namespaces()
         if namespace not in known:
@@ -107,12 +126,13 @@ def export(
     ] = None,
 ) -> None:
     """Export the full sufficient statistics (A, b, counts) as JSON."""
-    store = _open(state)
     data: dict[str, Any] = {"version": 1, "namespaces": {}}
-    for namespace in store.namespaces():
-        data["namespaces"][namespace] = {
-            arm: stats.to_json() for arm, stats in sorted(store.load(namespace).items())
-        }
+    with _store_errors():
+        store = _open(state, read_only=True)
+        for namespace in store.namespaces():
+            data["namespaces"][namespace] = {
+                arm: stats.to_json() for arm, stats in sorted(store.load(namespace).items())
+            }
     text = json.dumps(data)
     if output is None:
         typer.echo(text)

@@ -29,6 +29,7 @@ from ..errors import ConfigError, ProviderError, UserError, register_secret
 from ..loop import AgentLoopConfig, Batched
 from ..loop.config import DEFAULT_MODEL
 from ..providers.base import ApiProtocol, CacheConfig, ManualCache, ModelConfig, Provider
+from ..providers.deadlines import CallDeadlines
 from ..providers.registry import known_providers, resolve_model
 from ..providers.retry import RetryPolicy
 from ..sessions import SessionRecorder, SessionRecorderConfig, open_session_store
@@ -436,6 +437,16 @@ class _Builder:
                     if r.max_delay_ms is not None
                     else base.max_delay,
                     multiplier=r.backoff_multiplier if r.backoff_multiplier is not None else 2.0,
+                )
+            )
+        if e.deadlines is not None:
+            d, base_deadlines = e.deadlines, CallDeadlines()
+            agent.with_deadlines(
+                CallDeadlines(
+                    connect=d.connect_secs or base_deadlines.connect,
+                    first_byte=d.first_byte_secs or base_deadlines.first_byte,
+                    idle=d.idle_secs or base_deadlines.idle,
+                    total=d.total_secs or base_deadlines.total,
                 )
             )
         if e.cache is not None:

@@ -246,6 +246,16 @@ class RetrySection(_Section):
     max_delay_ms: int | None = Field(default=None, ge=0)
 
 
+class DeadlinesSection(_Section):
+    """``[execution.deadlines]``: seconds per phase of every model call (see ``CallDeadlines``);
+    a key left out keeps its default."""
+
+    connect_secs: float | None = Field(default=None, gt=0)
+    first_byte_secs: float | None = Field(default=None, gt=0)
+    idle_secs: float | None = Field(default=None, gt=0)
+    total_secs: float | None = Field(default=None, gt=0)
+
+
 class CacheSection(_Section):
     enabled: bool = True
     strategy: Literal["auto", "disabled", "manual"] = "auto"
@@ -261,6 +271,7 @@ class ExecutionSection(_Section):
     max_duration_secs: float | None = Field(default=None, gt=0)
     max_cost: float | None = Field(default=None, gt=0)
     retry: RetrySection | None = None
+    deadlines: DeadlinesSection | None = None
     cache: CacheSection | None = None
 
 

@@ -10,7 +10,12 @@ __all__ = ["ExecutionLimits", "ExecutionTracker"]
 
 @dataclass(frozen=True, slots=True)
 class ExecutionLimits:
-    """Runaway protection, checked before every turn; ``None`` switches a limit off."""
+    """Runaway protection; ``None`` switches a limit off.
+
+    Turns, tokens and cost are checked before every turn. ``max_duration`` is also a deadline
+    for everything inside the run: a model call still streaming when it passes ends with a
+    ``timeout`` error, and tools still running are cancelled; the run then ends on the limit.
+    """
 
     max_turns: int | None = 50
     max_total_tokens: int | None = 1_000_000
@@ -32,6 +37,17 @@ class ExecutionTracker:
 
     def record_cost(self, dollars: float) -> None:
         self.cost += dollars
+
+    def deadline(self) -> float | None:
+        """When ``max_duration`` runs out, as a ``time.monotonic()`` value (``None``: never)."""
+        if self.limits.max_duration is None:
+            return None
+        return self.started + self.limits.max_duration
+
+    def duration_exceeded(self, where: str) -> str:
+        """The stop reason when ``max_duration`` ran out ``where`` (mid-stream, in tools)."""
+        elapsed = time.monotonic() - self.started
+        return f"Max duration reached {where} ({elapsed:.1f}s/{self.limits.max_duration or 0:.1f}s)"
 
     def check_limits(self) -> str | None:
         """The reason the run must stop before its next turn, or None (first violated wins)."""

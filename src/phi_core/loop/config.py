@@ -13,6 +13,7 @@ from ..context.limits import ExecutionLimits
 from ..providers.base import CacheConfig, ModelConfig, Provider
 from ..providers.call import CallCache
 from ..providers.credentials import CredentialProvider
+from ..providers.deadlines import CallDeadlines
 from ..providers.retry import RetryPolicy
 from ..tools._approval import Approver
 from ..tools._results import DEFAULT_MAX_RESULT_BYTES
@@ -137,6 +138,10 @@ class AgentLoopConfig:
     response_format: ResponseFormat | None = None
     cache: bool | CacheConfig = True
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    deadlines: CallDeadlines = field(default_factory=CallDeadlines)
+    """Connect, first-byte, idle and total deadlines of every model call (see
+    :class:`~phi_core.providers.deadlines.CallDeadlines`); ``limits.max_duration`` also ends
+    a call that is still streaming."""
     limits: ExecutionLimits | None = field(default_factory=ExecutionLimits)
     compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
     credentials: CredentialProvider | None = None

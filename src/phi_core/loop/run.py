@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ from ..context.compaction import CompactionReport
 from ..context.limits import ExecutionTracker
 from ..context.prun import PrunRecord, apply_prunes, pruned_turns
 from ..context.window import ContextWindow
-from ..errors import ContextOverflowError, ProviderError, UserError
+from ..errors import CallTimeoutError, ContextOverflowError, ProviderError, UserError
 from ..events import (
     AgentEnd,
     AgentStart,
@@ -57,6 +58,7 @@ from ..events import (
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.credentials import stream_with_credentials
+from ..providers.deadlines import deadline_scope
 from ..tools._validate import check_tools
 from ..tools.execute import ToolRunner
 from ..types import (
@@ -252,6 +254,9 @@ class _Run:
         self.cached_calls = 0
         self.rejection: str | None = None
         self.tracker = ExecutionTracker(config.limits) if config.limits is not None else None
+        self.run_deadline = self.tracker.deadline() if self.tracker is not None else None
+        """``max_duration`` as a ``time.monotonic()`` value: calls and tools end there."""
+        self.run_deadline_hit = False
         self.window = (
             ContextWindow(
                 config.compaction,
@@ -525,7 +530,8 @@ class _Run:
                     self.new_messages.append(message)
                 pending = []
 
-                assistant = await self._stream_turn(this_turn, turn_id)
+                with deadline_scope(at=self.run_deadline):
+                    assistant = await self._stream_turn(this_turn, turn_id)
                 cached = self.call is not None and self.call.cached
                 # A reply from the response cache is free: its tokens are reported, not paid.
                 turn_cost = 0.0 if cached else assistant.usage.cost(self.model.pricing)
@@ -553,20 +559,45 @@ class _Run:
                         "internal" if assistant.stop_reason == "error" else "cancelled"
                     )
                     self.retry_after = assistant.retry_after
-                    if self.error_kind == "budget":
-                        self.reason = "limit"  # the budget refused the call: a limit, not a fault
+                    if self.error_kind == "budget" or self.run_deadline_hit:
+                        # The budget refused the call, or max_duration passed mid-stream: a
+                        # limit, not a fault.
+                        self.reason = "limit"
                     return
 
                 calls = assistant.tool_calls
                 results: list[Any] = []
                 steering: list[AgentMessage] = []
                 if calls:
+                    timer = asyncio.timeout_at(_loop_time(self.run_deadline))
                     try:
-                        results, steering = await runner.run(calls)
+                        async with timer:
+                            results, steering = await runner.run(calls)
                     except asyncio.CancelledError:
                         self._append_tool_results(runner.take_partial_results(), turn_id)
                         self._take_tool_effects(runner, calls, turn_id)
                         raise
+                    except TimeoutError:
+                        if not timer.expired():
+                            raise
+                        # max_duration passed while tools ran: they were cancelled (each call
+                        # has a result); the run ends on the limit.
+                        results = runner.take_partial_results()
+                        self._append_tool_results(results, turn_id)
+                        self._take_tool_effects(runner, calls, turn_id)
+                        assert self.tracker is not None
+                        why = self.tracker.duration_exceeded("while tools ran")
+                        emit(
+                            TurnEnd(
+                                loop_id=loop_id,
+                                turn_index=this_turn,
+                                message=assistant,
+                                usage=assistant.usage,
+                                tool_results=results,
+                            )
+                        )
+                        self.reason, self.error, self.error_kind = "limit", why, "timeout"
+                        return
                     self._append_tool_results(results, turn_id)
                     self._take_tool_effects(runner, calls, turn_id)
                     if runner.fatal is not None:
@@ -757,7 +788,13 @@ class _Run:
         config = self.config
 
         def open_call(provider: Provider, sent: StreamRequest) -> AsyncIterator[StreamEvent]:
-            self.call = ModelCall(provider, sent, retry=config.retry, cache=config.response_cache)
+            self.call = ModelCall(
+                provider,
+                sent,
+                retry=config.retry,
+                cache=config.response_cache,
+                deadlines=config.deadlines,
+            )
             return self.call.stream()
 
         if config.credentials is None:
@@ -825,6 +862,10 @@ class _Run:
                     emit(self._turn_request(turn_index, request))
             except ProviderError as exc:
                 final = self._error_message(exc)
+                if isinstance(exc, CallTimeoutError) and exc.deadline == "run":
+                    self.run_deadline_hit = True
+                    assert self.tracker is not None
+                    final.error_message = self.tracker.duration_exceeded("mid-stream")
             except asyncio.CancelledError:
                 partial = _partial_message(texts, thinking, self.model)
                 partial.turn_id = turn_id
@@ -915,6 +956,13 @@ def _partial_message(
         error_message="cancelled",
         error_kind="cancelled",
     )
+
+
+def _loop_time(deadline: float | None) -> float | None:
+    """A ``time.monotonic()`` deadline on the running loop's clock (``None`` stays ``None``)."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
 def _registry_provider(model: ModelConfig) -> Provider:

@@ -26,6 +26,7 @@ from .credentials import (
     StaticCredentialProvider,
     stream_with_credentials,
 )
+from .deadlines import CallDeadlines, deadline_scope
 from .limiter import GateStats, Limiter, LimiterSlot, default_limiter, set_default_limiter
 from .pricing import PRICES, PRICES_AS_OF, price_for
 from .registry import (
@@ -46,6 +47,7 @@ __all__ = [
     "ApiProtocol",
     "CacheConfig",
     "CacheStrategy",
+    "CallDeadlines",
     "CredentialProvider",
     "GateStats",
     "Limiter",
@@ -61,6 +63,7 @@ __all__ = [
     "StreamDone",
     "StreamEvent",
     "StreamRequest",
+    "deadline_scope",
     "default_limiter",
     "get_provider",
     "known_providers",

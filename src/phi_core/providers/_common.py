@@ -126,6 +126,7 @@ __all__ = [
     "classify_error",
     "is_context_overflow",
     "parse_retry_after",
+    "unchained",
 ]
 
 # Phrases vendors use when a prompt does not fit (lower-cased substring match).
@@ -266,6 +267,17 @@ def classify_error(
         NetworkError: "network error",
     }[cls]
     return cls(f"{provider}:{model} {prefix}: {message}", **kwargs)
+
+
+def unchained(mapped: ProviderError, exc: BaseException) -> ProviderError:
+    """``mapped``, classified from ``exc``, ready to raise *outside* the ``except`` block that
+    caught ``exc`` (so that neither ``__cause__`` nor ``__context__`` holds ``exc``, whose
+    message, request and headers can show the API key); ``cause_type`` keeps its type."""
+    if mapped is not exc:
+        mapped.cause_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    mapped.__cause__ = None
+    mapped.__context__ = None
+    return mapped
 
 
 def network_error(provider: str, model: str, exc: BaseException) -> NetworkError:

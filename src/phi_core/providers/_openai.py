@@ -13,6 +13,7 @@ from ..errors import ProviderError
 from ..types import ImageContent, ResponseFormat, ToolCall
 from ._common import TRANSPORT_ERRORS, PerLoop, classify_error, malformed_stream, network_error
 from .base import ModelConfig
+from .deadlines import current_deadlines
 
 __all__ = [
     "arguments_text",
@@ -20,6 +21,7 @@ __all__ = [
     "http_client",
     "map_openai_error",
     "openai_clients",
+    "request_timeout",
 ]
 
 logger = logging.getLogger("phi_core.providers")
@@ -30,6 +32,15 @@ TIMEOUT = 600.0
 LIMITS = type(openai.DEFAULT_CONNECTION_LIMITS)(
     max_connections=4096, max_keepalive_connections=1024
 )
+
+
+def request_timeout() -> Any:
+    """This call's SDK time-out: the per-read :data:`TIMEOUT`, and the call's
+    ``CallDeadlines.connect`` for opening the connection (the call path enforces the rest)."""
+    connect = current_deadlines().connect
+    return type(openai.DEFAULT_TIMEOUT)(
+        TIMEOUT, connect=connect if connect is not None else TIMEOUT
+    )
 
 
 PREFER_AIOHTTP = True

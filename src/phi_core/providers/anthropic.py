@@ -47,6 +47,7 @@ from ._common import (
     malformed_stream,
     network_error,
     thinking_as_text,
+    unchained,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 
@@ -95,6 +96,7 @@ class AnthropicProvider:
         stop: str | None = None
         usage = Usage()
         finished = False
+        failure: ProviderError | None = None
         try:
             response = await self._clients.get().messages.create(**params)
             try:
@@ -140,7 +142,9 @@ class AnthropicProvider:
             mapped = _map_error(exc, model)
             if mapped is None:
                 raise
-            raise mapped from exc
+            failure = unchained(mapped, exc)
+        if failure is not None:  # raised here, outside the handler: nothing chains the SDK error
+            raise failure
         if not finished:
             raise network_error(
                 model.provider, model.id, EOFError("the stream ended before message_stop")

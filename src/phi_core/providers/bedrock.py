@@ -50,6 +50,7 @@ from ._common import (
     classify_error,
     network_error,
     thinking_as_text,
+    unchained,
 )
 from .anthropic import JSON_TOOL, THINKING_BUDGETS
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
@@ -156,7 +157,7 @@ class BedrockProvider:
                     mapped = _map_error(payload, model)
                     if mapped is None:
                         raise payload
-                    raise mapped from payload
+                    raise unchained(mapped, payload)  # not chained: its request holds the key
                 if "contentBlockDelta" in payload:
                     body = payload["contentBlockDelta"]
                     index = body.get("contentBlockIndex", 0)

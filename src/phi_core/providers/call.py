@@ -14,7 +14,9 @@ loops) and by selection's metered model handles, so they share one behaviour aro
 3. **Budget**: the worst case is reserved on every active meter
    (:mod:`phi_core.metering`); the call's output limit is lowered to what remains, or the call is
    refused with :class:`~phi_core.errors.BudgetExceededError` before anything is sent.
-4. **Limiter and retry**: :func:`~phi_core.providers.retry.stream_with_retry`.
+4. **Limiter, retry and deadlines**: :func:`~phi_core.providers.retry.stream_with_retry`, with
+   the call's :class:`~phi_core.providers.deadlines.CallDeadlines` and the run's deadline (the
+   enclosing ``deadline_scope`` and the meters' wall-clock budgets).
 5. **Meter**: the real usage settles the reservation. When the stream ends early (cancelled,
    timed out, failed after deltas), the usage that streamed is estimated and counted.
 """
@@ -45,6 +47,7 @@ from ..metering import (
 )
 from ..types import AssistantMessage, TextDelta, ThinkingDelta, ToolCallDelta, Usage
 from .base import Provider, StreamDone, StreamEvent, StreamRequest
+from .deadlines import CallDeadlines, scope_deadline
 from .limiter import Limiter
 from .retry import DEFAULT_LIMITER, RetryPolicy, stream_with_retry
 
@@ -114,6 +117,8 @@ class ModelCall:
         cache: answer from / store into this cache (``None``: no caching).
         sample: the sample index that keeps repeated samples of one request apart in the cache.
         meters: the meters to record into (default: those active where the call is made).
+        deadlines: connect, first-byte, idle and total deadlines (default: the documented
+            defaults of :class:`~phi_core.providers.deadlines.CallDeadlines`).
     """
 
     __slots__ = (
@@ -121,6 +126,7 @@ class ModelCall:
         "_streamed",
         "cache",
         "cached",
+        "deadlines",
         "key",
         "latency_s",
         "limiter",
@@ -143,8 +149,10 @@ class ModelCall:
         cache: CallCache | None = None,
         sample: int = 0,
         meters: tuple[Meter, ...] | None = None,
+        deadlines: CallDeadlines | None = None,
     ) -> None:
         self.provider = provider
+        self.deadlines = deadlines
         self.request = request
         self.retry = retry
         self.limiter = limiter
@@ -220,7 +228,14 @@ class ModelCall:
         error: BaseException | None = None
         try:
             async for item in metered_here(
-                stream_with_retry(self.provider, request, self.retry, limiter=self.limiter)
+                stream_with_retry(
+                    self.provider,
+                    request,
+                    self.retry,
+                    limiter=self.limiter,
+                    deadlines=self.deadlines,
+                    deadline=scope_deadline(self.meters),
+                )
             ):
                 if isinstance(item, StreamDone):
                     self.message = item.message

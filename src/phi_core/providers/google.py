@@ -49,6 +49,7 @@ from ._common import (
     classify_error,
     malformed_stream,
     network_error,
+    unchained,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 
@@ -111,6 +112,7 @@ class GoogleProvider:
         usage = Usage()
         finish: str | None = None
         n_parts = 0
+        failure: ProviderError | None = None
         try:
             # Typed objects, so the SDK writes every nested field in the wire's own casing.
             response = await self._clients.get().aio.models.generate_content_stream(
@@ -150,7 +152,9 @@ class GoogleProvider:
             mapped = _map_error(exc, model)
             if mapped is None:
                 raise
-            raise mapped from exc
+            failure = unchained(mapped, exc)
+        if failure is not None:  # raised here, outside the handler: nothing chains the SDK error
+            raise failure
         if finish is None:
             raise network_error(
                 model.provider, model.id, EOFError("the stream ended before a finish reason")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..errors import ProviderError
 from ..types import (
     AssistantMessage,
     ImageContent,
@@ -23,13 +24,14 @@ from ..types import (
     Usage,
     UserMessage,
 )
-from ._common import MessageBuilder, api_key_for, network_error, thinking_as_text
+from ._common import MessageBuilder, api_key_for, network_error, thinking_as_text, unchained
 from ._openai import (
     arguments_text,
     data_url,
     json_schema_format,
     map_openai_error,
     openai_clients,
+    request_timeout,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 from .compat import OpenAICompat
@@ -65,8 +67,11 @@ class OpenAIChatProvider:
         builder = MessageBuilder(model.provider, model.id)
         finish: str | None = None
         usage = Usage()
+        failure: ProviderError | None = None
         try:
-            response = await self._clients.get().chat.completions.create(**params)
+            response = await self._clients.get().chat.completions.create(
+                **params, timeout=request_timeout()
+            )
             try:
                 async for chunk in response:
                     if chunk.usage is not None:
@@ -97,7 +102,9 @@ class OpenAIChatProvider:
             mapped = map_openai_error(exc, model.provider, model.id)
             if mapped is None:
                 raise
-            raise mapped from exc
+            failure = unchained(mapped, exc)
+        if failure is not None:  # raised here, outside the handler: nothing chains the SDK error
+            raise failure
         if finish is None:
             raise network_error(
                 model.provider, model.id, EOFError("the stream ended before a finish_reason")

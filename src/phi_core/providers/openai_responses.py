@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ProviderError
 from ..types import (
     AssistantMessage,
     ImageContent,
@@ -33,6 +33,7 @@ from ._common import (
     classify_error,
     network_error,
     thinking_as_text,
+    unchained,
 )
 from ._openai import (
     TIMEOUT,
@@ -41,6 +42,7 @@ from ._openai import (
     http_client,
     map_openai_error,
     openai_clients,
+    request_timeout,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
 
@@ -68,8 +70,11 @@ class OpenAIResponsesProvider:
         builder = MessageBuilder(model.provider, model.id)
         usage = Usage()
         stop: StopReason | None = None
+        failure: ProviderError | None = None
         try:
-            response = await self._clients.get().responses.create(**params)
+            response = await self._clients.get().responses.create(
+                **params, timeout=request_timeout()
+            )
             try:
                 async for event in response:
                     kind = event.type
@@ -125,7 +130,9 @@ class OpenAIResponsesProvider:
             mapped = map_openai_error(exc, model.provider, model.id)
             if mapped is None:
                 raise
-            raise mapped from exc
+            failure = unchained(mapped, exc)
+        if failure is not None:  # raised here, outside the handler: nothing chains the SDK error
+            raise failure
         if stop is None:
             raise network_error(
                 model.provider, model.id, EOFError("the stream ended before response.completed")

@@ -15,19 +15,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import ProviderError, RateLimitedError
+from ..errors import CallTimeoutError, DeadlineKind, ProviderError, RateLimitedError
 from .base import Provider, StreamDone, StreamEvent, StreamRequest
+from .deadlines import (
+    DEFAULT_DEADLINES,
+    CallDeadlines,
+    reset_current,
+    scope_deadline,
+    set_current,
+)
 from .limiter import Limiter, LimiterSlot, default_limiter
 
 __all__ = ["DEFAULT_LIMITER", "RetryPolicy", "stream_with_retry"]
 
 logger = logging.getLogger("phi_core.providers.retry")
+_T = TypeVar("_T")
 
 
 class _DefaultLimiter:
@@ -77,6 +86,8 @@ async def stream_with_retry(
     on_retry: Callable[[int, ProviderError, float], None] | None = None,
     limiter: Limiter | None = DEFAULT_LIMITER,
     sleep: Callable[[float], Awaitable[Any]] | None = None,
+    deadlines: CallDeadlines | None = None,
+    deadline: float | None = None,
 ) -> AsyncIterator[StreamEvent]:
     """Iterate ``provider.stream(request)``, retrying failures that happen before the first delta.
 
@@ -88,28 +99,53 @@ async def stream_with_retry(
         limiter: the limiter each attempt holds a slot of (default: the process-wide one;
             ``None``: no limiting).
         sleep: the back-off sleep (default ``asyncio.sleep``; tests inject a recorder).
+        deadlines: first-byte, idle and total deadlines (default
+            :data:`~phi_core.providers.deadlines.DEFAULT_DEADLINES`).
+        deadline: the run's deadline as a ``time.monotonic()`` value (default: the enclosing
+            :func:`~phi_core.providers.deadlines.deadline_scope` and wall-clock budgets).
+
+    Raises:
+        CallTimeoutError: a deadline passed; the stream was closed.
     """
     policy = policy or RetryPolicy()
+    deadlines = deadlines or DEFAULT_DEADLINES
     if limiter is DEFAULT_LIMITER:
         limiter = default_limiter()
     do_sleep = sleep or asyncio.sleep
+    run_end = scope_deadline() if deadline is None else deadline
     started = time.monotonic()
+    total_end: float | None = None
     attempt = 0
     model_spec = request.model.spec
+    clock = _Clock(request, deadlines, run_end)
     while True:
         yielded = False
         async with contextlib.AsyncExitStack() as stack:
             slot: LimiterSlot | None = None
             if limiter is not None:
-                slot = await stack.enter_async_context(
-                    limiter.slot(request.model.provider, model_spec)
+                slot = await clock.wait(
+                    stack.enter_async_context(limiter.slot(request.model.provider, model_spec)),
+                    run_end,
+                    "run",
                 )
+            if total_end is None:
+                total_end = clock.start_total()
             stream = provider.stream(request)
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 stack.push_async_callback(aclose)
             try:
-                async for item in stream:
+                last = time.monotonic()
+                while True:
+                    limit, which = clock.next_limit(last, first=not yielded)
+                    token = set_current(deadlines)
+                    try:
+                        item = await clock.wait(anext(stream), limit, which)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        reset_current(token)
+                    last = time.monotonic()
                     yielded = True
                     if slot is not None and isinstance(item, StreamDone):
                         # Reported before handing it over: a caller may stop iterating here.
@@ -123,7 +159,8 @@ async def stream_with_retry(
                     raise
                 attempt += 1
                 delay = policy.delay_for(attempt, error)
-                if time.monotonic() - started + delay > policy.max_total:
+                now = time.monotonic()
+                if now - started + delay > policy.max_total or clock.past(now + delay):
                     raise
                 retry_error = error
             else:
@@ -140,3 +177,84 @@ async def stream_with_retry(
         if on_retry is not None:
             on_retry(attempt, retry_error, delay)
         await do_sleep(delay)
+
+
+class _Clock:
+    """The deadlines of one call as ``time.monotonic()`` values."""
+
+    __slots__ = ("deadlines", "request", "run_end", "total_end")
+
+    def __init__(
+        self, request: StreamRequest, deadlines: CallDeadlines, run_end: float | None
+    ) -> None:
+        self.request = request
+        self.deadlines = deadlines
+        self.run_end = run_end
+        self.total_end: float | None = None
+
+    def start_total(self) -> float:
+        total = self.deadlines.total
+        self.total_end = time.monotonic() + total if total is not None else math.inf
+        return self.total_end
+
+    def past(self, when: float) -> bool:
+        ends = [e for e in (self.total_end, self.run_end) if e is not None]
+        return bool(ends) and when >= min(ends)
+
+    def next_limit(self, last: float, *, first: bool) -> tuple[float | None, DeadlineKind]:
+        """The moment the next item must have arrived by, and which deadline that is."""
+        candidates: list[tuple[float, DeadlineKind]] = []
+        step = self.deadlines.first_byte if first else self.deadlines.idle
+        if step is not None:
+            candidates.append((last + step, "first_byte" if first else "idle"))
+        if self.total_end is not None and self.total_end != math.inf:
+            candidates.append((self.total_end, "total"))
+        if self.run_end is not None:
+            candidates.append((self.run_end, "run"))
+        if not candidates:
+            return None, "total"
+        return min(candidates, key=lambda c: c[0])
+
+    async def wait(self, step: Awaitable[_T], limit: float | None, which: DeadlineKind) -> _T:
+        """Await ``step`` until ``limit``; past it, cancel it and raise :class:`CallTimeoutError`."""
+        if limit is None:
+            return await step
+        loop = asyncio.get_running_loop()
+        timeout = asyncio.timeout_at(loop.time() + (limit - time.monotonic()))
+        try:
+            async with timeout:
+                return await step
+        except TimeoutError:
+            if not timeout.expired():
+                raise  # the provider's own TimeoutError, not ours
+        raise self.error(which) from None
+
+    def error(self, which: DeadlineKind) -> CallTimeoutError:
+        model = self.request.model
+        d = self.deadlines
+        seconds = {
+            "connect": d.connect,
+            "first_byte": d.first_byte,
+            "idle": d.idle,
+            "total": d.total,
+            "run": None,
+        }[which]
+        what = {
+            "connect": "could not connect",
+            "first_byte": "sent nothing",
+            "idle": "went silent",
+            "total": "did not finish",
+            "run": "was still running when the run's deadline passed",
+        }[which]
+        detail = (
+            f" within {seconds:g}s (CallDeadlines.{which})"
+            if seconds is not None
+            else " (ExecutionLimits.max_duration or Budget.max_wall_s)"
+        )
+        return CallTimeoutError(
+            f"{model.spec} timed out: the call {what}{detail}",
+            deadline=which,
+            seconds=seconds or 0.0,
+            provider=model.provider,
+            model=model.id,
+        )

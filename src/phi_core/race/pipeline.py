@@ -336,6 +336,16 @@ class BanditRace:
         await asyncio.to_thread(self.tracker.load)
         await asyncio.to_thread(self.preview_tracker.load)
 
+    async def flush_state(self, within_s: float = 5.0) -> int:
+        """Push router updates a store kept while it was unreachable (Redis), trying for up to
+        ``within_s`` seconds; the number still waiting, which are lost if the process exits now.
+        Call it before a short-lived process (a CLI run) exits."""
+        flush = getattr(self.store, "flush", None)
+        if flush is None or not getattr(self.store, "pending", 0):
+            return 0
+        await asyncio.to_thread(flush, within_s)
+        return int(getattr(self.store, "pending", 0))
+
     async def run(
         self, query: str, *, cancel: CancelToken | None = None, events: Any = None
     ) -> BanditRaceResult:

@@ -6,12 +6,18 @@ mixed. Every store applies an update as an atomic addition, so several workers n
 another's updates:
 
 - :class:`JsonFileStateStore`: read-add-write under an exclusive ``flock``, written to a temporary
-  file, fsynced and renamed over the old one; a corrupt file is moved aside with a warning and
-  learning restarts from empty statistics.
+  file, fsynced and renamed over the old one.
 - :class:`SQLiteStateStore`: WAL mode; each addition runs in one ``BEGIN IMMEDIATE`` transaction.
-- :class:`RedisStateStore`: each addition is one Lua script (atomic on the server) under versioned
-  keys ``phi:router:v1:<namespace>:<arm>``; when Redis is unreachable it warns once and degrades
-  to a local in-memory store for the rest of the process.
+- :class:`RedisStateStore`: each addition is one idempotent Lua script (atomic on the server)
+  under versioned keys ``phi:router:v1:<namespace>:<arm>``; while Redis is unreachable updates
+  are kept locally and pushed once it is back (one warning per transition).
+
+A state of the wrong shape (garbage or truncated SQLite, JSON with ``[]``, ``null`` or a string
+where statistics belong) is moved aside with a warning by a store that writes, and learning
+restarts from empty statistics. Opened with ``read_only=True`` (``phi route show``) a store never
+creates, locks, moves or writes anything: SQLite is opened with ``mode=ro`` and a state of the
+wrong shape raises :class:`~phi_core.errors.StateCorruptError`. SQLite failures surface as
+:class:`~phi_core.errors.StateStoreError` naming the real cause (disk full, locked).
 
 All calls are synchronous (file, SQLite and Redis client calls); async callers run them with
 ``asyncio.to_thread``. Preview caches (:class:`MemoryPreviewCache`, :class:`SQLitePreviewCache`,
@@ -22,22 +28,27 @@ All calls are synchronous (file, SQLite and Redis client calls); async callers r
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
+import math
 import os
+import re
 import sqlite3
 import tempfile
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from .._sqlite import init_wal
-from ..errors import MissingExtraError, UserError
+from .._sqlite import init_wal, sqlite_failure
+from ..errors import MissingExtraError, StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats
 
 __all__ = [
@@ -51,6 +62,7 @@ __all__ = [
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "open_state_store",
+    "stats_from_json",
 ]
 
 logger = logging.getLogger("phi_core.routing.stores")
@@ -70,7 +82,7 @@ class RouterStateStore(Protocol):
 
 
 class MemoryStateStore:
-    """In-process store (tests, and the fallback of an unreachable Redis)."""
+    """In-process store (tests, and callers that need no persistence)."""
 
     def __init__(self) -> None:
         self._data: dict[str, dict[str, ArmStats]] = {}
@@ -92,14 +104,91 @@ class MemoryStateStore:
         return sorted(self._data)
 
 
+# ---------------------------------------------------------------------------- shape checks
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where} is {value!r}, not a finite number")
+    return float(value)
+
+
+def stats_from_json(data: Any, where: str = "statistics") -> ArmStats:
+    """One arm's statistics from JSON (``xx`` nested or flat), checked: anything of the wrong
+    shape raises ``ValueError`` naming ``where`` and what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} is {type(data).__name__} {data!r:.40}, not an object")
+    xr = data.get("xr")
+    if not isinstance(xr, list) or not xr:
+        raise ValueError(f"{where}.xr is {xr!r:.40}, not a non-empty list of numbers")
+    dim = len(xr)
+    try:
+        xx = np.asarray(data.get("xx"), dtype=np.float64)
+        xr_array = np.asarray(xr, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}.xx/xr hold something that is not a number ({exc})") from None
+    if xx.size != dim * dim or xr_array.shape != (dim,):
+        raise ValueError(f"{where}.xx has {xx.size} values; a {dim}-dimensional arm needs {dim**2}")
+    if not (np.isfinite(xx).all() and np.isfinite(xr_array).all()):
+        raise ValueError(f"{where}.xx/xr hold NaN or infinity")
+    return ArmStats(
+        xx=xx.reshape(dim, dim),
+        xr=xr_array,
+        n=_number(data.get("n", 0.0), f"{where}.n"),
+        reward_sum=_number(data.get("reward_sum", 0.0), f"{where}.reward_sum"),
+        reward_sq=_number(data.get("reward_sq", 0.0), f"{where}.reward_sq"),
+        updated_at=_number(data.get("updated_at", 0.0), f"{where}.updated_at"),
+    )
+
+
+def _check_document(data: Any) -> dict[str, dict[str, ArmStats]]:
+    """Every namespace's statistics from a JSON state document; ``ValueError`` if of the wrong
+    shape."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the document is {type(data).__name__}, not an object")
+    if data.get("version") != STATE_VERSION:
+        raise ValueError(f"unsupported state version {data.get('version')!r}")
+    namespaces = data.get("namespaces")
+    if not isinstance(namespaces, dict):
+        raise ValueError(f"'namespaces' is {namespaces!r:.40}, not an object")
+    out: dict[str, dict[str, ArmStats]] = {}
+    for ns, arms in namespaces.items():
+        if not isinstance(arms, dict):
+            raise ValueError(f"namespace {ns!r} is {arms!r:.40}, not an object of arms")
+        out[ns] = {arm: stats_from_json(v, f"arm {arm!r} of {ns!r}") for arm, v in arms.items()}
+    return out
+
+
+def _quarantine(path: Path, why: str, *, kind: str = "a router state") -> Path:
+    """Move a file of the wrong shape (and its SQLite companions) aside, with one warning."""
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm", "-journal"):
+        companion = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(companion, aside.with_name(aside.name + suffix))
+    logger.warning("%s is not %s (%s); moved it to %s and starting afresh.", path, kind, why, aside)
+    return aside
+
+
+def _corrupt(path: Path, why: str) -> StateCorruptError:
+    return StateCorruptError(
+        f"{path} is not a router state ({why}). It was left unchanged: move it aside, or pass "
+        "another --state (a race or `phi route reset` moves it aside itself).",
+        path=str(path),
+        reason=why,
+    )
+
+
 # ---------------------------------------------------------------------------- JSON file
 
 
 class JsonFileStateStore:
     """One JSON document ``{"version": 1, "namespaces": {ns: {arm: stats}}}``, written atomically.
 
-    ``read_only=True`` (the web view) takes no lock (writes replace the file atomically, so a
-    read sees a whole document) and never moves a corrupt file aside: it raises instead.
+    A document of the wrong shape is moved aside with a warning (learning restarts from empty
+    statistics) — or, with ``read_only``, reported as :class:`StateCorruptError` and left
+    untouched; a read-only store never creates, locks or writes anything.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
@@ -109,90 +198,101 @@ class JsonFileStateStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        if self.read_only:
+        if self.read_only:  # writers replace the file atomically: a reader needs no lock
             yield
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "a+") as lock:
+        with _os_errors(self.path, "lock"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(self._lock_path, "a+")  # noqa: SIM115 - closed below
+        with lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
-    def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
-            return {"version": STATE_VERSION, "namespaces": {}}
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-                raise ValueError(f"unsupported state version {data.get('version')!r}")
-            if not isinstance(data.get("namespaces"), dict):
-                raise ValueError("missing 'namespaces'")
-            return data
-        except (ValueError, OSError) as exc:
-            if self.read_only:
-                raise UserError(
-                    f"The router state file {str(self.path)!r} is unreadable ({exc}); the next "
-                    "bandit race moves it aside and starts from empty statistics."
-                ) from None
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            os.replace(self.path, aside)
-            logger.warning(
-                "Router state file %s is unreadable (%s); moved it to %s and starting from "
-                "empty statistics.",
-                self.path,
-                exc,
-                aside,
-            )
-            return {"version": STATE_VERSION, "namespaces": {}}
-
-    def _write(self, data: dict[str, Any]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+    def _read(self) -> dict[str, dict[str, ArmStats]]:
+        with _os_errors(self.path, "read"):
             try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+                raw = self.path.read_bytes()
+            except FileNotFoundError:
+                return {}
+        try:
+            return _check_document(json.loads(raw.decode("utf-8")))
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8 and shape errors
+            why = str(exc) or type(exc).__name__
+            if self.read_only:
+                raise _corrupt(self.path, why) from None
+            _quarantine(self.path, why)
+            return {}
+
+    def _write(self, data: dict[str, dict[str, ArmStats]]) -> None:
+        document = {
+            "version": STATE_VERSION,
+            "namespaces": {
+                ns: {arm: stats.to_json() for arm, stats in arms.items()}
+                for ns, arms in data.items()
+            },
+        }
+        with _os_errors(self.path, "write"):
+            fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump(document, fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+                dir_fd = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise UserError(f"The router state {self.path} was opened read-only.")
 
     def load(self, namespace: str) -> dict[str, ArmStats]:
         with self._locked():
-            data = self._read()
-        arms = data["namespaces"].get(namespace, {})
-        return {arm: ArmStats.from_json(v) for arm, v in arms.items()}
+            return dict(self._read().get(namespace, {}))
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
-        _refuse_write(self.read_only, self.path)
+        self._writable()
         with self._locked():
             data = self._read()
-            arms = data["namespaces"].setdefault(namespace, {})
-            current = ArmStats.from_json(arms[arm]) if arm in arms else None
-            arms[arm] = (current + delta if current is not None else delta).to_json()
+            arms = data.setdefault(namespace, {})
+            arms[arm] = arms[arm] + delta if arm in arms else delta
             self._write(data)
 
     def reset(self, namespace: str | None = None) -> None:
-        _refuse_write(self.read_only, self.path)
+        self._writable()
         with self._locked():
             data = self._read()
             if namespace is None:
-                data["namespaces"] = {}
+                data = {}
             else:
-                data["namespaces"].pop(namespace, None)
+                data.pop(namespace, None)
             self._write(data)
 
     def namespaces(self) -> list[str]:
         with self._locked():
-            return sorted(self._read()["namespaces"])
+            return sorted(self._read())
+
+
+@contextlib.contextmanager
+def _os_errors(path: Path, action: str) -> Iterator[None]:
+    """File-system failures as :class:`StateStoreError` naming the real cause."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and action == "read":
+            raise
+        cause = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise StateStoreError(f"Cannot {action} the router state {path}: {cause}.") from None
 
 
 # ---------------------------------------------------------------------------- SQLite
@@ -202,47 +302,90 @@ def _blob(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a, dtype="<f8").tobytes()
 
 
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS router_stats (namespace TEXT, arm TEXT, dim INTEGER,"
+    " xx BLOB, xr BLOB, n REAL, reward_sum REAL, reward_sq REAL, updated_at REAL,"
+    " PRIMARY KEY (namespace, arm))"
+)
+_COLUMNS = ("namespace", "arm", "dim", "xx", "xr", "n", "reward_sum", "reward_sq", "updated_at")
+
+
+def _row_stats(row: tuple[Any, ...], where: str) -> ArmStats:
+    """One ``router_stats`` row's statistics; ``ValueError`` when it is of the wrong shape."""
+    dim, xx, xr, n, rs, rq, ts = row
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"{where} has dimension {dim!r}")
+    if not isinstance(xx, bytes) or not isinstance(xr, bytes):
+        raise ValueError(f"{where} holds {type(xx).__name__}/{type(xr).__name__}, not blobs")
+    if len(xx) != dim * dim * 8 or len(xr) != dim * 8:
+        raise ValueError(f"{where} has blobs of {len(xx)} and {len(xr)} bytes for dimension {dim}")
+    return ArmStats(
+        xx=np.frombuffer(xx, dtype="<f8").reshape(dim, dim).copy(),
+        xr=np.frombuffer(xr, dtype="<f8").copy(),
+        n=_number(n, f"{where}.n"),
+        reward_sum=_number(rs, f"{where}.reward_sum"),
+        reward_sq=_number(rq, f"{where}.reward_sq"),
+        updated_at=_number(ts, f"{where}.updated_at"),
+    )
+
+
 class SQLiteStateStore:
     """SQLite in WAL mode; every addition is one ``BEGIN IMMEDIATE`` transaction.
 
-    ``read_only=True`` (the web view) opens an existing file with ``mode=ro``: no table is
-    created and nothing is written.
+    A file that is not a router state (garbage, truncated, a ``router_stats`` table of another
+    shape) is moved aside with a warning and recreated — or, with ``read_only``, reported as
+    :class:`StateCorruptError`; a read-only store opens the file with ``mode=ro`` and never
+    changes it.
     """
 
     def __init__(
         self, path: str | os.PathLike[str], *, timeout: float = 30.0, read_only: bool = False
     ) -> None:
         self.path = Path(path)
-        self.read_only = read_only
         self._timeout = timeout
-        self._missing_table = False
+        self.read_only = read_only
         if read_only:
-            if not self.path.is_file():
-                raise _no_state(self.path)
-            with self._connect() as conn:
-                self._missing_table = not conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'router_stats'"
-                ).fetchone()
+            self._check_shape()
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as conn:
-            init_wal(
-                conn,
-                "CREATE TABLE IF NOT EXISTS router_stats (namespace TEXT, arm TEXT, dim INTEGER,"
-                " xx BLOB, xr BLOB, n REAL, reward_sum REAL, reward_sq REAL, updated_at REAL,"
-                " PRIMARY KEY (namespace, arm))",
-                timeout=timeout,
-            )
+        try:
+            self._init()
+        except StateCorruptError as exc:
+            _quarantine(self.path, exc.reason)
+            self._init()
+
+    def _init(self) -> None:
+        self._check_shape()  # before anything is written (WAL mode changes the file's header)
+        try:
+            with self._connect() as conn:
+                init_wal(conn, _SCHEMA, timeout=self._timeout)
+        except sqlite3.OperationalError as exc:
+            raise sqlite_failure(exc, self.path, "open the router state") from None
+        except sqlite3.DatabaseError as exc:  # not a database, malformed
+            raise _corrupt(self.path, str(exc)) from None
+
+    def _check_shape(self) -> None:
+        try:
+            with self._connect() as conn:
+                columns = tuple(
+                    r[1] for r in conn.execute("PRAGMA table_info(router_stats)").fetchall()
+                )
+        except sqlite3.OperationalError as exc:
+            raise sqlite_failure(exc, self.path, "open the router state") from None
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(self.path, str(exc)) from None
+        if columns and columns != _COLUMNS:
+            raise _corrupt(self.path, f"its router_stats table has columns {columns}")
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         if self.read_only:
-            conn = sqlite3.connect(
-                self.path.resolve().as_uri() + "?mode=ro",
-                uri=True,
-                timeout=self._timeout,
-                isolation_level=None,
-            )
+            # Without a write-ahead log beside it nobody is writing: ``immutable`` then keeps
+            # SQLite from creating its -wal/-shm files (``mode=ro`` alone would).
+            wal = self.path.with_name(self.path.name + "-wal").exists()
+            flags = "mode=ro" if wal else "mode=ro&immutable=1"
+            uri = f"{self.path.resolve().as_uri()}?{flags}"
+            conn = sqlite3.connect(uri, uri=True, timeout=self._timeout, isolation_level=None)
         else:
             conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
         try:
@@ -250,32 +393,55 @@ class SQLiteStateStore:
         finally:
             conn.close()
 
+    def _rows(self, conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        try:
+            return conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc) and self.read_only:
+                return []  # an empty database: a state with nothing learned yet
+            raise sqlite_failure(exc, self.path, "read the router state") from None
+        except sqlite3.DatabaseError as exc:
+            raise self._corruption(str(exc)) from None
+
+    def _corruption(self, why: str) -> StateCorruptError:
+        """A corrupt file found while reading: writers move it aside (and start empty)."""
+        error = _corrupt(self.path, why)
+        if not self.read_only:
+            _quarantine(self.path, why)
+            self._init()
+        return error
+
     def load(self, namespace: str) -> dict[str, ArmStats]:
-        if self._missing_table:
-            return {}
         with self._connect() as conn:
-            rows = conn.execute(
+            rows = self._rows(
+                conn,
                 "SELECT arm, dim, xx, xr, n, reward_sum, reward_sq, updated_at FROM router_stats"
                 " WHERE namespace = ?",
                 (namespace,),
-            ).fetchall()
-        out = {}
-        for arm, dim, xx, xr, n, rs, rq, ts in rows:
-            out[arm] = ArmStats(
-                xx=np.frombuffer(xx, dtype="<f8").reshape(dim, dim).copy(),
-                xr=np.frombuffer(xr, dtype="<f8").copy(),
-                n=n,
-                reward_sum=rs,
-                reward_sq=rq,
-                updated_at=ts,
             )
+        out = {}
+        try:
+            for arm, *row in rows:
+                out[arm] = _row_stats(tuple(row), f"arm {arm!r} of {namespace!r}")
+        except ValueError as exc:
+            error = self._corruption(str(exc))
+            if self.read_only:
+                raise error from None
+            return {}
         return out
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
-        _refuse_write(self.read_only, self.path)
+        if self.read_only:
+            raise UserError(f"The router state {self.path} was opened read-only.")
+        try:
+            self._add(namespace, arm, delta)
+        except StateCorruptError:
+            self._add(namespace, arm, delta)  # moved aside and recreated: add to the new one
+
+    def _add(self, namespace: str, arm: str, delta: ArmStats) -> None:
         with self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 row = conn.execute(
                     "SELECT dim, xx, xr, n, reward_sum, reward_sq, updated_at FROM router_stats"
                     " WHERE namespace = ? AND arm = ?",
@@ -283,20 +449,15 @@ class SQLiteStateStore:
                 ).fetchone()
                 total = delta
                 if row is not None:
-                    dim, xx, xr, n, rs, rq, ts = row
-                    if dim != delta.dim:
+                    if row[0] != delta.dim:
                         raise UserError(
-                            f"Stored statistics of arm {arm!r} have dimension {dim}, the update "
-                            f"has {delta.dim}; namespaces must name the feature schema."
+                            f"Stored statistics of arm {arm!r} have dimension {row[0]}, the "
+                            f"update has {delta.dim}; namespaces must name the feature schema."
                         )
-                    total = delta + ArmStats(
-                        xx=np.frombuffer(xx, dtype="<f8").reshape(dim, dim),
-                        xr=np.frombuffer(xr, dtype="<f8"),
-                        n=n,
-                        reward_sum=rs,
-                        reward_sq=rq,
-                        updated_at=ts,
-                    )
+                    try:
+                        total = delta + _row_stats(row, f"arm {arm!r} of {namespace!r}")
+                    except ValueError as exc:
+                        raise _corrupt(self.path, str(exc)) from None
                 conn.execute(
                     "INSERT OR REPLACE INTO router_stats VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
@@ -312,34 +473,54 @@ class SQLiteStateStore:
                     ),
                 )
                 conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
+            except BaseException as exc:
+                # SQLite rolls a failed transaction back itself on some errors (a full disk):
+                # a second ROLLBACK would hide the real cause behind "no transaction is active".
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, StateCorruptError):
+                    conn.close()
+                    _quarantine(self.path, exc.reason)
+                    self._init()
+                    raise
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise sqlite_failure(exc, self.path, "update the router state") from None
+                if isinstance(exc, sqlite3.DatabaseError):
+                    conn.close()
+                    raise self._corruption(str(exc)) from None
                 raise
 
     def reset(self, namespace: str | None = None) -> None:
-        _refuse_write(self.read_only, self.path)
+        if self.read_only:
+            raise UserError(f"The router state {self.path} was opened read-only.")
         with self._connect() as conn:
-            if namespace is None:
-                conn.execute("DELETE FROM router_stats")
-            else:
-                conn.execute("DELETE FROM router_stats WHERE namespace = ?", (namespace,))
+            try:
+                if namespace is None:
+                    conn.execute("DELETE FROM router_stats")
+                else:
+                    conn.execute("DELETE FROM router_stats WHERE namespace = ?", (namespace,))
+            except sqlite3.OperationalError as exc:
+                raise sqlite_failure(exc, self.path, "reset the router state") from None
 
     def namespaces(self) -> list[str]:
-        if self._missing_table:
-            return []
         with self._connect() as conn:
-            rows = conn.execute("SELECT DISTINCT namespace FROM router_stats").fetchall()
+            rows = self._rows(conn, "SELECT DISTINCT namespace FROM router_stats", ())
         return sorted(r[0] for r in rows)
 
 
 # ---------------------------------------------------------------------------- Redis
 
 _ADD_LUA = """
+if redis.call('SET', KEYS[4], '1', 'NX', 'EX', ARGV[4]) == false then
+  return 0
+end
 local current = redis.call('GET', KEYS[1])
 local delta = cjson.decode(ARGV[1])
 if current then
   local cur = cjson.decode(current)
   if #cur.xr ~= #delta.xr then
+    redis.call('DEL', KEYS[4])
     return redis.error_reply('dimension mismatch')
   end
   for i = 1, #delta.xx do delta.xx[i] = delta.xx[i] + cur.xx[i] end
@@ -354,6 +535,12 @@ redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('SADD', KEYS[3], ARGV[3])
 return 1
 """
+"""One atomic, idempotent addition: ``KEYS[4]`` marks the update's id as applied, so an update
+re-sent after a time-out (the server may have run it before the client gave up) counts once."""
+
+APPLIED_TTL_S = 24 * 3600
+"""How long Redis remembers an applied update's id (``<prefix>:applied:<id>``, a few bytes
+each): an update re-sent later than this after an outage could count twice."""
 
 
 def _redis_module() -> Any:
@@ -364,102 +551,266 @@ def _redis_module() -> Any:
     return redis
 
 
+@dataclass
+class _Pending:
+    """An update Redis has not confirmed: its id is fixed once it has been sent."""
+
+    id: str
+    namespace: str
+    arm: str
+    delta: ArmStats
+    sent: bool = False
+
+
 class RedisStateStore:
-    """Atomic additive updates in Redis (one Lua script each), versioned keys, local fallback."""
+    """Atomic additive updates in Redis (one Lua script each), versioned keys; nothing lost in
+    an outage.
+
+    When Redis cannot be reached the store warns once and keeps working locally: updates are
+    kept as pending deltas (reads return the last statistics read from Redis plus them). Every
+    later call first tries to reconnect, with exponential back-off (``retry_min_s`` doubling to
+    ``retry_max_s``); once Redis answers, the pending deltas are pushed — each an idempotent
+    addition under its own id, so one that reached Redis before the connection broke is not
+    counted twice — and a second warning says so. :meth:`flush` pushes them at once (call it
+    before a worker exits); :attr:`pending` counts them.
+
+    With ``read_only`` nothing is written and an unreachable Redis raises
+    :class:`StateStoreError` instead of answering from local statistics.
+    """
 
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",
         *,
-        prefix: str = "phi:router:v1",
-        fallback: RouterStateStore | None = None,
+        prefix: str | None = None,
         client: Any | None = None,
+        read_only: bool = False,
+        retry_min_s: float = 0.25,
+        retry_max_s: float = 30.0,
+        socket_timeout: float = 5.0,
     ) -> None:
         redis = _redis_module()
+        self._redis = redis
         self._errors: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+        # No retries inside the client: this store retries itself, with back-off across calls,
+        # and a call never blocks for long on an unreachable server.
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         self._client = client or redis.Redis.from_url(
-            url, socket_connect_timeout=2.0, socket_timeout=5.0
+            url,
+            socket_connect_timeout=min(2.0, socket_timeout),
+            socket_timeout=socket_timeout,
+            retry=Retry(NoBackoff(), 0),
         )
-        self.prefix = prefix
-        self._fallback: RouterStateStore = fallback or MemoryStateStore()
+        self.url = url
+        self.prefix = prefix or "phi:router:v1"
+        self.read_only = read_only
+        self.retry_min_s = retry_min_s
+        self.retry_max_s = retry_max_s
         self._degraded = False
+        self._backoff = retry_min_s
+        self._next_try = 0.0
+        self._pending: list[_Pending] = []
+        self._seen: dict[str, dict[str, ArmStats]] = {}
         self._script = self._client.register_script(_ADD_LUA)
 
     @property
     def degraded(self) -> bool:
+        """Whether Redis was unreachable at the last attempt (updates are pending)."""
         return self._degraded
 
+    @property
+    def pending(self) -> int:
+        """Updates kept locally until Redis confirms them."""
+        return len(self._pending)
+
     def _degrade(self, exc: BaseException) -> None:
+        now = time.monotonic()
         if not self._degraded:
+            self._backoff = self.retry_min_s
             logger.warning(
-                "Redis is unreachable (%s); router state now lives in a local store for this "
-                "process and is not shared with other workers.",
+                "Redis at %s is unreachable (%s); router updates are kept locally and pushed "
+                "when it is back.",
+                _safe_url(self.url),
                 type(exc).__name__,
             )
+        else:
+            self._backoff = min(self._backoff * 2, self.retry_max_s)
         self._degraded = True
+        self._next_try = now + self._backoff
+
+    def _unavailable(self, exc: BaseException) -> StateStoreError:
+        return StateStoreError(
+            f"Cannot read the router state at {_safe_url(self.url)}: Redis cannot be reached "
+            f"({type(exc).__name__}). Start it, or pass another --state."
+        )
+
+    def _reconnect(self, *, force: bool = False) -> bool:
+        """Whether Redis is usable now: push the pending updates first when it was not."""
+        if not self._degraded:
+            return True
+        if not force and time.monotonic() < self._next_try:
+            return False
+        try:
+            pushed = self._push_pending()
+        except self._errors as exc:
+            self._degrade(exc)
+            return False
+        self._degraded = False
+        logger.warning(
+            "Redis at %s is reachable again; pushed %d router update(s) kept while it was not.",
+            _safe_url(self.url),
+            pushed,
+        )
+        return True
+
+    def _push_pending(self) -> int:
+        pushed = 0
+        while self._pending:
+            item = self._pending[0]
+            item.sent = True
+            self._send(item)
+            self._pending.pop(0)
+            pushed += 1
+        return pushed
+
+    def _send(self, item: _Pending) -> None:
+        payload = item.delta.to_json()
+        payload["xx"] = np.asarray(item.delta.xx).reshape(-1).tolist()
+        ns = item.namespace
+        try:
+            self._script(
+                keys=[
+                    self._key(ns, item.arm),
+                    f"{self.prefix}:{ns}:arms",
+                    f"{self.prefix}:namespaces",
+                    f"{self.prefix}:applied:{item.id}",
+                ],
+                args=[json.dumps(payload), item.arm, ns, APPLIED_TTL_S],
+            )
+        except self._redis.ResponseError as exc:
+            if "dimension mismatch" in str(exc):
+                raise UserError(
+                    f"Stored statistics of arm {item.arm!r} in Redis have another dimension "
+                    f"than the update ({item.delta.dim}); namespaces must name the feature "
+                    "schema."
+                ) from None
+            raise StateCorruptError(
+                f"Redis key {self._key(ns, item.arm)} is not router statistics ({exc}); "
+                "delete it or use another key prefix.",
+                path=self._key(ns, item.arm),
+            ) from None
 
     def _key(self, namespace: str, arm: str) -> str:
         return f"{self.prefix}:{namespace}:{arm}"
 
+    def _local(self, namespace: str) -> dict[str, ArmStats]:
+        out = dict(self._seen.get(namespace, {}))
+        for item in self._pending:
+            if item.namespace == namespace:
+                current = out.get(item.arm)
+                out[item.arm] = current + item.delta if current is not None else item.delta
+        return out
+
     def load(self, namespace: str) -> dict[str, ArmStats]:
-        if self._degraded:
-            return self._fallback.load(namespace)
+        if not self._reconnect():
+            return self._local(namespace)
         try:
-            arms = sorted(
-                a.decode() for a in self._client.smembers(f"{self.prefix}:{namespace}:arms")
-            )
+            members = self._client.smembers(f"{self.prefix}:{namespace}:arms")
             out = {}
-            for arm in arms:
+            for arm in sorted(a.decode() for a in members):
                 raw = self._client.get(self._key(namespace, arm))
                 if raw is None:
                     continue
-                data = json.loads(raw)
-                dim = len(data["xr"])
-                data["xx"] = np.asarray(data["xx"], dtype=np.float64).reshape(dim, dim)
-                out[arm] = ArmStats.from_json(data)
-            return out
+                try:
+                    out[arm] = stats_from_json(json.loads(raw), self._key(namespace, arm))
+                except ValueError as exc:
+                    raise StateCorruptError(
+                        f"Redis key {self._key(namespace, arm)} is not router statistics "
+                        f"({exc}); delete it or use another key prefix.",
+                        path=self._key(namespace, arm),
+                    ) from None
         except self._errors as exc:
+            if self.read_only:
+                raise self._unavailable(exc) from None
             self._degrade(exc)
-            return self._fallback.load(namespace)
+            return self._local(namespace)
+        self._seen[namespace] = dict(out)
+        return self._local(namespace)
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
-        if self._degraded:
-            self._fallback.add(namespace, arm, delta)
+        if self.read_only:
+            raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
+        last = self._pending[-1] if self._pending else None
+        if last is not None and not last.sent and (last.namespace, last.arm) == (namespace, arm):
+            last.delta = last.delta + delta  # never sent: still free to grow
+        else:
+            self._pending.append(_Pending(uuid.uuid4().hex, namespace, arm, delta))
+        if not self._reconnect():
             return
-        payload = delta.to_json()
-        payload["xx"] = np.asarray(delta.xx).reshape(-1).tolist()
         try:
-            self._script(
-                keys=[
-                    self._key(namespace, arm),
-                    f"{self.prefix}:{namespace}:arms",
-                    f"{self.prefix}:namespaces",
-                ],
-                args=[json.dumps(payload), arm, namespace],
-            )
+            self._push_pending()
         except self._errors as exc:
             self._degrade(exc)
-            self._fallback.add(namespace, arm, delta)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Push the pending updates now, retrying until ``timeout``; whether none is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self._degraded:
+                try:
+                    self._push_pending()
+                except self._errors as exc:
+                    self._degrade(exc)
+            elif self._reconnect(force=True):
+                continue
+            if not self._pending:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(self._backoff, max(deadline - time.monotonic(), 0.0)))
 
     def reset(self, namespace: str | None = None) -> None:
-        if self._degraded:
-            self._fallback.reset(namespace)
-            return
-        targets = [namespace] if namespace is not None else self.namespaces()
+        if self.read_only:
+            raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
+        try:
+            targets = [namespace] if namespace is not None else self._namespaces()
+            for ns in targets:
+                arms = [a.decode() for a in self._client.smembers(f"{self.prefix}:{ns}:arms")]
+                keys = [self._key(ns, a) for a in arms] + [f"{self.prefix}:{ns}:arms"]
+                self._client.delete(*keys)
+                self._client.srem(f"{self.prefix}:namespaces", ns)
+        except self._errors as exc:
+            raise StateStoreError(
+                f"Cannot reset the router state at {_safe_url(self.url)}: Redis is unreachable "
+                f"({type(exc).__name__}); nothing was reset."
+            ) from None
         for ns in targets:
-            arms = [a.decode() for a in self._client.smembers(f"{self.prefix}:{ns}:arms")]
-            keys = [self._key(ns, a) for a in arms] + [f"{self.prefix}:{ns}:arms"]
-            self._client.delete(*keys)
-            self._client.srem(f"{self.prefix}:namespaces", ns)
+            self._seen.pop(ns, None)
+        self._pending = [
+            p for p in self._pending if namespace is not None and p.namespace != namespace
+        ]
+
+    def _namespaces(self) -> list[str]:
+        return sorted(n.decode() for n in self._client.smembers(f"{self.prefix}:namespaces"))
 
     def namespaces(self) -> list[str]:
-        if self._degraded:
-            return self._fallback.namespaces()
+        local = {p.namespace for p in self._pending} | set(self._seen)
+        if not self._reconnect():
+            return sorted(local)
         try:
-            return sorted(n.decode() for n in self._client.smembers(f"{self.prefix}:namespaces"))
+            return sorted(set(self._namespaces()) | {p.namespace for p in self._pending})
         except self._errors as exc:
+            if self.read_only:
+                raise self._unavailable(exc) from None
             self._degrade(exc)
-            return self._fallback.namespaces()
+            return sorted(local)
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without its password (``redis://:secret@host`` → ``redis://:***@host``)."""
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 def open_state_store(
@@ -467,28 +818,20 @@ def open_state_store(
 ) -> RouterStateStore:
     """``redis://…`` → Redis, ``*.sqlite``/``*.db`` → SQLite, anything else → JSON file.
 
-    ``read_only=True`` opens files without creating, migrating or writing anything (reading
-    Redis never writes)."""
+    ``read_only`` (``phi route show``): nothing is created, locked, moved or written; a state of
+    the wrong shape raises :class:`~phi_core.errors.StateCorruptError`.
+    """
     text = str(location)
     if text.startswith(("redis://", "rediss://", "unix://")):
-        return RedisStateStore(text)
+        return RedisStateStore(text, read_only=read_only)
+    if read_only and not Path(text).is_file():
+        raise UserError(
+            f"No router state at {text!r}; race with --strategy bandit first, or pass the "
+            "state's location (a .sqlite/.json file or redis://…)."
+        )
     if text.endswith((".sqlite", ".sqlite3", ".db")):
         return SQLiteStateStore(text, read_only=read_only)
-    if read_only and not Path(text).is_file():
-        raise _no_state(text)
     return JsonFileStateStore(text, read_only=read_only)
-
-
-def _no_state(location: str | os.PathLike[str]) -> UserError:
-    return UserError(
-        f"No router state at {str(location)!r}; race with --strategy bandit first, or pass the "
-        "state's location (a .sqlite/.json file or redis://…)."
-    )
-
-
-def _refuse_write(read_only: bool, path: Path) -> None:
-    if read_only:
-        raise UserError(f"The router state {str(path)!r} was opened read-only; it cannot change.")
 
 
 # ---------------------------------------------------------------------------- preview cache
@@ -535,6 +878,15 @@ class SQLitePreviewCache:
     def __init__(self, path: str | os.PathLike[str], ttl_s: float = 600.0) -> None:
         self.path = Path(path)
         self.ttl_s = ttl_s
+        try:
+            self._init()
+        except sqlite3.OperationalError as exc:
+            raise sqlite_failure(exc, self.path, "open the preview cache") from None
+        except sqlite3.DatabaseError as exc:  # garbage or truncated: a cache can start afresh
+            _quarantine(self.path, str(exc), kind="a preview cache")
+            self._init()
+
+    def _init(self) -> None:
         with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
             init_wal(
                 conn,

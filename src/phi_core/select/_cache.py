@@ -9,11 +9,12 @@ prompt at temperature > 0 (sample 0, 1, 2, ...) stay distinct instead of collaps
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from pathlib import Path
 
-from .._sqlite import init_wal
+from .._sqlite import init_wal, sqlite_failure
 from ..providers.call import CachedResponse
 from ..types import AssistantMessage
 
@@ -23,20 +24,23 @@ __all__ = ["ResponseCache"]
 class ResponseCache:
     """``key -> (assistant message, original latency)`` in a SQLite file (``":memory:"`` works too).
 
-    Reads and writes run in a worker thread so the event loop never blocks on disk.
+    Reads and writes run in a worker thread so the event loop never blocks on disk. A write that
+    fails (another process holds the file locked for longer than ``timeout`` seconds, a full
+    disk) raises; the call path logs it and keeps the answer it paid for.
     """
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
+    def __init__(self, path: str | Path = ":memory:", *, timeout: float = 5.0) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout)
         with self._lock:
             init_wal(
                 self._db,
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, message TEXT NOT NULL,"
                 " latency REAL NOT NULL)",
+                timeout=max(timeout, 1.0),
             )
         self.hits = 0
         self.misses = 0
@@ -54,11 +58,17 @@ class ResponseCache:
 
     def put_sync(self, key: str, message: AssistantMessage, latency: float) -> None:
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, message, latency) VALUES (?, ?, ?)",
-                (key, message.model_dump_json(), latency),
-            )
-            self._db.commit()
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO responses (key, message, latency) VALUES (?, ?, ?)",
+                    (key, message.model_dump_json(), latency),
+                )
+                self._db.commit()
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:  # leave no half-open transaction behind
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.rollback()
+                raise sqlite_failure(exc, self.path, "write the response cache") from None
 
     async def get(self, key: str) -> CachedResponse | None:
         return await asyncio.to_thread(self.get_sync, key)

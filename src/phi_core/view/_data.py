@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError, ViewNotFoundError
+from ..errors import StateStoreError, UserError, ViewNotFoundError
 from ..routing.state import route_state_summary, state_location
 from ..routing.stores import open_state_store
 from ..runlog import RunLog, RunQuery, RunRecord, default_log_path, end_of_day, parse_when
@@ -117,10 +117,11 @@ class ViewData:
 
     def _state_summary(self) -> tuple[str, dict[str, Any]]:
         location = state_location(self.state)
-        store = open_state_store(location, read_only=True)
-        summary = route_state_summary(store)
-        if getattr(store, "degraded", False):
-            raise UserError(f"The router state {location!r} cannot be reached (Redis is down?).")
+        try:
+            store = open_state_store(location, read_only=True)
+            summary = route_state_summary(store)
+        except StateStoreError as exc:  # unreachable Redis, a state of the wrong shape
+            raise UserError(str(exc)) from None
         return location, summary
 
     def routes(self) -> dict[str, Any]:

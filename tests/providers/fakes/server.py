@@ -66,6 +66,9 @@ class Stream:
 
     ``drop_after``: close the connection abruptly after that many chunks (no terminating chunk).
     ``interval``: seconds to wait before each chunk after the first (a slow upstream).
+    ``stall_after``: after that many chunks send nothing more until the client hangs up (at
+    most ``stall_limit`` seconds). ``drip``: send the body one byte at a time, this many seconds
+    apart (a stream that never goes idle long enough for a per-read time-out).
     """
 
     chunks: list[bytes]
@@ -74,6 +77,9 @@ class Stream:
     drop_after: int | None = None
     status: int = 200
     interval: float = 0.0
+    stall_after: int | None = None
+    stall_limit: float = 30.0
+    drip: float | None = None
 
 
 Item = Respond | Stream | Callable[[Recorded], "Respond | Stream | Awaitable[Respond | Stream]"]
@@ -156,14 +162,16 @@ class FakeServer:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            done = await self._respond(record, writer)
+            done = await self._respond(record, reader, writer)
             record.completed = done
             return done
         finally:
             record.ended_at = time.monotonic()
             self.in_flight -= 1
 
-    async def _respond(self, record: Recorded, writer: asyncio.StreamWriter) -> bool:
+    async def _respond(
+        self, record: Recorded, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         item = self.script.pop(0) if self.script else self.default
         if item is None:
             item = Respond(500, {"error": {"message": "fake server: script exhausted"}})
@@ -185,12 +193,22 @@ class FakeServer:
             if item.drop_after is not None and n >= item.drop_after:
                 writer.transport.abort()
                 return False
+            if item.stall_after is not None and n >= item.stall_after:
+                # Silent until the client gives up (its read returns at EOF), then hang up.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reader.read(1), item.stall_limit)
+                writer.transport.abort()
+                return False
             if n and item.interval:
                 await asyncio.sleep(item.interval)
-            if writer.transport.is_closing():  # the client went away
-                return False
-            writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-            await writer.drain()
+            pieces = [chunk[i : i + 1] for i in range(len(chunk))] if item.drip else [chunk]
+            for piece in pieces:
+                if writer.transport.is_closing():  # the client went away
+                    return False
+                writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                await writer.drain()
+                if item.drip:
+                    await asyncio.sleep(item.drip)
         if item.drop_after is not None:
             writer.transport.abort()
             return False
