@@ -1,0 +1,462 @@
+"""``phi mcp serve``: racing, routing and the model list as MCP tools for other agents.
+
+Desktop assistants, IDE agents and any other MCP client can ask phi to race a question and get
+the winner with its rationale and costs. The server is built on the official ``mcp`` SDK
+(:class:`mcp.server.mcpserver.MCPServer`) and speaks stdio or streamable HTTP; it offers three
+tools:
+
+* ``race`` — race a profile's branches (or the given ``models``) with its strategy; the result is
+  the winner's text, the strategy's rationale, and every branch's status, usage and cost;
+* ``route`` — the learned router (the ``bandit`` strategy) over a profile's branches: it ranks
+  them, races only when unsure, answers and learns; ``dry_run`` returns the ranking alone;
+* ``models`` — the profiles this server offers and the providers and models phi knows.
+
+A **profile** is a race file (the same files as ``phi race --config``, with their errors), named
+by its stem or by ``NAME=FILE``; the profile ``default`` races the default configurations of the
+embedded model unless a file takes that name. What a race runs is planned by
+:func:`phi_core.config.plan_race`; this module only adapts arguments and results. Bad input
+(an unknown profile, model or strategy, an empty prompt) and a race without a winner are MCP
+tool errors (``is_error``) whose text says what was wrong; secrets never reach them.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
+
+from . import __version__
+from .config import (
+    DEFAULT_BRANCHES,
+    RACE_STRATEGIES,
+    RaceSpec,
+    bandit_race_from_plan,
+    load_race_spec,
+    parse_branch,
+    plan_race,
+)
+from .config._plan import RacePlan
+from .errors import PhiError, UserError, redact
+from .metering import Budget
+from .parallel import ParallelLoopResult
+from .providers.base import Provider
+from .providers.keys import stored_keys
+from .providers.registry import model_listing
+from .race import BanditOptions, BanditRaceResult
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "RaceProfile",
+    "RaceTools",
+    "load_profiles",
+    "mcp_server",
+    "serve_http",
+]
+
+DEFAULT_PROFILE = "default"
+"""The profile that races the default configurations when no file takes its name."""
+
+_INSTRUCTIONS = (
+    "phi races several LLM configurations on one question, judges the answers and returns the "
+    "best with its rationale and costs. Call `models` to see the profiles; `race` races one; "
+    "`route` lets a learned router pick (racing only when unsure)."
+)
+
+
+@dataclass(frozen=True)
+class RaceProfile:
+    """A named race: a race file's contents (or the default race)."""
+
+    name: str
+    spec: RaceSpec
+    source: str | None = None
+    """The file it was read from (``None``: the built-in default race)."""
+
+    def describe(self) -> dict[str, Any]:
+        """What the profile races, as the ``models`` tool lists it."""
+        branches = self.spec.branches or list(DEFAULT_BRANCHES)
+        return {
+            "name": self.name,
+            "source": self.source,
+            "strategy": self.spec.strategy or "judge",
+            "branches": [{"name": b.label, "model": b.model} for b in branches],
+            "judge": self.spec.judge.model if self.spec.judge is not None else None,
+        }
+
+
+def load_profiles(entries: Sequence[str]) -> dict[str, RaceProfile]:
+    """Profiles from ``FILE`` or ``NAME=FILE`` entries (a file's name is its stem), plus
+    :data:`DEFAULT_PROFILE` unless an entry takes that name.
+
+    Raises:
+        UserError: a file that does not read or validate (naming file, line and key), an empty
+            name, or two entries with one name.
+    """
+    profiles: dict[str, RaceProfile] = {}
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        if not sep:
+            name, path = Path(entry).stem, entry
+        name = name.strip()
+        if not name or not path.strip():
+            raise UserError(
+                f"Bad profile {entry!r}: write a race file (`race.toml`) or `NAME=FILE`."
+            )
+        if name in profiles:
+            raise UserError(
+                f"Two profiles are named {name!r} ({profiles[name].source} and {path}); name one "
+                f"of them with `NAME=FILE`."
+            )
+        profiles[name] = RaceProfile(name, load_race_spec(path), source=path)
+    profiles.setdefault(DEFAULT_PROFILE, RaceProfile(DEFAULT_PROFILE, RaceSpec()))
+    return profiles
+
+
+class RaceTools:
+    """The tools' behaviour, independent of the MCP transport (so it is tested directly too).
+
+    Args:
+        profiles: the races offered by name (default: only :data:`DEFAULT_PROFILE`).
+        state: the router state of ``route`` (a .sqlite/.json file or ``redis://…``; default:
+            the user directory's).
+        providers: a provider per model string instead of the registry's (test doubles).
+        max_cost_usd: a dollar cap on every call of a tool; a caller may ask for less, never more.
+    """
+
+    def __init__(
+        self,
+        profiles: Mapping[str, RaceProfile] | None = None,
+        *,
+        state: str | None = None,
+        providers: Mapping[str, Provider] | None = None,
+        max_cost_usd: float | None = None,
+    ) -> None:
+        self.profiles = dict(profiles or load_profiles(()))
+        self.state = state
+        self.providers = dict(providers or {})
+        self.max_cost_usd = max_cost_usd
+
+    def profile(self, name: str | None) -> RaceProfile:
+        """The profile ``name`` (default: :data:`DEFAULT_PROFILE`, else the only one)."""
+        if name is None or not name.strip():
+            if DEFAULT_PROFILE in self.profiles or len(self.profiles) != 1:
+                name = DEFAULT_PROFILE
+            else:
+                name = next(iter(self.profiles))
+        found = self.profiles.get(name.strip())
+        if found is None:
+            raise UserError(
+                f"Unknown profile {name!r}; this server offers: {', '.join(sorted(self.profiles))}."
+                " Call the `models` tool to see what each races."
+            )
+        return found
+
+    def plan(
+        self,
+        *,
+        profile: str | None = None,
+        models: Sequence[str] | None = None,
+        strategy: str | None = None,
+        judge: str | None = None,
+        max_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+    ) -> RacePlan:
+        """The checked plan of one call (see :func:`~phi_core.config.plan_race`)."""
+        spec = self.profile(profile).spec
+        named = spec.branches or []
+        branches = [parse_branch(m, named, qualify=True) for m in models or []]
+        cap = _cap(max_cost_usd, self.max_cost_usd)
+        bandit = (strategy or spec.strategy or "").strip().lower() == "bandit"
+        return plan_race(
+            spec,
+            models=branches,
+            judge=parse_branch(judge, named, qualify=True) if judge else None,
+            strategy=strategy,
+            max_tokens=max_tokens,
+            budget=Budget(max_cost_usd=cap),
+            bandit=BanditOptions(state=self.state) if bandit else None,
+            providers=self.providers,
+        )
+
+    async def race(
+        self,
+        prompt: str,
+        *,
+        profile: str | None = None,
+        models: Sequence[str] | None = None,
+        strategy: str | None = None,
+        judge: str | None = None,
+        max_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+    ) -> dict[str, Any]:
+        """Race ``prompt``; the winner's text, the rationale, and every branch's costs.
+
+        Raises:
+            UserError: bad input, or a race without a winner (every branch's error named).
+        """
+        _check_prompt(prompt)
+        plan = self.plan(
+            profile=profile, models=models, strategy=strategy, judge=judge,
+            max_tokens=max_tokens, max_cost_usd=max_cost_usd,
+        )  # fmt: skip
+        result = await plan.run(prompt, store=None)
+        return _answer(plan, result, self.profile(profile).name)
+
+    async def route(
+        self,
+        prompt: str,
+        *,
+        profile: str | None = None,
+        models: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """The learned router over the profile's branches: rank, race only when unsure, answer
+        and learn; with ``dry_run`` only the ranking (no model is called, nothing is learned)."""
+        _check_prompt(prompt)
+        plan = self.plan(
+            profile=profile, models=models, strategy="bandit", max_tokens=max_tokens,
+            max_cost_usd=max_cost_usd,
+        )  # fmt: skip
+        name = self.profile(profile).name
+        if not dry_run:
+            return _answer(plan, await plan.run(prompt), name)
+        race = bandit_race_from_plan(plan)
+        await race.load()
+        ranking = race.router.rank(race.features(prompt), list(race.arms))
+        return {
+            "type": "route_ranking",
+            "profile": name,
+            "namespace": race.namespace,
+            "order": ranking.order,
+            "clearly_ahead": ranking.clearly_ahead(),
+            "arms": [
+                {"arm": a.arm, "score": a.score, "mean": a.mean, "width": a.width, "n": a.n}
+                for a in ranking.arms
+            ],
+            "explanation": ranking.explain(),
+        }
+
+    def models(self) -> dict[str, Any]:
+        """The profiles offered and the providers and models phi knows (no key values)."""
+        warnings: list[str] = []
+        try:
+            stored = set(stored_keys())
+        except UserError as exc:  # an unreadable keys file: say so, list the models anyway
+            warnings.append(redact(str(exc)))
+            stored = set()
+        return {
+            "profiles": [p.describe() for p in self.profiles.values()],
+            "models": model_listing(stored),
+            "warnings": warnings,
+        }
+
+
+def _check_prompt(prompt: str) -> None:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise UserError("The prompt is empty; pass the question or task to race on.")
+
+
+def _cap(asked: float | None, limit: float | None) -> float | None:
+    if asked is not None and not asked > 0:
+        raise UserError(f"max_cost_usd must be > 0 dollars, got {asked!r}; leave it out for none.")
+    if limit is None or asked is None:
+        return asked if limit is None else limit
+    return min(asked, limit)
+
+
+def _answer(
+    plan: RacePlan, result: ParallelLoopResult | BanditRaceResult, profile: str
+) -> dict[str, Any]:
+    """The tool's result: ``plan.payload`` (what ``phi race --json`` prints) with the winner's
+    text and the rationale on top; a race without a winner is an error naming every cause."""
+    payload = plan.payload(result)
+    if isinstance(result, BanditRaceResult):
+        text, winner = result.text, result.winner
+        rationale = _bandit_rationale(result)
+    else:
+        chosen = payload["winner"]
+        text, winner = (chosen["text"], chosen["name"]) if chosen else ("", None)
+        rationale = result.decision.rationale
+    if winner is None:
+        causes = "; ".join(
+            f"{b.get('name') or b.get('arm')}: {b['status']} ({b.get('error') or 'no answer'})"
+            for b in payload["branches"]
+        )
+        raise UserError(
+            redact(f"The race has no winner (status {result.status}): {causes or 'nothing ran'}.")
+        )
+    usage = payload.pop("total_usage", None) or payload.pop("usage")
+    return {
+        **payload,
+        "profile": profile,
+        "strategy": plan.strategy,
+        "winner": winner,
+        "text": text,
+        "rationale": rationale,
+        "usage": usage,
+    }
+
+
+def _bandit_rationale(result: BanditRaceResult) -> str:
+    if result.winner is None:
+        return result.error or ""
+    how = {"race": "previewed the contenders", "skip": "was sure of the top arm"}.get(
+        str(result.action), str(result.action)
+    )
+    scores = ", ".join(f"{arm} {score:.2f}" for arm, score in result.scores.items())
+    ranked = f"; preview scores: {scores}" if scores else ""
+    return f"the router {how} and answered with {result.winner}{ranked}"
+
+
+# --------------------------------------------------------------------------- the MCP server
+
+
+def mcp_server(tools: RaceTools) -> MCPServer:
+    """An :class:`~mcp.server.mcpserver.MCPServer` offering ``race``, ``route`` and ``models``.
+
+    Raises:
+        UserError: the ``mcp`` extra is not installed.
+    """
+    try:
+        from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
+    except ImportError as exc:
+        raise UserError(
+            "`phi mcp serve` needs the official MCP SDK: pip install 'phi-core[mcp]'."
+        ) from exc
+
+    server: MCPServer = MCPServer(
+        "phi", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
+    )
+
+    async def answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return await call
+        except PhiError as exc:  # bad input or a race without a winner: the caller reads why
+            raise ToolError(redact(str(exc))) from None
+
+    Prompt = Annotated[str, Field(description="The question or task every branch answers.")]
+    ProfileName = Annotated[
+        str | None, Field(description="A profile from the `models` tool (default: `default`).")
+    ]
+    Models = Annotated[
+        list[str] | None,
+        Field(
+            description="Race these instead of the profile's branches: `provider:model` "
+            "(optionally `@temperature=0.2,max_tokens=200`) or branch names of the profile."
+        ),
+    ]
+    MaxTokens = Annotated[
+        int | None, Field(ge=1, description="Output token limit of branches that set none.")
+    ]
+    MaxCost = Annotated[
+        float | None,
+        Field(gt=0, description="Dollars the whole call may spend; a call that may not fit is "
+              "refused unsent."),
+    ]  # fmt: skip
+
+    @server.tool(name="race")
+    async def race(
+        prompt: Prompt,
+        profile: ProfileName = None,
+        models: Models = None,
+        strategy: Annotated[
+            str | None,
+            Field(
+                description=f"How the winner is chosen: {', '.join(RACE_STRATEGIES)} "
+                "(default: the profile's, else judge)."
+            ),
+        ] = None,
+        judge: Annotated[
+            str | None, Field(description="The judge model (`provider:model`).")
+        ] = None,
+        max_tokens: MaxTokens = None,
+        max_cost_usd: MaxCost = None,
+    ) -> dict[str, Any]:
+        """Race several LLM configurations on the prompt, judge them, return the winner's
+        answer with the rationale and every branch's status, token usage and cost."""
+        return await answer(
+            tools.race(
+                prompt, profile=profile, models=models, strategy=strategy, judge=judge,
+                max_tokens=max_tokens, max_cost_usd=max_cost_usd,
+            )
+        )  # fmt: skip
+
+    @server.tool(name="route")
+    async def route(
+        prompt: Prompt,
+        profile: ProfileName = None,
+        models: Models = None,
+        max_tokens: MaxTokens = None,
+        max_cost_usd: MaxCost = None,
+        dry_run: Annotated[
+            bool, Field(description="Only rank the branches: call no model, learn nothing.")
+        ] = False,
+    ) -> dict[str, Any]:
+        """Let the learned router answer: it ranks the profile's branches for this prompt,
+        races the top ones only when unsure, answers with the best and learns from it."""
+        return await answer(
+            tools.route(
+                prompt, profile=profile, models=models, max_tokens=max_tokens,
+                max_cost_usd=max_cost_usd, dry_run=dry_run,
+            )
+        )  # fmt: skip
+
+    @server.tool(name="models")
+    def models() -> dict[str, Any]:
+        """The profiles this server races and the providers and models phi knows, with prices
+        per million tokens and whether each provider's key is set (never its value)."""
+        try:
+            return tools.models()
+        except PhiError as exc:  # an unreadable keys file
+            raise ToolError(redact(str(exc))) from None
+
+    return server
+
+
+def serve_http(
+    server: MCPServer,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``http://host:port/mcp`` until interrupted.
+
+    ``port`` 0 picks a free port; ``on_ready`` receives the endpoint's URL once it listens.
+    """
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(
+            f"Cannot listen on {host}:{port} ({exc.strerror}); pick another --port (0: any free "
+            "one)."
+        ) from None
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{bound}/mcp")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+        sys.stderr.flush()
