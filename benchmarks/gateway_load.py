@@ -37,7 +37,6 @@ import platform
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from overhead import Server  # noqa: E402  (the zero-delay upstream of the client benchmark)
+from overhead import Server
 
 RESULTS = Path(__file__).parent / "results" / "gateway"
 TARGETS = ("direct", "phi", "litellm")
@@ -141,7 +140,10 @@ def redis_server(workdir: Path) -> Iterator[str]:
     try:
         deadline = time.monotonic() + 10
         while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as s:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", port), 1) as s,
+            ):
                 s.sendall(b"PING\r\n")
                 if s.recv(16).startswith(b"+PONG"):
                     break
@@ -304,7 +306,7 @@ async def load(target: Target, concurrency: int, warmup: float, duration: float)
                             first = loop.time()
                         if line.startswith(b"data: [DONE]"):
                             done = True
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 error(f"{type(exc).__name__}: {exc}")
                 continue
             finished = loop.time()
@@ -358,12 +360,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     elif name == "phi":
                         target = start_phi(upstream_url, redis_url, workdir, args.workers)
                     else:
-                        binary = Path(args.litellm)
-                        if not binary.exists():
-                            skipped[name] = f"{binary} does not exist (see the module docstring)"
+                        if args.litellm_missing:
+                            skipped[name] = f"{args.litellm} does not exist (see the docstring)"
                             continue
                         target = start_litellm(
-                            upstream_url, redis_url, workdir, args.workers, binary
+                            upstream_url, redis_url, workdir, args.workers, Path(args.litellm)
                         )
                     if target.process is not None:
                         await wait_ready(target)
@@ -445,6 +446,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.duration, args.warmup = 5.0, 1.0
+    args.litellm_missing = not Path(args.litellm).exists()
     print(HEADER, flush=True)
     result = asyncio.run(run(args))
     args.out.mkdir(parents=True, exist_ok=True)

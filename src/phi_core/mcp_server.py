@@ -320,6 +320,38 @@ def _bandit_rationale(result: BanditRaceResult) -> str:
 
 # --------------------------------------------------------------------------- the MCP server
 
+# The tools' parameters, with the descriptions an MCP client shows (module level: the SDK
+# evaluates the annotations).
+Prompt = Annotated[str, Field(description="The question or task every branch answers.")]
+ProfileName = Annotated[
+    str | None, Field(description="A profile from the `models` tool (default: `default`).")
+]
+Models = Annotated[
+    list[str] | None,
+    Field(
+        description="Race these instead of the profile's branches: `provider:model` "
+        "(optionally `@temperature=0.2,max_tokens=200`) or branch names of the profile."
+    ),
+]
+MaxTokens = Annotated[
+    int | None, Field(ge=1, description="Output token limit of branches that set none.")
+]
+MaxCost = Annotated[
+    float | None,
+    Field(gt=0, description="Dollars the whole call may spend; a call that may not fit is "
+          "refused unsent."),
+]  # fmt: skip
+
+Strategy = Annotated[
+    str | None,
+    Field(
+        description=f"How the winner is chosen: {', '.join(RACE_STRATEGIES)} "
+        "(default: the profile's, else judge)."
+    ),
+]
+JudgeModel = Annotated[str | None, Field(description="The judge model (`provider:model`).")]
+DryRun = Annotated[bool, Field(description="Only rank the branches: call no model, learn nothing.")]
+
 
 def mcp_server(tools: RaceTools) -> MCPServer:
     """An :class:`~mcp.server.mcpserver.MCPServer` offering ``race``, ``route`` and ``models``.
@@ -345,41 +377,13 @@ def mcp_server(tools: RaceTools) -> MCPServer:
         except PhiError as exc:  # bad input or a race without a winner: the caller reads why
             raise ToolError(redact(str(exc))) from None
 
-    Prompt = Annotated[str, Field(description="The question or task every branch answers.")]
-    ProfileName = Annotated[
-        str | None, Field(description="A profile from the `models` tool (default: `default`).")
-    ]
-    Models = Annotated[
-        list[str] | None,
-        Field(
-            description="Race these instead of the profile's branches: `provider:model` "
-            "(optionally `@temperature=0.2,max_tokens=200`) or branch names of the profile."
-        ),
-    ]
-    MaxTokens = Annotated[
-        int | None, Field(ge=1, description="Output token limit of branches that set none.")
-    ]
-    MaxCost = Annotated[
-        float | None,
-        Field(gt=0, description="Dollars the whole call may spend; a call that may not fit is "
-              "refused unsent."),
-    ]  # fmt: skip
-
     @server.tool(name="race")
     async def race(
         prompt: Prompt,
         profile: ProfileName = None,
         models: Models = None,
-        strategy: Annotated[
-            str | None,
-            Field(
-                description=f"How the winner is chosen: {', '.join(RACE_STRATEGIES)} "
-                "(default: the profile's, else judge)."
-            ),
-        ] = None,
-        judge: Annotated[
-            str | None, Field(description="The judge model (`provider:model`).")
-        ] = None,
+        strategy: Strategy = None,
+        judge: JudgeModel = None,
         max_tokens: MaxTokens = None,
         max_cost_usd: MaxCost = None,
     ) -> dict[str, Any]:
@@ -399,9 +403,7 @@ def mcp_server(tools: RaceTools) -> MCPServer:
         models: Models = None,
         max_tokens: MaxTokens = None,
         max_cost_usd: MaxCost = None,
-        dry_run: Annotated[
-            bool, Field(description="Only rank the branches: call no model, learn nothing.")
-        ] = False,
+        dry_run: DryRun = False,
     ) -> dict[str, Any]:
         """Let the learned router answer: it ranks the profile's branches for this prompt,
         races the top ones only when unsure, answers with the best and learns from it."""

@@ -100,9 +100,7 @@ async def test_stdio_race_returns_the_judged_winner_with_every_branch_cost(
     assert race["usage"]["input"] == 3 * PROMPT_TOKENS
     # Both branches and the judge really reached the upstream, with the key we gave.
     assert sorted(setup.branch_requests()) == ["gpt-4o", "gpt-4o-mini"]
-    assert all(
-        r.headers["authorization"] == f"Bearer {SECRET}" for r in setup.upstream.requests
-    )
+    assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in setup.upstream.requests)
     assert SECRET not in json.dumps(race)
 
 
@@ -164,7 +162,7 @@ async def test_http_race_route_and_learning(setup: Setup, strict_loop: list[Any]
     async with http_client(setup, "--state", state) as client:
         raced = await client.call_tool(
             "race",
-            {"prompt": "Capital of France?", "profile": "capitals", "strategy": "first"},
+            {"prompt": "Capital of France?", "profile": "capitals", "strategy": "pick-first"},
         )
         before = await client.call_tool(
             "route", {"prompt": "Capital of France?", "profile": "capitals", "dry_run": True}
@@ -180,7 +178,7 @@ async def test_http_race_route_and_learning(setup: Setup, strict_loop: list[Any]
                                                "max_cost_usd": -1})  # fmt: skip
     assert not raced.is_error, text_of(raced)
     first = raced.structured_content
-    assert first is not None and first["strategy"] == "first"
+    assert first is not None and first["strategy"] == "pick-first"
     assert first["winner"] in {"mini", "big"}
     assert first["text"] == answer_of({"mini": "gpt-4o-mini", "big": "gpt-4o"}[first["winner"]])
     # A dry run ranks without calling a model; the router has seen nothing yet.

@@ -50,7 +50,9 @@ def serve(
     host: Annotated[
         str, typer.Option(help="Address to listen on with --http (loopback by default).")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port with --http (0: any free one).")] = 8000,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port with --http (0: any free one).")
+    ] = 8000,
     state: Annotated[
         str | None,
         typer.Option(
