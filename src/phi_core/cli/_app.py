@@ -518,14 +518,15 @@ def _price(value: float | None) -> str:
 
 
 def _mount_subcommands() -> None:
-    """``phi route …``, ``mcp``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys`` and
-    ``parallel-agents`` live in their own modules."""
-    from . import _parallel_agents, aliases, chat, keys, logs, mcp, route, select
+    """``phi route …``, ``mcp``, ``serve``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys``
+    and ``parallel-agents`` live in their own modules."""
+    from . import _parallel_agents, aliases, chat, keys, logs, mcp, route, select, serve
 
     app.add_typer(route.app, name="route")
     app.add_typer(mcp.app, name="mcp")
     app.command("select")(select.command)
     app.command("chat")(chat.command)
+    app.command("serve")(serve.command)
     app.add_typer(logs.app, name="logs")
     app.add_typer(aliases.app, name="aliases")
     app.add_typer(keys.app, name="keys")

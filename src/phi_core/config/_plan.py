@@ -31,7 +31,7 @@ from ..parallel import strategy_from_name as _parallel_strategy
 from ..providers.base import Provider
 from ..race import BanditOptions, BanditRace, BanditRaceResult, build_bandit_race
 from ..routing.stores import RouterStateStore
-from ..types import ResponseFormat
+from ..types import AgentMessage, ResponseFormat
 from ._race import (
     DEFAULT_BRANCHES,
     DEFAULT_JUDGE,
@@ -98,7 +98,7 @@ class RacePlan:
 
     async def run(
         self,
-        prompt: str,
+        prompt: str | Sequence[AgentMessage],
         *,
         context: AgentContext | None = None,
         events: Any = None,
@@ -106,8 +106,11 @@ class RacePlan:
         store: RouterStateStore | None = None,
     ) -> ParallelLoopResult | BanditRaceResult:
         """Race ``prompt``; ``events`` receives every event. A bandit plan loads the router
-        state (``store``, default: the user directory's), races once and learns."""
+        state (``store``, default: the user directory's), races once and learns. ``prompt`` may
+        be messages (a tool result, an image) except for a bandit plan, which races text."""
         if self.strategy == "bandit":
+            if not isinstance(prompt, str):
+                raise UserError("A bandit race answers one text query; pass the prompt as a str.")
             race = bandit_race_from_plan(self, store=store)
             await race.load()
             return await race.run(prompt, events=events, cancel=cancel)

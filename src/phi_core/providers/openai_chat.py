@@ -124,6 +124,10 @@ def _usage(raw: Any) -> Usage:
     )
 
 
+_PASSED_THROUGH = ("stop", "user", "tool_choice")
+"""``StreamRequest.extra`` keys sent to Chat Completions as they are (the gateway sets them)."""
+
+
 def build_chat_params(request: StreamRequest, compat: OpenAICompat) -> dict[str, Any]:
     """The keyword arguments of ``chat.completions.create`` for ``request``."""
     model = request.model
@@ -160,6 +164,9 @@ def build_chat_params(request: StreamRequest, compat: OpenAICompat) -> dict[str,
             }
             for t in request.tools
         ]
+    for key in _PASSED_THROUGH:  # the gateway's client settings, sent as they are
+        if request.extra.get(key) is not None:
+            params[key] = request.extra[key]
     if request.response_format is not None:
         params["response_format"] = json_schema_format(
             request.response_format, strict_ok=compat.supports_strict_schema

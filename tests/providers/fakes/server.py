@@ -33,6 +33,10 @@ class Recorded:
     headers: dict[str, str]
     raw: bytes
     at: float
+    ended_at: float | None = None
+    """When the response was finished or abandoned (the client went away mid-stream)."""
+    completed: bool = False
+    """Whether the whole response was written (False: the connection closed first)."""
 
     @property
     def json(self) -> Any:
@@ -61,6 +65,7 @@ class Stream:
     """A streamed 200 response: each item of ``chunks`` is written and flushed on its own.
 
     ``drop_after``: close the connection abruptly after that many chunks (no terminating chunk).
+    ``interval``: seconds to wait before each chunk after the first (a slow upstream).
     """
 
     chunks: list[bytes]
@@ -68,6 +73,7 @@ class Stream:
     headers: dict[str, str] = field(default_factory=dict)
     drop_after: int | None = None
     status: int = 200
+    interval: float = 0.0
 
 
 Item = Respond | Stream | Callable[[Recorded], "Respond | Stream | Awaitable[Respond | Stream]"]
@@ -150,37 +156,47 @@ class FakeServer:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            item = self.script.pop(0) if self.script else self.default
-            if item is None:
-                item = Respond(500, {"error": {"message": "fake server: script exhausted"}})
-            if callable(item) and not isinstance(item, Respond | Stream):
-                result = item(record)
-                item = await result if inspect.isawaitable(result) else result
-            assert isinstance(item, Respond | Stream)
-            if isinstance(item, Respond):
-                payload = item.payload()
-                self._head(writer, item.status, item.content_type, item.headers,
-                           {"content-length": str(len(payload))})  # fmt: skip
-                writer.write(payload)
-                await writer.drain()
-                return True
+            done = await self._respond(record, writer)
+            record.completed = done
+            return done
+        finally:
+            record.ended_at = time.monotonic()
+            self.in_flight -= 1
+
+    async def _respond(self, record: Recorded, writer: asyncio.StreamWriter) -> bool:
+        item = self.script.pop(0) if self.script else self.default
+        if item is None:
+            item = Respond(500, {"error": {"message": "fake server: script exhausted"}})
+        if callable(item) and not isinstance(item, Respond | Stream):
+            result = item(record)
+            item = await result if inspect.isawaitable(result) else result
+        assert isinstance(item, Respond | Stream)
+        if isinstance(item, Respond):
+            payload = item.payload()
             self._head(writer, item.status, item.content_type, item.headers,
-                       {"transfer-encoding": "chunked"})  # fmt: skip
-            await writer.drain()
-            for n, chunk in enumerate(item.chunks):
-                if item.drop_after is not None and n >= item.drop_after:
-                    writer.transport.abort()
-                    return False
-                writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                await writer.drain()
-            if item.drop_after is not None:
-                writer.transport.abort()
-                return False
-            writer.write(b"0\r\n\r\n")
+                       {"content-length": str(len(payload))})  # fmt: skip
+            writer.write(payload)
             await writer.drain()
             return True
-        finally:
-            self.in_flight -= 1
+        self._head(writer, item.status, item.content_type, item.headers,
+                   {"transfer-encoding": "chunked"})  # fmt: skip
+        await writer.drain()
+        for n, chunk in enumerate(item.chunks):
+            if item.drop_after is not None and n >= item.drop_after:
+                writer.transport.abort()
+                return False
+            if n and item.interval:
+                await asyncio.sleep(item.interval)
+            if writer.transport.is_closing():  # the client went away
+                return False
+            writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            await writer.drain()
+        if item.drop_after is not None:
+            writer.transport.abort()
+            return False
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
 
     @staticmethod
     def _head(

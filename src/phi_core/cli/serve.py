@@ -1,0 +1,47 @@
+"""``phi serve``: the OpenAI-compatible gateway (a thin adapter over :mod:`phi_core.gateway`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from ._common import usage_error
+
+__all__ = ["command"]
+
+
+def command(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Gateway file ([gateway] settings, [profiles.NAME] race files) or one race "
+            "file (a profile named after the file). Default: passthrough only.",
+        ),
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (keep 127.0.0.1 unless keys are set).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 8000,
+    workers: Annotated[
+        int,
+        typer.Option(min=1, help="Worker processes (share state through a redis:// state)."),
+    ] = 1,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn's log level (prompts are never logged).")
+    ] = "warning",
+) -> None:
+    """Serve race:PROFILE, route:PROFILE and provider:model over the OpenAI Chat API.
+
+    Example: phi serve --config gateway.toml --port 8000, then
+    curl http://127.0.0.1:8000/v1/models
+    """
+    from ..gateway import serve
+
+    try:
+        serve(config, host=host, port=port, workers=workers, log_level=log_level)
+    except UserError as exc:
+        raise usage_error(exc) from None

@@ -1,0 +1,450 @@
+"""HTTP around :class:`~phi_core.gateway.Gateway`: the Starlette app and the uvicorn runner.
+
+Routes: ``POST /v1/chat/completions`` (JSON or SSE), ``GET /v1/models``, ``POST /v1/feedback``,
+``GET /healthz``, ``GET /readyz``, ``GET /metrics``. Every request runs under a watcher of the
+client's connection: a client that goes away cancels the work of its request (every branch of a
+race, the upstream stream of a passthrough), whose usage is still metered, charged and logged
+(status 499).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    MutableMapping,
+)
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from ..errors import MissingExtraError, UserError
+from ..metering import Meter
+from ..providers.base import StreamDone
+from ..types import TextDelta, ToolCallDelta
+from ._config import GatewayConfig, load_gateway_config
+from ._service import Answer, Caller, Gateway
+from ._wire import (
+    ChatRequest,
+    GatewayError,
+    chunk,
+    completion,
+    error_body,
+    finish_reason,
+    new_completion_id,
+    parse_chat_request,
+)
+
+try:
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.routing import Route
+except ImportError as exc:  # the `server` extra
+    raise MissingExtraError("The gateway (`phi serve`)", "server") from exc
+
+__all__ = ["CONFIG_ENV", "ClientDisconnected", "app_from_env", "create_app", "serve"]
+
+logger = logging.getLogger("phi_core.gateway")
+
+CONFIG_ENV = "PHI_GATEWAY_CONFIG"
+"""The config file of workers started by :func:`serve` (``--workers`` > 1 imports the app)."""
+
+T = TypeVar("T")
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before its answer was sent."""
+
+
+async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+    """``work``'s result, or :class:`ClientDisconnected` after cancelling (and awaiting) it
+    when the client goes away first."""
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (watcher, task):
+            if not pending.done():
+                pending.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        if not task.done() or task.cancelled():
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise ClientDisconnected()
+    return task.result()
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _error(exc: GatewayError) -> Response:
+    return _json(exc.status, exc.body(), exc.headers)
+
+
+class _EventStream:
+    """An SSE response whose producer is cancelled when the client disconnects (the ASGI
+    receive channel is watched while the body is sent), so no upstream call is orphaned."""
+
+    def __init__(
+        self,
+        frames: AsyncIterator[str],
+        headers: dict[str, str],
+        on_end: Callable[[bool], Awaitable[None]],
+    ) -> None:
+        self.frames = frames
+        self.headers = headers
+        self.on_end = on_end
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            *[(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()],
+        ]
+
+        async def produce() -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            async for frame in self.frames:
+                await send({"type": "http.response.body", "body": frame.encode(),
+                            "more_body": True})  # fmt: skip
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        disconnected = False
+        try:
+            await _until_disconnect(receive, produce())
+        except ClientDisconnected:
+            disconnected = True
+        except OSError:  # the transport went away while writing
+            disconnected = True
+        finally:
+            aclose = getattr(self.frames, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            await self.on_end(disconnected)
+
+
+def _sse(data: Any) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+
+
+def _answer_frames(answer: Answer, include_usage: bool, created: int) -> list[str]:
+    cid, model = answer.completion_id, answer.model
+    frames = [_sse(chunk(cid, model, created, {"role": "assistant", "content": ""}))]
+    if answer.text:
+        frames.append(_sse(chunk(cid, model, created, {"content": answer.text})))
+    if answer.tool_calls:
+        calls = [{"index": i, **c} for i, c in enumerate(answer.tool_calls)]
+        frames.append(_sse(chunk(cid, model, created, {"tool_calls": calls})))
+    frames.append(_sse(chunk(cid, model, created, {}, finish=answer.finish, phi=answer.phi)))
+    if include_usage:
+        frames.append(_sse(chunk(cid, model, created, None, usage=answer.usage)))
+    frames.append(_sse("[DONE]"))
+    return frames
+
+
+def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
+    """The Starlette app serving ``config`` (a :class:`GatewayConfig`, a ready
+    :class:`Gateway`, or ``None`` for passthrough only); the gateway starts with the app."""
+    gateway = config if isinstance(config, Gateway) else Gateway(config or GatewayConfig())
+    metrics = gateway.metrics
+
+    def observe(kind: str, status: int, started: float, meter: Meter | None) -> None:
+        metrics.inc("phi_gateway_requests_total", route="chat", kind=kind, status=str(status))
+        metrics.observe("phi_gateway_request_duration_seconds", time.perf_counter() - started,
+                        kind=kind)  # fmt: skip
+        for call in meter.calls if meter is not None else []:
+            if call.cached:
+                continue
+            metrics.inc("phi_gateway_tokens_total", call.usage.input + call.usage.cache_read,
+                        model=call.model, direction="input")  # fmt: skip
+            metrics.inc("phi_gateway_tokens_total", call.usage.output, model=call.model,
+                        direction="output")  # fmt: skip
+            metrics.inc("phi_gateway_cost_usd_total", call.cost_usd, model=call.model)
+
+    async def settle(caller: Caller, meter: Meter) -> None:
+        try:
+            await gateway.charge(caller, meter.cost)
+        except Exception as exc:  # the answer is paid for; a limits store failure is logged
+            logger.warning("could not charge key %s: %s", caller.name, type(exc).__name__)
+
+    async def chat(request: Request) -> Response | _EventStream:
+        started = time.perf_counter()
+        kind = "unknown"
+        try:
+            caller = gateway.authenticate(request.headers.get("authorization"))
+            raw = await request.body()
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise GatewayError(400, "The request body is not valid JSON.") from None
+            chat_request = parse_chat_request(body)
+            kind, _ = gateway.resolve(chat_request.model)
+            await gateway.admit(caller)
+        except GatewayError as exc:
+            metrics.inc("phi_gateway_requests_total", route="chat", kind=kind,
+                        status=str(exc.status))  # fmt: skip
+            return _error(exc)
+        meter = Meter()
+        if kind == "passthrough" and chat_request.stream:
+            return await stream_passthrough(request, chat_request, caller, meter, started)
+        gateway.in_flight += 1
+        try:
+            answer = await _until_disconnect(
+                request.receive, gateway.answer(chat_request, caller, meter)
+            )
+        except ClientDisconnected:
+            metrics.inc("phi_gateway_disconnects_total", kind=kind)
+            observe(kind, 499, started, meter)
+            await settle(caller, meter)
+            if kind == "passthrough":
+                await gateway.write_record(gateway.passthrough_record(
+                    chat_request, meter, "cancelled", "", time.time()))  # fmt: skip
+            return _json(499, error_body("The client closed the request.", "client_closed"))
+        except GatewayError as exc:
+            observe(kind, exc.status, started, meter)
+            await settle(caller, meter)
+            return _error(exc)
+        finally:
+            gateway.in_flight -= 1
+        observe(kind, 200, started, meter)
+        await settle(caller, meter)
+        if kind == "passthrough":
+            await gateway.write_record(gateway.passthrough_record(
+                chat_request, meter, "ok", answer.text, time.time()))  # fmt: skip
+        if chat_request.stream:
+            frames = _answer_frames(answer, chat_request.include_usage, int(time.time()))
+
+            async def replay() -> AsyncIterator[str]:
+                for frame in frames:
+                    yield frame
+
+            async def done(disconnected: bool) -> None:
+                if disconnected:
+                    metrics.inc("phi_gateway_disconnects_total", kind=kind)
+
+            return _EventStream(replay(), answer.headers, done)
+        body = completion(
+            answer.completion_id, answer.model, answer.text, answer.usage,
+            finish=answer.finish, tool_calls=answer.tool_calls, phi=answer.phi,
+        )  # fmt: skip
+        return _json(200, body, answer.headers)
+
+    async def stream_passthrough(
+        request: Request, chat_request: ChatRequest, caller: Caller, meter: Meter, started: float
+    ) -> Response | _EventStream:
+        stream = gateway.passthrough(chat_request, meter)
+        wall = time.time()
+        gateway.in_flight += 1
+        try:
+            first: Any = await _until_disconnect(request.receive, anext(stream))
+        except (ClientDisconnected, GatewayError, StopAsyncIteration) as exc:
+            gateway.in_flight -= 1
+            await stream.aclose()
+            await settle(caller, meter)
+            status = exc.status if isinstance(exc, GatewayError) else 499
+            observe("passthrough", status, started, meter)
+            if isinstance(exc, GatewayError):
+                return _error(exc)
+            return _json(499, error_body("The client closed the request.", "client_closed"))
+        cid, model, created = new_completion_id(), chat_request.model, int(time.time())
+        text: list[str] = []
+        outcome = {"status": 200}
+
+        async def frames() -> AsyncIterator[str]:
+            yield _sse(chunk(cid, model, created, {"role": "assistant", "content": ""}))
+            item = first
+            final = None
+            try:
+                while True:
+                    if isinstance(item, TextDelta) and item.text:
+                        text.append(item.text)
+                        yield _sse(chunk(cid, model, created, {"content": item.text}))
+                    elif isinstance(item, ToolCallDelta):
+                        call: dict[str, Any] = {"index": item.index}
+                        if item.id:
+                            call["id"], call["type"] = item.id, "function"
+                        function: dict[str, str] = {"arguments": item.arguments}
+                        if item.name:
+                            function["name"] = item.name
+                        call["function"] = function
+                        yield _sse(chunk(cid, model, created, {"tool_calls": [call]}))
+                    elif isinstance(item, StreamDone):
+                        final = item.message
+                    item = await anext(stream)
+            except StopAsyncIteration:
+                pass
+            except GatewayError as exc:  # the upstream failed mid-stream: an error event
+                outcome["status"] = exc.status
+                yield _sse(exc.body())
+                yield _sse("[DONE]")
+                return
+            phi = {"kind": "passthrough", "model": model, "cost_usd": meter.cost}
+            yield _sse(chunk(cid, model, created, {}, finish=finish_reason(final), phi=phi))
+            if chat_request.include_usage:
+                yield _sse(chunk(cid, model, created, None, usage=meter.usage))
+            yield _sse("[DONE]")
+
+        async def done(disconnected: bool) -> None:
+            await stream.aclose()
+            gateway.in_flight -= 1
+            status = 499 if disconnected else outcome["status"]
+            if disconnected:
+                metrics.inc("phi_gateway_disconnects_total", kind="passthrough")
+            observe("passthrough", status, started, meter)
+            await settle(caller, meter)
+            state = {200: "ok", 499: "cancelled"}.get(status, "error")
+            await gateway.write_record(
+                gateway.passthrough_record(chat_request, meter, state, "".join(text), wall)
+            )
+
+        headers = {"x-phi-kind": "passthrough", "x-phi-model": model}
+        return _EventStream(frames(), headers, done)
+
+    async def models(request: Request) -> Response:
+        try:
+            gateway.authenticate(request.headers.get("authorization"))
+        except GatewayError as exc:
+            return _error(exc)
+        created = int(gateway_started)
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "phi"}
+            for name in gateway.model_ids()
+        ]
+        return _json(200, {"object": "list", "data": data})
+
+    async def feedback(request: Request) -> Response:
+        try:
+            gateway.authenticate(request.headers.get("authorization"))
+            try:
+                body = json.loads(await request.body())
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise GatewayError(400, "The request body is not valid JSON.") from None
+            if not isinstance(body, dict):
+                raise GatewayError(400, 'The body must be {"id": "chatcmpl-…", "score": 0..1}.')
+            result = await gateway.feedback(body.get("id"), body.get("score"))
+        except GatewayError as exc:
+            return _error(exc)
+        return _json(200, {"object": "feedback", **result})
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(request: Request) -> Response:
+        why = await gateway.check_ready()
+        if why is not None:
+            return PlainTextResponse(f"not ready: {why}\n", status_code=503)
+        return PlainTextResponse("ready\n")
+
+    async def metrics_endpoint(request: Request) -> Response:
+        text = metrics.render() + (
+            "# HELP phi_gateway_in_flight Requests being answered now.\n"
+            "# TYPE phi_gateway_in_flight gauge\n"
+            f"phi_gateway_in_flight {gateway.in_flight}\n"
+        )
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _json(404, error_body(f"Unknown path {request.url.path!r}.", "invalid_request_error",
+                                     "not_found"))  # fmt: skip
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        return _json(405, error_body(f"{request.method} is not allowed on {request.url.path!r}.",
+                                     "invalid_request_error", "method_not_allowed"))  # fmt: skip
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    gateway_started = time.time()
+    middleware = []
+    if gateway.settings.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=gateway.settings.cors_origins,
+                allow_methods=["GET", "POST"],
+                allow_headers=["authorization", "content-type"],
+                expose_headers=["x-phi-winner", "x-phi-kind", "x-phi-strategy"],
+            )
+        )
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/feedback", feedback, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+        ],
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: method_not_allowed},
+    )
+    app.state.gateway = gateway
+    return app
+
+
+def app_from_env() -> Starlette:
+    """The app of one worker: the config named by ``$PHI_GATEWAY_CONFIG`` (uvicorn factory)."""
+    return create_app(load_gateway_config(os.environ.get(CONFIG_ENV) or None))
+
+
+def serve(
+    config: str | os.PathLike[str] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    log_level: str = "warning",
+) -> None:
+    """Run the gateway with uvicorn until interrupted; in-flight streams drain on shutdown.
+
+    The config is loaded (and every profile planned) before the server starts, so a bad file
+    fails here with its located error.
+    """
+    import uvicorn
+
+    if workers < 1:
+        raise UserError(f"workers must be >= 1, got {workers!r}.")
+    if not 0 <= port <= 65535:
+        raise UserError(f"port must be from 0 to 65535, got {port!r}.")
+    loaded = load_gateway_config(config)
+    drain = max(1, round(loaded.gateway.drain_timeout_s))
+    if workers == 1:
+        uvicorn.run(
+            create_app(Gateway(loaded)), host=host, port=port, log_level=log_level,
+            timeout_graceful_shutdown=drain,
+        )  # fmt: skip
+        return
+    Gateway(loaded)  # every profile is checked once, before the workers start
+    if config is not None:
+        os.environ[CONFIG_ENV] = os.fspath(os.path.abspath(config))
+    else:
+        os.environ.pop(CONFIG_ENV, None)
+    uvicorn.run(
+        "phi_core.gateway._app:app_from_env", factory=True, host=host, port=port,
+        workers=workers, log_level=log_level, timeout_graceful_shutdown=drain,
+    )  # fmt: skip

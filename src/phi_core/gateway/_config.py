@@ -1,0 +1,128 @@
+"""The gateway's config file: profiles (race files) plus the server's own settings.
+
+A gateway file is TOML, YAML or JSON, read like every other config (``${VAR}`` substituted,
+located errors)::
+
+    [gateway]
+    state = "redis://127.0.0.1:6379/0"    # router state, preview cache, feedback links, limits
+    log_content = false                   # keep prompts and answers out of the run log
+    cors_origins = []                     # CORS is off unless origins are listed
+    models = ["openai-compat:m@http://127.0.0.1:9000/v1"]   # passthrough models to advertise
+
+    [[gateway.keys]]
+    name = "team-a"
+    key_env = "TEAM_A_KEY"                # or key = "${TEAM_A_KEY}"
+    daily_usd = 5.0
+    requests_per_minute = 120
+
+    [profiles.fast]                       # a race file's contents: `race:fast`, `route:fast`
+    strategy = "judge"
+    [[profiles.fast.branches]]
+    model = "openai:gpt-4o-mini"
+
+A plain race file (what ``phi race --config`` reads) is one profile named after the file.
+Keys may also come from ``$PHI_GATEWAY_KEYS`` (comma-separated, no limits).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from ..config._load import read_source, validate
+from ..config._race import RaceSpec
+from ..config._schema import _Section
+from ..errors import ConfigError, UserError
+
+__all__ = ["KEYS_ENV", "ApiKey", "GatewayConfig", "GatewaySettings", "load_gateway_config"]
+
+KEYS_ENV = "PHI_GATEWAY_KEYS"
+
+
+class ApiKey(_Section):
+    """One bearer key and its limits (``None``: unlimited)."""
+
+    name: str = Field(min_length=1)
+    key: SecretStr | None = Field(default=None, repr=False)
+    key_env: str | None = None
+    daily_usd: float | None = Field(default=None, gt=0)
+    requests_per_minute: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKey:
+        if (self.key is None) == (self.key_env is None):
+            raise ValueError(f"key {self.name!r}: give exactly one of `key` and `key_env`")
+        return self
+
+    def secret(self) -> str:
+        """The key's value (from the environment for ``key_env``)."""
+        if self.key is not None:
+            return self.key.get_secret_value()
+        assert self.key_env is not None
+        value = os.environ.get(self.key_env, "")
+        if not value:
+            raise UserError(
+                f"Gateway key {self.name!r} reads ${self.key_env}, which is not set; export it "
+                "or remove the key from the config."
+            )
+        return value
+
+
+class GatewaySettings(_Section):
+    """The ``[gateway]`` table."""
+
+    keys: list[ApiKey] = Field(default_factory=list)
+    state: str | None = None
+    """Router state location (a .sqlite/.json file or ``redis://…``); default: the user
+    directory's (``$PHI_ROUTER_STATE``). With Redis, feedback links and key limits live there too."""
+    log_content: bool = False
+    run_log: bool = True
+    cors_origins: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    passthrough: bool = True
+    """Serve any ``provider:model`` (False: only the listed ``models`` and the profiles)."""
+    link_ttl_s: float = Field(default=86_400.0, gt=0)
+    """How long a completion can still receive feedback."""
+    drain_timeout_s: float = Field(default=30.0, gt=0)
+
+
+class GatewayConfig(_Section):
+    """A whole gateway config: settings and profiles."""
+
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    profiles: dict[str, RaceSpec] = Field(default_factory=dict)
+
+    @field_validator("profiles")
+    @classmethod
+    def _names(cls, value: dict[str, RaceSpec]) -> dict[str, RaceSpec]:
+        for name in value:
+            if not name or ":" in name or name != name.strip():
+                raise ValueError(f"profile name {name!r} must be non-empty, without ':' or spaces")
+        return value
+
+    def api_keys(self) -> list[tuple[ApiKey, str]]:
+        """Every key with its value: the config's, then ``$PHI_GATEWAY_KEYS``."""
+        keys = [(k, k.secret()) for k in self.gateway.keys]
+        env = [v.strip() for v in os.environ.get(KEYS_ENV, "").split(",") if v.strip()]
+        for i, value in enumerate(env):
+            keys.append((ApiKey(name=f"env-{i + 1}", key=SecretStr(value)), value))
+        return keys
+
+
+def load_gateway_config(path: str | os.PathLike[str] | None) -> GatewayConfig:
+    """Read a gateway file, or a race file as one profile named after it (``None``: no
+    profiles, passthrough only)."""
+    if path is None:
+        return GatewayConfig()
+    source = read_source(path)
+    data: Any = source.parse()
+    if isinstance(data, dict) and ("profiles" in data or "gateway" in data):
+        return validate(GatewayConfig, data, source)
+    spec = validate(RaceSpec, data, source)
+    name = Path(path).stem
+    if not name or ":" in name:
+        raise ConfigError(f"cannot name a profile after the file ({name!r}).", file=str(path))
+    return GatewayConfig(profiles={name: spec})

@@ -1,0 +1,695 @@
+"""What the gateway does per request, without HTTP: authenticate, admit, answer, learn.
+
+:class:`Gateway` owns the planned profiles (``race:<profile>`` through :func:`plan_race` and
+``agent_loop_parallel``; ``route:<profile>`` through the bandit race built by
+:func:`bandit_race_from_plan`), the passthrough path (``provider:model`` through the registry and
+:class:`~phi_core.providers.call.ModelCall`: retry, limiter, meter), the feedback links, the
+per-key limits and the metrics. Every request runs under its own
+:class:`~phi_core.metering.Meter`, so ``usage`` is the sum over every call it caused (judges,
+previews, fallbacks), also when the client went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..config import RacePlan, plan_race
+from ..config._plan import bandit_race_from_plan
+from ..errors import ProviderError, UserError
+from ..events import RouteDecision, tee
+from ..loop import AgentContext, AgentLoopConfig
+from ..metering import Meter, metering
+from ..parallel import ParallelLoopOutcome, ParallelLoopResult
+from ..providers.base import Provider, StreamDone, StreamRequest
+from ..providers.call import ModelCall
+from ..providers.registry import get_provider, resolve_model
+from ..race import Arm, BanditOptions, BanditRace, BanditRaceResult
+from ..routing.state import open_route_state, state_location
+from ..routing.stores import MemoryPreviewCache, PreviewCache
+from ..runlog import RunLog, RunRecord, RunRecorder
+from ..types import AssistantMessage, TextDelta, ToolCallDelta, Usage
+from ._config import ApiKey, GatewayConfig
+from ._limits import LimitCounters, MemoryCounters, RedisCounters, day_window, minute_window
+from ._metrics import GatewayMetrics
+from ._wire import (
+    ChatRequest,
+    GatewayError,
+    cut_at_stop,
+    finish_reason,
+    new_completion_id,
+    tool_calls_dicts,
+)
+
+__all__ = ["Answer", "Caller", "Gateway"]
+
+logger = logging.getLogger("phi_core.gateway")
+
+LINK_PREFIX = "phi:gateway:link:"
+RELOAD_EVERY_S = 1.0
+"""A route profile reloads the shared router statistics at most this often."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: a configured key's name (``None`` when the gateway has no keys)."""
+
+    name: str | None = None
+    key: ApiKey | None = None
+
+
+@dataclass
+class Answer:
+    """A decided answer (race, route or a whole passthrough reply) with its facts."""
+
+    completion_id: str
+    model: str
+    text: str
+    finish: str
+    usage: Usage
+    cost_usd: float
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    phi: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Kind = Literal["race", "route", "passthrough"]
+
+
+@dataclass
+class _Route:
+    """A route profile: the bandit race (one per process) and when it last reloaded."""
+
+    race: BanditRace
+    loaded_at: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _error_of_kind(kind: str | None, message: str, retry_after: float | None) -> GatewayError:
+    """An upstream failure's status: 429 rate limit, 503 overloaded, 504 timeout, 502 else."""
+    if kind == "rate_limited":
+        headers = {"Retry-After": str(max(1, round(retry_after or 1)))}
+        return GatewayError(
+            429, message, type_="rate_limit_error", code="rate_limited", headers=headers
+        )
+    if kind == "budget":
+        return GatewayError(429, message, type_="insufficient_quota", code="budget")
+    if kind in ("bad_request", "context_overflow"):
+        return GatewayError(400, message, code=kind)
+    if kind == "overloaded":
+        return GatewayError(503, message, type_="upstream_error", code="overloaded")
+    if kind == "timeout":
+        return GatewayError(504, message, type_="upstream_error", code="timeout")
+    return GatewayError(502, message, type_="upstream_error", code=kind or "upstream")
+
+
+def upstream_error(exc: ProviderError) -> GatewayError:
+    return _error_of_kind(exc.kind, f"upstream: {exc}", getattr(exc, "retry_after", None))
+
+
+def _failure_of(outcomes: list[ParallelLoopOutcome], what: str) -> GatewayError:
+    """One status for a race in which nothing answered: the most telling branch failure."""
+    if not outcomes:
+        return GatewayError(502, f"{what}: no branch ran.", type_="upstream_error")
+    order = ["rate_limited", "overloaded", "timeout", "budget", "bad_request", "context_overflow"]
+    kinds = [o.error_kind if o.status != "timeout" else "timeout" for o in outcomes]
+    chosen = next((k for k in order if k in kinds), kinds[0])
+    detail = "; ".join(f"{o.config_id}: {o.status}" + (f" ({o.error})" if o.error else "")
+                       for o in outcomes)  # fmt: skip
+    retry = max((o.retry_after or 0 for o in outcomes), default=0) or None
+    return _error_of_kind(chosen, f"{what}: every branch failed: {detail}", retry)
+
+
+class Gateway:
+    """The gateway's behaviour; :func:`~phi_core.gateway.create_app` puts HTTP around it.
+
+    Args:
+        config: the gateway config (profiles, keys, state, logging).
+        providers: a provider per model string instead of the registry's (test doubles).
+        run_log: where gateway requests are recorded (default: the user directory's run log
+            when ``gateway.run_log`` is on; ``None``: not recorded).
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        providers: Mapping[str, Provider] | None = None,
+        run_log: RunLog | Literal["default"] | None = "default",
+    ) -> None:
+        self.config = config
+        self.settings = config.gateway
+        self.providers = dict(providers or {})
+        self.metrics = GatewayMetrics()
+        self._keys = config.api_keys()  # a key_env that is unset is reported now
+        self._run_log_arg = run_log
+        self.run_log: RunLog | None = None
+        self.race_plans: dict[str, RacePlan] = {}
+        self.routes: dict[str, _Route] = {}
+        self.links: PreviewCache = MemoryPreviewCache()
+        self.counters: LimitCounters = MemoryCounters()
+        self.state: str = state_location(self.settings.state)
+        self.ready = False
+        self.in_flight = 0
+        self._redis: Any = None
+        # Plans are checked now, so a bad profile fails at start with the race file's errors.
+        for name, spec in config.profiles.items():
+            try:
+                self.race_plans[name] = plan_race(spec, providers=self.providers)
+            except UserError as exc:
+                raise UserError(f"Profile {name!r}: {exc}") from None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def shared(self) -> bool:
+        return self.state.startswith(("redis://", "rediss://", "unix://"))
+
+    async def start(self) -> None:
+        """Open the router state, feedback links, limits and run log (in threads)."""
+        await asyncio.to_thread(self._open)
+        for route in self.routes.values():
+            await route.race.load()
+            route.loaded_at = time.monotonic()
+        self.ready = True
+
+    def _open(self) -> None:
+        settings = self.settings
+        state = open_route_state(self.state, preview_cache=True, cache_ttl_s=settings.link_ttl_s)
+        assert state.cache is not None
+        self.links = state.cache.store  # the same store as the preview cache, own key prefix
+        if self.shared:
+            client = getattr(state.store, "_client", None)
+            if client is None:
+                import redis
+
+                client = redis.Redis.from_url(self.state)
+            self._redis = client
+            self.counters = RedisCounters(client)
+        for name, spec in self.config.profiles.items():
+            try:
+                plan = plan_race(
+                    spec,
+                    strategy="bandit",
+                    bandit=BanditOptions(state=self.state),
+                    providers=self.providers,
+                )
+                self.routes[name] = _Route(bandit_race_from_plan(plan))
+            except UserError as exc:
+                raise UserError(f"Profile {name!r} (route): {exc}") from None
+        if self._run_log_arg == "default":
+            self.run_log = RunLog() if settings.run_log else None
+        else:
+            self.run_log = self._run_log_arg
+
+    async def close(self) -> None:
+        self.ready = False
+        if self.run_log is not None and self._run_log_arg == "default":
+            await asyncio.to_thread(self.run_log.close)
+
+    async def check_ready(self) -> str | None:
+        """Why the gateway cannot serve now (``None``: it can)."""
+        if not self.ready:
+            return "starting"
+        if self._redis is not None:
+            try:
+                await asyncio.to_thread(self._redis.ping)
+            except Exception as exc:
+                return f"redis unreachable ({type(exc).__name__})"
+        return None
+
+    # ------------------------------------------------------------------ models
+
+    def model_ids(self) -> list[str]:
+        ids = [f"race:{p}" for p in self.race_plans] + [f"route:{p}" for p in self.routes]
+        return ids + list(self.settings.models)
+
+    def resolve(self, name: str) -> tuple[Kind, str]:
+        """``(kind, profile or model)``; an unknown name is a 404 listing the known ones."""
+        head, sep, rest = name.partition(":")
+        if head == "race" and sep and rest in self.race_plans:
+            # a profile whose own strategy is the bandit races as its route does
+            return ("route" if self.race_plans[rest].strategy == "bandit" else "race"), rest
+        if head == "route" and sep and rest in self.routes:
+            return "route", rest
+        allowed = self.settings.passthrough or name in self.settings.models
+        if head not in ("race", "route") and sep and rest and allowed:
+            try:
+                resolve_model(name)
+            except UserError as exc:
+                raise self._unknown(name, str(exc)) from None
+            return "passthrough", name
+        raise self._unknown(name, "")
+
+    def _unknown(self, name: str, why: str) -> GatewayError:
+        known = ", ".join(self.model_ids()) or "none configured"
+        passthrough = " or any `provider:model`" if self.settings.passthrough else ""
+        detail = f" ({why})" if why else ""
+        return GatewayError(
+            404,
+            f"The model {name!r} does not exist{detail}. Known models: {known}{passthrough}.",
+            code="model_not_found",
+            param="model",
+        )
+
+    # ------------------------------------------------------------------ auth and limits
+
+    def authenticate(self, authorization: str | None) -> Caller:
+        """The caller of a request with this ``Authorization`` header (401 without a key the
+        gateway knows; every configured key is compared in constant time)."""
+        if not self._keys:
+            return Caller()
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise GatewayError(
+                401,
+                "Missing API key: send `Authorization: Bearer <key>`.",
+                type_="authentication_error",
+                code="missing_api_key",
+            )
+        given = token.strip().encode()
+        found: ApiKey | None = None
+        for key, value in self._keys:
+            if hmac.compare_digest(given, value.encode()) and found is None:
+                found = key
+        if found is None:
+            raise GatewayError(
+                401, "Incorrect API key provided.", type_="authentication_error",
+                code="invalid_api_key",
+            )  # fmt: skip
+        return Caller(found.name, found)
+
+    async def admit(self, caller: Caller) -> None:
+        """Refuse with 429 (and ``Retry-After``) a key over its request rate or daily spend."""
+        key = caller.key
+        if key is None:
+            return
+        if key.requests_per_minute is not None:
+            window, left = minute_window()
+            count = await self.counters.hit(key.name, window, 60)
+            if count > key.requests_per_minute:
+                raise GatewayError(
+                    429,
+                    f"Key {key.name!r} is over its limit of {key.requests_per_minute} requests "
+                    "per minute.",
+                    type_="rate_limit_error",
+                    code="rate_limit_exceeded",
+                    headers={"Retry-After": str(max(1, round(left)))},
+                )
+        if key.daily_usd is not None:
+            window, left = day_window()
+            spent = await self.counters.spend(key.name, window, 0.0, 86_400)
+            if spent >= key.daily_usd:
+                raise GatewayError(
+                    429,
+                    f"Key {key.name!r} has spent its ${key.daily_usd:.2f} for today "
+                    f"(${spent:.4f}).",
+                    type_="insufficient_quota",
+                    code="daily_spend_exceeded",
+                    headers={"Retry-After": str(max(1, round(left)))},
+                )
+
+    async def charge(self, caller: Caller, usd: float) -> None:
+        if caller.key is not None and caller.key.daily_usd is not None and usd > 0:
+            window, _ = day_window()
+            await self.counters.spend(caller.key.name, window, usd, 86_400)
+
+    # ------------------------------------------------------------------ answering
+
+    async def answer(self, request: ChatRequest, caller: Caller, meter: Meter) -> Answer:
+        """The whole answer to ``request`` (race, route or passthrough); calls go on ``meter``."""
+        kind, target = self.resolve(request.model)
+        if kind == "passthrough":
+            stream = self.passthrough(request, meter)
+            message: AssistantMessage | None = None
+            async for item in stream:
+                if isinstance(item, StreamDone):
+                    message = item.message
+            return self._passthrough_answer(request, target, message, meter)
+        if request.tools:
+            raise GatewayError(
+                400,
+                f"`tools` are passed through on `provider:model` models; {request.model!r} "
+                "races and answers in text. Call a `provider:model` to use tools.",
+                param="tools",
+            )
+        if kind == "race":
+            return await self._race(request, target, meter)
+        return await self._route(request, target, meter)
+
+    def _passthrough_answer(
+        self, request: ChatRequest, model: str, message: AssistantMessage | None, meter: Meter
+    ) -> Answer:
+        text, cut = cut_at_stop(message.text if message else "", request.stop)
+        return Answer(
+            completion_id=new_completion_id(),
+            model=request.model,
+            text=text,
+            finish=finish_reason(message, cut),
+            usage=meter.usage,
+            cost_usd=meter.cost,
+            tool_calls=tool_calls_dicts(message),
+            phi={"kind": "passthrough", "model": model, "cost_usd": meter.cost},
+            headers={"x-phi-kind": "passthrough", "x-phi-model": model},
+        )
+
+    def passthrough_request(self, request: ChatRequest) -> tuple[Provider, StreamRequest]:
+        model = resolve_model(request.model)
+        provider = self.providers.get(request.model) or get_provider(model)
+        return provider, StreamRequest(
+            model=model,
+            messages=request.messages,
+            system_prompt=request.system_prompt,
+            tools=request.tools,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            response_format=request.response_format,
+            extra=request.extra,
+        )
+
+    async def passthrough(self, request: ChatRequest, meter: Meter) -> AsyncGenerator[Any, None]:
+        """The upstream's stream (deltas, then one :class:`StreamDone`) through the call path;
+        provider errors become :class:`GatewayError`."""
+        provider, sent = self.passthrough_request(request)
+        call = ModelCall(provider, sent, retry=None, meters=(meter,))
+        try:
+            async for item in call.stream():
+                if isinstance(item, TextDelta | ToolCallDelta | StreamDone):
+                    yield item
+        except ProviderError as exc:
+            raise upstream_error(exc) from exc
+        if call.message is not None and call.message.stop_reason == "error":
+            message = call.message
+            raise _error_of_kind(
+                message.error_kind, f"upstream: {message.error_message}", message.retry_after
+            )
+
+    def _configs(self, configs: list[AgentLoopConfig], request: ChatRequest) -> list[Any]:
+        """Each branch's config with the request's settings applied where the client set them."""
+        out = []
+        for config in configs:
+            changes: dict[str, Any] = {}
+            if request.max_tokens is not None:
+                changes["max_tokens"] = request.max_tokens
+            if request.temperature is not None:
+                changes["temperature"] = request.temperature
+            if request.top_p is not None:
+                changes["top_p"] = request.top_p
+            if request.seed is not None:
+                changes["seed"] = request.seed
+            if request.response_format is not None:
+                changes["response_format"] = request.response_format
+            if request.system_prompt is not None:
+                own = config.system_prompt
+                changes["system_prompt"] = (
+                    f"{request.system_prompt}\n\n{own}" if own else request.system_prompt
+                )
+            out.append(dataclasses.replace(config, **changes) if changes else config)
+        return out
+
+    async def _race(self, request: ChatRequest, profile: str, meter: Meter) -> Answer:
+        plan = self.race_plans[profile]
+        plan = dataclasses.replace(plan, configs=self._configs(plan.configs, request))
+        last = request.messages[-1]
+        if isinstance(last, AssistantMessage):
+            raise GatewayError(
+                400, "The last message must be the user's (or a tool result) for a race.",
+                param="messages",
+            )  # fmt: skip
+        recorder = self._recorder(request, plan=plan)
+        context = AgentContext(messages=list(request.messages[:-1]))
+        with metering(meter):
+            result = await plan.run([last], context=context, events=recorder)
+        assert isinstance(result, ParallelLoopResult)
+        await self._log(recorder, result)
+        winner = result.selected
+        if winner is None:
+            raise _failure_of(result.outcomes, f"race:{profile}")
+        labels = plan.labels
+        text, cut = cut_at_stop(winner.text, request.stop)
+        branches = [
+            {
+                "name": labels[o.config_index],
+                "model": o.config.model_config().spec,
+                "status": o.status,
+                "usage": o.usage.model_dump(mode="json"),
+                "cost_usd": o.cost_usd,
+                "latency_s": round(o.latency_s, 4),
+            }
+            for o in result.outcomes
+        ]
+        decision = result.decision
+        winner_name = labels[winner.config_index]
+        return Answer(
+            completion_id=new_completion_id(),
+            model=request.model,
+            text=text,
+            finish=finish_reason(winner.final_message, cut),
+            usage=meter.usage,
+            cost_usd=meter.cost,
+            phi={
+                "kind": "race",
+                "profile": profile,
+                "winner": winner_name,
+                "strategy": plan.strategy,
+                "rationale": decision.rationale,
+                "scores": {labels[i]: s for i, s in decision.scores.items()},
+                "branches": branches,
+                "cost_usd": meter.cost,
+                "run_id": recorder.run_id,
+            },
+            headers={
+                "x-phi-kind": "race",
+                "x-phi-winner": winner_name,
+                "x-phi-strategy": plan.strategy,
+                "x-phi-branches": str(len(branches)),
+                "x-phi-cost-usd": f"{meter.cost:.6f}",
+                "x-phi-rationale": _header_text(decision.rationale or ""),
+            },
+        )
+
+    async def _route(self, request: ChatRequest, profile: str, meter: Meter) -> Answer:
+        route = self.routes[profile]
+        if time.monotonic() - route.loaded_at > RELOAD_EVERY_S:
+            async with route.lock:
+                if time.monotonic() - route.loaded_at > RELOAD_EVERY_S:
+                    await route.race.load()  # the sum of every worker's updates
+                    route.loaded_at = time.monotonic()
+        race = route.race
+        configs = self._configs([a.config for a in race.arms.values()], request)
+        if any(c is not a.config for c, a in zip(configs, race.arms.values(), strict=True)):
+            race = copy.copy(race)  # the same router and store; this request's settings
+            race.arms = {a.name: Arm(a.name, c) for a, c in zip(race.arms.values(), configs,
+                                                                 strict=True)}  # fmt: skip
+        query = request.prompt_text
+        if not query.strip():
+            raise GatewayError(400, "The last message must be a user message with text.",
+                               param="messages")  # fmt: skip
+        plan = self.race_plans[profile]
+        recorder = self._recorder(request, plan=plan)
+        decisions: list[RouteDecision] = []
+
+        def sink(event: Any) -> None:
+            if isinstance(event, RouteDecision):
+                decisions.append(event)
+
+        with metering(meter):
+            result = await race.run(query, events=tee(recorder, sink))
+        await self._log(recorder, result)
+        self.metrics.inc("phi_gateway_router_decisions_total", profile=profile,
+                         action=result.action)  # fmt: skip
+        if result.action == "sure":
+            self.metrics.inc("phi_gateway_races_skipped_total", profile=profile)
+        if result.winner is None or result.status != "ok":
+            raise _failure_of(result.answers, f"route:{profile}")
+        completion_id = new_completion_id()
+        x = race.features(query)
+        link = {
+            "profile": profile,
+            "namespace": race.namespace,
+            "arm": result.winner,
+            "x": [float(v) for v in x],
+        }
+        await asyncio.to_thread(self.links.set, LINK_PREFIX + completion_id, link,
+                                self.settings.link_ttl_s)  # fmt: skip
+        text, cut = cut_at_stop(result.text, request.stop)
+        ranked = decisions[0].ranking if decisions else []
+        scores = {a["arm"]: round(a["score"], 4) for a in ranked}
+        ranking = result.ranking.explain() if result.ranking is not None else []
+        rewards = [
+            {"arm": arm, "reward": r.reward, "weight": _weight(result, arm, race)}
+            for arm, r in result.rewards.items()
+        ]
+        return Answer(
+            completion_id=completion_id,
+            model=request.model,
+            text=text,
+            finish=finish_reason(result.answer.final_message if result.answer else None, cut),
+            usage=meter.usage,
+            cost_usd=meter.cost,
+            phi={
+                "kind": "route",
+                "profile": profile,
+                "winner": result.winner,
+                "action": result.action,
+                "contenders": result.contenders,
+                "scores": result.scores,
+                "ranking": ranking,
+                "rewards": rewards,
+                "quality": result.quality,
+                "cost_usd": meter.cost,
+                "run_id": recorder.run_id,
+                "branches": [
+                    {
+                        "arm": str(o.config.extra.get("arm", o.config_id)),
+                        "status": o.status,
+                        "usage": o.usage.model_dump(mode="json"),
+                        "cost_usd": o.cost_usd,
+                    }
+                    for o in result.outcomes
+                ],
+            },
+            headers={
+                "x-phi-kind": "route",
+                "x-phi-winner": result.winner,
+                "x-phi-action": result.action,
+                "x-phi-strategy": "bandit",
+                "x-phi-cost-usd": f"{meter.cost:.6f}",
+                "x-phi-router-scores": _header_text(json.dumps(scores)),
+            },
+        )
+
+    # ------------------------------------------------------------------ feedback
+
+    async def feedback(self, completion_id: Any, score: Any) -> dict[str, Any]:
+        """Teach the router of a routed completion: the arm that answered gets ``score``."""
+        if not isinstance(completion_id, str) or not completion_id:
+            raise GatewayError(400, "`id` must be the completion's id (`chatcmpl-…`).", param="id")
+        if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
+            raise GatewayError(400, f"`score` must be a number from 0 to 1, got {score!r}.",
+                               param="score")  # fmt: skip
+        link = await asyncio.to_thread(self.links.get, LINK_PREFIX + completion_id)
+        if link is None:
+            raise GatewayError(
+                404,
+                f"No routed completion {completion_id!r} awaits feedback: only `route:` "
+                f"completions of the last {self.settings.link_ttl_s:g} s can be scored.",
+                code="completion_not_found",
+                param="id",
+            )
+        route = self.routes.get(str(link["profile"]))
+        if route is None:
+            raise GatewayError(404, f"The profile {link['profile']!r} is no longer served.")
+        import numpy as np
+
+        race = route.race
+        x = np.asarray(link["x"], dtype=float)
+        delta = race.router.update(x, str(link["arm"]), float(score))
+        if race.store is not None:
+            await asyncio.to_thread(race.store.add, str(link["namespace"]), str(link["arm"]), delta)
+        self.metrics.inc("phi_gateway_feedback_total", profile=str(link["profile"]))
+        return {"id": completion_id, "arm": link["arm"], "profile": link["profile"],
+                "score": float(score)}  # fmt: skip
+
+    # ------------------------------------------------------------------ run log
+
+    def _recorder(self, request: ChatRequest, plan: RacePlan | None) -> RunRecorder:
+        return RunRecorder(
+            None,
+            prompt=request.prompt_text,
+            plan=plan,
+            source="gateway",
+            extra={"model": request.model, "user": request.user} if request.user else
+            {"model": request.model},
+        )  # fmt: skip
+
+    async def _log(self, recorder: RunRecorder, result: Any) -> None:
+        if self.run_log is None:
+            return
+        record = recorder.build(result)
+        await self.write_record(record)
+
+    async def write_record(self, record: RunRecord) -> None:
+        """Write one record (content blanked unless ``log_content``); never raises."""
+        if self.run_log is None:
+            return
+        if not self.settings.log_content:
+            record = _without_content(record)
+        log = self.run_log
+        try:
+            await asyncio.to_thread(log.write, record)
+        except Exception as exc:  # a failed log write must not fail a request already paid for
+            logger.warning("the run log could not record gateway run %s: %s", record.id, exc)
+
+    def passthrough_record(
+        self, request: ChatRequest, meter: Meter, status: str, text: str, started: float
+    ) -> RunRecord:
+        from ..runlog import BranchRecord
+
+        usage, model = meter.usage, request.model
+        return RunRecord(
+            kind="run",
+            source="gateway",
+            prompt=request.prompt_text,
+            status=status,
+            winner=model if status == "ok" else None,
+            winner_model=model if status == "ok" else None,
+            text=text,
+            input_tokens=usage.input,
+            output_tokens=usage.output,
+            cost_usd=meter.cost,
+            duration_s=round(time.time() - started, 4),
+            plan={"branches": [{"model": model}]},
+            extra={"model": model},
+            branches=[
+                BranchRecord(
+                    index=0,
+                    label=model,
+                    model=model,
+                    status=status,
+                    text=text,
+                    input_tokens=usage.input,
+                    output_tokens=usage.output,
+                    cost_usd=meter.cost,
+                    winner=status == "ok",
+                    spec={"model": model},
+                )
+            ],
+        )
+
+
+def _weight(result: BanditRaceResult, arm: str, race: BanditRace) -> float:
+    """The weight of ``arm``'s update in ``result``: the answer's and failures' 1, a
+    preview-only update's the settings' preview weight."""
+    answered = {str(o.config.extra.get("arm", o.config_id)) for o in result.answers}
+    if arm in answered:
+        return 1.0
+    return race.settings.preview_weight if arm in result.scores else 1.0
+
+
+def _header_text(text: str, limit: int = 512) -> str:
+    """A header-safe one-line (latin-1) version of ``text``, cut at ``limit`` characters."""
+    flat = " ".join(text.split())[:limit]
+    return flat.encode("latin-1", "replace").decode("latin-1")
+
+
+def _without_content(record: RunRecord) -> RunRecord:
+    return record.model_copy(
+        update={
+            "prompt": "",
+            "system": None,
+            "text": "",
+            "messages": None,
+            "branches": [b.model_copy(update={"text": ""}) for b in record.branches],
+        }
+    )
