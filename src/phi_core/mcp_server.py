@@ -11,9 +11,10 @@ tools:
   them, races only when unsure, answers and learns; ``dry_run`` returns the ranking alone;
 * ``models`` — the profiles this server offers and the providers and models phi knows.
 
-A **profile** is a race file (the same files as ``phi race --config``, with their errors), named
-by its stem or by ``NAME=FILE``; the profile ``default`` races the default configurations of the
-embedded model unless a file takes that name. What a race runs is planned by
+A **profile** is a race, read from the same config files as ``phi serve --config``: a gateway
+file's ``[profiles.NAME]`` tables, or one race file (what ``phi race --config`` reads) named after
+the file, with their located errors; the profile ``default`` races the default configurations
+of the embedded model unless a file takes that name. What a race runs is planned by
 :func:`phi_core.config.plan_race`; this module only adapts arguments and results. Bad input
 (an unknown profile, model or strategy, an empty prompt) and a race without a winner are MCP
 tool errors (``is_error``) whose text says what was wrong; secrets never reach them.
@@ -21,11 +22,11 @@ tool errors (``is_error``) whose text says what was wrong; secrets never reach t
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
@@ -36,7 +37,6 @@ from .config import (
     RACE_STRATEGIES,
     RaceSpec,
     bandit_race_from_plan,
-    load_race_spec,
     parse_branch,
     plan_race,
 )
@@ -92,32 +92,35 @@ class RaceProfile:
         }
 
 
-def load_profiles(entries: Sequence[str]) -> dict[str, RaceProfile]:
-    """Profiles from ``FILE`` or ``NAME=FILE`` entries (a file's name is its stem), plus
-    :data:`DEFAULT_PROFILE` unless an entry takes that name.
+def load_profiles(
+    paths: Sequence[str | os.PathLike[str]],
+) -> tuple[dict[str, RaceProfile], str | None]:
+    """The profiles of the config files ``paths`` and the router state they set.
+
+    Each file is what ``phi serve --config`` reads (:func:`~phi_core.gateway.load_gateway_config`):
+    a gateway file (``[profiles.NAME]`` tables, ``[gateway] state``) or one race file, a profile
+    named after the file. :data:`DEFAULT_PROFILE` is added unless a file names it.
 
     Raises:
-        UserError: a file that does not read or validate (naming file, line and key), an empty
-            name, or two entries with one name.
+        UserError: a file that does not read or validate (naming file, line and key), or two
+            files offering one profile name.
     """
+    from .gateway import load_gateway_config
+
     profiles: dict[str, RaceProfile] = {}
-    for entry in entries:
-        name, sep, path = entry.partition("=")
-        if not sep:
-            name, path = Path(entry).stem, entry
-        name = name.strip()
-        if not name or not path.strip():
-            raise UserError(
-                f"Bad profile {entry!r}: write a race file (`race.toml`) or `NAME=FILE`."
-            )
-        if name in profiles:
-            raise UserError(
-                f"Two profiles are named {name!r} ({profiles[name].source} and {path}); name one "
-                f"of them with `NAME=FILE`."
-            )
-        profiles[name] = RaceProfile(name, load_race_spec(path), source=path)
+    state: str | None = None
+    for path in paths:
+        config = load_gateway_config(path)
+        state = state or config.gateway.state
+        for name, spec in config.profiles.items():
+            if name in profiles:
+                raise UserError(
+                    f"Two config files offer the profile {name!r} ({profiles[name].source} and "
+                    f"{os.fspath(path)}); rename one of them."
+                )
+            profiles[name] = RaceProfile(name, spec, source=os.fspath(path))
     profiles.setdefault(DEFAULT_PROFILE, RaceProfile(DEFAULT_PROFILE, RaceSpec()))
-    return profiles
+    return profiles, state
 
 
 class RaceTools:
@@ -139,7 +142,7 @@ class RaceTools:
         providers: Mapping[str, Provider] | None = None,
         max_cost_usd: float | None = None,
     ) -> None:
-        self.profiles = dict(profiles or load_profiles(()))
+        self.profiles = dict(profiles or load_profiles(())[0])
         self.state = state
         self.providers = dict(providers or {})
         self.max_cost_usd = max_cost_usd

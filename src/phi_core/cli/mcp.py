@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -32,13 +33,13 @@ app = typer.Typer(
 @app.command("serve")
 def serve(
     config: Annotated[
-        list[str] | None,
+        list[Path] | None,
         typer.Option(
             "--config",
-            metavar="[NAME=]FILE",
-            help="A race file (as for `phi race --config`) offered as a profile named by the "
-            "file's stem, or NAME=FILE. Repeatable. The profile `default` races the default "
-            "configurations of the embedded model unless a file takes that name.",
+            help="Gateway file ([profiles.NAME] race files, [gateway] state), as for `phi serve`, "
+            "or one race file (a profile named after the file). Repeatable. The profile "
+            "`default` races the default configurations of the embedded model unless a file "
+            "names it.",
         ),
     ] = None,
     http: Annotated[
@@ -78,9 +79,10 @@ def serve(
     The tools spend money on the providers your race files name: set --max-cost.
     """
     try:
+        profiles, configured_state = load_profiles(config or [])
         tools = RaceTools(
-            load_profiles(config or []),
-            state=state,
+            profiles,
+            state=state or configured_state,
             providers=scripted_providers(script),
             max_cost_usd=max_cost,
         )
