@@ -8,7 +8,8 @@ of ``overhead.py``) and, for the gateways, a real ``redis-server`` on a free por
   against);
 * ``phi`` — ``phi serve --workers 2`` with Redis for shared state, model ``openai-compat:bench``
   (passthrough through our providers, retry and limiter);
-* ``litellm`` — LiteLLM's proxy (``litellm --num_workers 2``, Redis in ``router_settings``) from its
+* ``litellm`` — LiteLLM's proxy (``litellm --num_workers 2 --run_gunicorn``, Redis in
+  ``router_settings``, a master key) from its
   own virtual environment (default ``/tmp/litellm-venv``; create it with ``python3 -m venv
   /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'``).
 
@@ -54,9 +55,9 @@ RESULTS = Path(__file__).parent / "results" / "gateway"
 TARGETS = ("direct", "phi", "litellm")
 CHUNKS = 20
 PROMPT = "Say hello."
-KEY = "bench-key"
+KEY = "sk-bench-key"  # LiteLLM master keys start with sk-
 MAX_DURATION = 60.0
-READY_TIMEOUT = 90.0
+READY_TIMEOUT = 180.0
 
 
 # --------------------------------------------------------------------------- processes
@@ -169,15 +170,18 @@ class Target:
 def start_phi(upstream: str, redis_url: str, workdir: Path, workers: int) -> Target:
     port = free_port()
     phi = Path(sys.executable).with_name("phi")
-    argv = [str(phi), "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--workers", str(workers)]  # fmt: skip
+    config = workdir / "gateway.toml"
+    config.write_text(
+        f'[gateway]\nstate = "{redis_url}"\nmodels = ["openai-compat:bench"]\n', encoding="utf-8"
+    )
+    argv = [str(phi), "serve", "--config", str(config), "--host", "127.0.0.1", "--port",
+            str(port), "--workers", str(workers)]  # fmt: skip
     env = {
         **os.environ,
         "PHI_HOME": str(workdir / "phi-home"),
-        "PHI_ROUTER_STATE": redis_url,
-        "PHI_REDIS_URL": redis_url,
+        "PHI_GATEWAY_KEYS": KEY,
         "OPENAI_COMPAT_BASE_URL": upstream,
-        "OPENAI_COMPAT_API_KEY": KEY,
+        "OPENAI_COMPAT_API_KEY": "upstream-key",
     }
     process = Process("phi", argv, env, workdir / "phi.log")
     return Target("phi", f"http://127.0.0.1:{port}/v1", "openai-compat:bench", process)
@@ -196,6 +200,8 @@ def start_litellm(
         "      model: openai/bench\n"
         f"      api_base: {upstream}\n"
         f"      api_key: {KEY}\n"
+        "general_settings:\n"
+        f"  master_key: {KEY}\n"
         "router_settings:\n"
         "  redis_host: 127.0.0.1\n"
         f"  redis_port: {redis_port}\n"
@@ -204,8 +210,11 @@ def start_litellm(
         "  set_verbose: false\n",
         encoding="utf-8",
     )
+    # gunicorn, not LiteLLM's default uvicorn supervisor: on a loaded machine uvicorn's 5-second
+    # worker health check kills LiteLLM's workers while they still import, and restarts them
+    # for ever (seen here at load average 8; the log shows only "Child process died").
     argv = [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-            "--num_workers", str(workers)]  # fmt: skip
+            "--num_workers", str(workers), "--run_gunicorn"]  # fmt: skip
     env = {
         **os.environ,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the price map from GitHub
@@ -438,14 +447,14 @@ def main() -> None:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--concurrency", default="50,200", help="K levels, comma-separated.")
     parser.add_argument("--duration", type=float, default=20.0, help="Measured seconds (≤ 60).")
-    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--litellm", default="/tmp/litellm-venv/bin/litellm")
     parser.add_argument("--quick", action="store_true", help="5 s per configuration.")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
-        args.duration, args.warmup = 5.0, 1.0
+        args.duration, args.warmup = 5.0, 3.0
     args.litellm_missing = not Path(args.litellm).exists()
     print(HEADER, flush=True)
     result = asyncio.run(run(args))
