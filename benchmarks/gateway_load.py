@@ -13,12 +13,13 @@ of ``overhead.py``) and, for the gateways, a real ``redis-server`` on a free por
   own virtual environment (default ``/tmp/litellm-venv``; create it with ``python3 -m venv
   /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'``).
 
-For each concurrency K (default 50 and 200) K streaming clients (raw aiohttp, one keep-alive pool)
+For each concurrency K (default 1, 50 and 200) K streaming clients (raw aiohttp, one keep-alive pool)
 send ``POST /v1/chat/completions`` with ``stream: true`` back to back for a bounded time (warm-up,
 then ``--duration`` seconds, at most 60). Per configuration: requests/s, latency to the full
-stream and to the first content chunk (p50/p99), the latency added over ``direct`` at the same K,
-the gateway's CPU per request (user+system time of the gateway's whole process tree over the
-measured window, from ``/proc``), and errors (non-200, a stream without ``[DONE]``, a broken
+stream and to the first content chunk (p50/p99), the latency added over ``direct`` at the same K
+(K=1 shows the gateway's own latency; at 50 and 200 queueing for the CPU dominates), the
+gateway's CPU per request (user+system time of the gateway's whole process tree from the first
+request to the last, from ``/proc``, over every request served), and errors (non-200, a stream without ``[DONE]``, a broken
 connection — must be 0). Each configuration's one-minute load average before it starts is
 recorded: on a shared machine the figures move with what else runs.
 
@@ -258,6 +259,9 @@ class Cell:
     concurrency: int
     duration_s: float
     requests: int = 0
+    """Requests that started and ended in the measured window (the latency samples)."""
+    served: int = 0
+    """Every complete stream, warm-up included (the CPU figure's denominator)."""
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
     requests_per_s: float = 0.0
@@ -291,6 +295,7 @@ async def load(target: Target, concurrency: int, warmup: float, duration: float)
     url = f"{target.base_url}/chat/completions"
     totals: list[float] = []
     firsts: list[float] = []
+    served = served_in_window = 0
     loop = asyncio.get_running_loop()
     start = loop.time()
     measure_from, end = start + warmup, start + warmup + duration
@@ -321,7 +326,12 @@ async def load(target: Target, concurrency: int, warmup: float, duration: float)
             finished = loop.time()
             if not done:
                 error("stream ended without data: [DONE]")
-            elif began >= measure_from and finished <= end:
+                continue
+            nonlocal served, served_in_window
+            served += 1
+            if measure_from <= finished <= end:
+                served_in_window += 1
+            if began >= measure_from and finished <= end:
                 totals.append(finished - began)
                 firsts.append((first or finished) - began)
 
@@ -329,19 +339,19 @@ async def load(target: Target, concurrency: int, warmup: float, duration: float)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        tasks = [asyncio.create_task(client(session)) for _ in range(concurrency)]
-        await asyncio.sleep(warmup)
+        # CPU from the first request to the last one's end, over every request served then
+        # (warm-up included): a window would count work on requests that end outside it.
         cpu_before = cpu_seconds(pid) if pid is not None else 0.0
-        await asyncio.sleep(duration)
-        cpu_after = cpu_seconds(pid) if pid is not None else 0.0
+        tasks = [asyncio.create_task(client(session)) for _ in range(concurrency)]
         await asyncio.gather(*tasks)
-    cell.requests = len(totals)
-    cell.requests_per_s = len(totals) / duration
+        cpu_after = cpu_seconds(pid) if pid is not None else 0.0
+    cell.requests, cell.served = len(totals), served
+    cell.requests_per_s = served_in_window / duration
     cell.p50_ms, cell.p99_ms = 1e3 * _percentile(totals, 0.5), 1e3 * _percentile(totals, 0.99)
     cell.first_chunk_p50_ms = 1e3 * _percentile(firsts, 0.5)
     cell.first_chunk_p99_ms = 1e3 * _percentile(firsts, 0.99)
-    if pid is not None and totals:
-        cell.gateway_cpu_ms_per_request = 1e3 * (cpu_after - cpu_before) / len(totals)
+    if pid is not None and served:
+        cell.gateway_cpu_ms_per_request = 1e3 * (cpu_after - cpu_before) / served
     return cell
 
 
@@ -445,7 +455,9 @@ def table(result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", default=",".join(TARGETS))
-    parser.add_argument("--concurrency", default="50,200", help="K levels, comma-separated.")
+    parser.add_argument(
+        "--concurrency", default="1,50,200", help="K levels, comma-separated (1: latency alone)."
+    )
     parser.add_argument("--duration", type=float, default=20.0, help="Measured seconds (≤ 60).")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=2)
