@@ -48,6 +48,7 @@ from .providers.base import Provider
 from .providers.keys import stored_keys
 from .providers.registry import model_listing
 from .race import BanditOptions, BanditRaceResult
+from .runlog import RunLog, RunRecorder
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -132,6 +133,8 @@ class RaceTools:
             the user directory's).
         providers: a provider per model string instead of the registry's (test doubles).
         max_cost_usd: a dollar cap on every call of a tool; a caller may ask for less, never more.
+        run_log: where each race and route is recorded (``phi logs``; source ``mcp``); ``None``:
+            nowhere.
     """
 
     def __init__(
@@ -141,8 +144,10 @@ class RaceTools:
         state: str | None = None,
         providers: Mapping[str, Provider] | None = None,
         max_cost_usd: float | None = None,
+        run_log: RunLog | None = None,
     ) -> None:
         self.profiles = dict(profiles or load_profiles(())[0])
+        self.run_log = run_log
         self.state = state
         self.providers = dict(providers or {})
         self.max_cost_usd = max_cost_usd
@@ -210,8 +215,7 @@ class RaceTools:
             profile=profile, models=models, strategy=strategy, judge=judge,
             max_tokens=max_tokens, max_cost_usd=max_cost_usd,
         )  # fmt: skip
-        result = await plan.run(prompt, store=None)
-        return _answer(plan, result, self.profile(profile).name)
+        return await self._run(plan, prompt, self.profile(profile).name)
 
     async def route(
         self,
@@ -232,7 +236,7 @@ class RaceTools:
         )  # fmt: skip
         name = self.profile(profile).name
         if not dry_run:
-            return _answer(plan, await plan.run(prompt), name)
+            return await self._run(plan, prompt, name)
         race = bandit_race_from_plan(plan)
         await race.load()
         ranking = race.router.rank(race.features(prompt), list(race.arms))
@@ -248,6 +252,18 @@ class RaceTools:
             ],
             "explanation": ranking.explain(),
         }
+
+    async def _run(self, plan: RacePlan, prompt: str, profile: str) -> dict[str, Any]:
+        """Run the plan, record it in the run log, and shape the answer."""
+        recorder = None
+        if self.run_log is not None:
+            extra = {"profile": profile}
+            recorder = RunRecorder(
+                self.run_log, prompt=prompt, plan=plan, source="mcp", extra=extra
+            )
+        result = await plan.run(prompt, events=recorder)
+        run_id = (await recorder.afinish(result)).id if recorder is not None else None
+        return {**_answer(plan, result, profile), "run_id": run_id}
 
     def models(self) -> dict[str, Any]:
         """The profiles offered and the providers and models phi knows (no key values)."""
@@ -307,6 +323,7 @@ def _answer(
         "text": text,
         "rationale": rationale,
         "usage": usage,
+        "warnings": [f"`{w.setting}` {w.message}" for w in plan.warnings],
     }
 
 

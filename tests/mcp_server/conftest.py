@@ -81,7 +81,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         env = {
             "OPENAI_BASE_URL": f"{upstream.url}/v1",
             "OPENAI_API_KEY": SECRET,
-            "PHI_HOME": str(tmp_path / "phi-home"),
+            "PHI_HOME": os.environ["PHI_HOME"],  # the test's own (see tests/conftest.py)
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         }
         yield Setup(upstream, race_file, env)

@@ -15,6 +15,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from phi_core.providers.pricing import price_for
+from phi_core.runlog import RunLog
 from phi_core.types import Usage
 
 from .conftest import (
@@ -102,6 +103,11 @@ async def test_stdio_race_returns_the_judged_winner_with_every_branch_cost(
     assert sorted(setup.branch_requests()) == ["gpt-4o", "gpt-4o-mini"]
     assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in setup.upstream.requests)
     assert SECRET not in json.dumps(race)
+    # The race is in the run log, as `phi logs show` reads it.
+    with RunLog() as log:
+        record = log.get_run(race["run_id"])
+    assert (record.source, record.winner, record.status) == ("mcp", "big", "ok")
+    assert record.cost_usd == pytest.approx(total)
 
 
 async def test_stdio_bad_input_is_a_tool_error_and_the_server_keeps_serving(

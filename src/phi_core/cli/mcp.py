@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import ipaddress
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,7 @@ import typer
 
 from ..errors import UserError
 from ..mcp_server import RaceTools, load_profiles, mcp_server, serve_http
+from ..runlog import RunLog, default_log_path, logging_enabled
 from ._common import usage_error, warn
 from ._options import ScriptOption
 from ._script import scripted_providers
@@ -71,6 +73,9 @@ def serve(
             help="Dollar cap on every tool call; a caller may ask for less, never more.",
         ),
     ] = None,
+    no_log: Annotated[
+        bool, typer.Option("-n", "--no-log", help="Do not record the races in the run log.")
+    ] = False,
     script: ScriptOption = None,
 ) -> None:
     """Serve the tools `race`, `route` and `models` over MCP (stdio, or --http).
@@ -85,6 +90,7 @@ def serve(
             state=state or configured_state,
             providers=scripted_providers(script),
             max_cost_usd=max_cost,
+            run_log=None if no_log else _run_log(),
         )
         server = mcp_server(tools)
         if not http:
@@ -98,6 +104,19 @@ def serve(
         serve_http(server, host=host, port=port, on_ready=_announce)
     except UserError as exc:
         raise usage_error(exc) from None
+
+
+def _run_log() -> RunLog | None:
+    """The user's run log, unless `phi logs off`; one that cannot open is a warning."""
+    if not logging_enabled():
+        return None
+    try:
+        return RunLog()
+    except (sqlite3.Error, OSError) as exc:
+        warn(
+            f"the run log {str(default_log_path())!r} cannot be opened ({exc}); races go unlogged."
+        )
+        return None
 
 
 def _announce(url: str) -> None:
