@@ -418,8 +418,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "workers": args.workers,
             "concurrency": levels,
         },
+        "versions": versions(args),
         "skipped": skipped,
         "cells": [asdict(c) for c in cells],
+    }
+
+
+def versions(args: argparse.Namespace) -> dict[str, str | None]:
+    """The phi commit and the LiteLLM version measured (None where unknown)."""
+
+    def output(argv: list[str]) -> str | None:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() or None
+
+    python = Path(args.litellm).with_name("python")
+    return {
+        "phi_commit": output(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]),
+        "litellm": None
+        if args.litellm_missing
+        else output(
+            [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"]
+        ),
     }
 
 
