@@ -41,7 +41,7 @@ from .config import (
     plan_race,
 )
 from .config._plan import RacePlan
-from .errors import PhiError, UserError, redact
+from .errors import PhiError, RunError, UserError, redact
 from .metering import Budget
 from .parallel import ParallelLoopResult
 from .providers.base import Provider
@@ -208,7 +208,8 @@ class RaceTools:
         """Race ``prompt``; the winner's text, the rationale, and every branch's costs.
 
         Raises:
-            UserError: bad input, or a race without a winner (every branch's error named).
+            UserError: bad input (an unknown profile, model or strategy, an empty prompt).
+            RunError: a race without a winner (every branch's error named).
         """
         _check_prompt(prompt)
         plan = self.plan(
@@ -311,7 +312,7 @@ def _answer(
             f"{b.get('name') or b.get('arm')}: {b['status']} ({b.get('error') or 'no answer'})"
             for b in payload["branches"]
         )
-        raise UserError(
+        raise RunError(
             redact(f"The race has no winner (status {result.status}): {causes or 'nothing ran'}.")
         )
     usage = payload.pop("total_usage", None) or payload.pop("usage")

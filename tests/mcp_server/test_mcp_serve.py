@@ -204,3 +204,23 @@ async def test_http_race_route_and_learning(setup: Setup, strict_loop: list[Any]
     assert learned is not None
     assert sum(a["n"] for a in learned["arms"]) > 0
     assert bad.is_error and "max_cost_usd" in text_of(bad)
+
+
+@pytest.mark.local_model
+async def test_stdio_default_profile_races_the_embedded_model(
+    setup: Setup, strict_loop: list[Any]
+) -> None:
+    """llama.cpp runs inside the stdio server: nothing it prints may corrupt the protocol."""
+    setup.env.update(PHI_LOCAL_THREADS="1", PHI_LOCAL_POOL_SIZE="1")
+    async with stdio_client(setup) as client:
+        result = await client.call_tool(
+            "race", {"prompt": "Name one primary color.", "max_tokens": 12}
+        )
+    assert not result.is_error, text_of(result)
+    race = result.structured_content
+    assert race is not None
+    assert race["profile"] == "default" and race["strategy"] == "judge"
+    assert race["winner"] in {"precise", "teacher", "storyteller"}
+    assert race["text"].strip()
+    assert [b["model"] for b in race["branches"]] == ["local:smollm2"] * 3
+    assert race["usage"]["output"] > 0 and race["cost_usd"] == 0
