@@ -196,6 +196,7 @@ def test_each_subpackage_states_what_it_owns() -> None:
         "runlog",
         "cli",
         "sandbox",
+        "gateway",
     ):
         module = importlib.import_module(f"phi_core.{package}")
         assert module.__doc__ and len(module.__doc__.strip()) > 20, package

@@ -6,19 +6,16 @@ byte when ``secret``), fsyncs it and renames it over the target, so a reader see
 or the new one, never half of one. :func:`read_json` re-reads a file only when its modification
 time or size changed.
 
-Note: stores15 is adding the project's one atomic-write helper (``phi_core._files.atomic_write``);
-once it is on main, :func:`_atomic_write` below should become a call to it.
+Writes go through the project's one atomic-write helper, :func:`phi_core._files.atomic_write`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
+from ._files import atomic_write
 from .errors import UserError
 
 __all__ = ["read_json", "write_json"]
@@ -59,24 +56,5 @@ def read_json(path: Path) -> dict[str, Any]:
 def write_json(path: Path, data: dict[str, Any], *, secret: bool = False) -> None:
     """Replace ``path`` with ``data`` as pretty JSON, atomically (0600 when ``secret``)."""
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    _atomic_write(path, text.encode("utf-8"), secret=secret)
+    atomic_write(path, text.encode("utf-8"), mode=0o600 if secret else 0o644)
     _CACHE.pop(path, None)
-
-
-def _atomic_write(path: Path, payload: bytes, *, secret: bool) -> None:
-    directory = path.parent
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if secret else 0o644)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            if secret:
-                os.fchmod(handle.fileno(), 0o600)
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

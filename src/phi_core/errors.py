@@ -23,6 +23,8 @@
     │   └── McpError                   an MCP server failed a request (``code``: JSON-RPC code)
     │       ├── McpConnectionError     the server could not be started or reached, or went away
     │       └── McpTimeoutError        the server did not answer in time
+    ├── GatewayError                   the gateway answers with an HTTP error (``status``, OpenAI body)
+    │   └── ClientDisconnected         the client went away before its answer was sent (499)
     ├── ToolError                      raised by a tool: its message becomes the error result
     │   └── PathError                  a built-in tool refused a path (outside its workspace…)
     ├── SessionError                   the session store could not do what was asked
@@ -59,8 +61,10 @@ __all__ = [
     "BranchFailure",
     "BudgetExceededError",
     "BudgetExhausted",
+    "ClientDisconnected",
     "ConfigError",
     "ContextOverflowError",
+    "GatewayError",
     "Interrupted",
     "McpConnectionError",
     "McpError",
@@ -354,6 +358,43 @@ class SchemaMismatchError(RunError):
     def __init__(self, message: str, *, reason: str) -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class GatewayError(PhiError):
+    """An error the gateway answers in OpenAI's error format, with ``status`` and ``headers``
+    (``Retry-After`` on a 429); the message never carries a key (:func:`redact`)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.message = redact(message)
+        self.type = type_
+        self.code = code
+        self.param = param
+        self.headers = dict(headers or {})
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        """``{"error": {"message", "type", "param", "code"}}``."""
+        return {
+            "error": {"message": self.message, "type": self.type, "param": self.param,
+                      "code": self.code}
+        }  # fmt: skip
+
+
+class ClientDisconnected(GatewayError):
+    """The client closed the connection before its answer was sent (logged as 499)."""
+
+    def __init__(self) -> None:
+        super().__init__(499, "The client closed the request.", type_="client_closed")
 
 
 class ProviderError(PhiError):

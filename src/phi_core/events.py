@@ -63,6 +63,9 @@ __all__ = [
     "PrunApplied",
     "RouteDecision",
     "RouteUpdate",
+    "SelectionEnd",
+    "SelectionEvaluation",
+    "SelectionStart",
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
@@ -280,6 +283,51 @@ class BanditRaceEnd(_Event):
     error: str | None = None
 
 
+class SelectionStart(_Event):
+    """A selection run (``ModelSelector.select_best``, ``phi select``) started."""
+
+    type: Literal["selection_start"] = "selection_start"
+    session_id: str
+    algorithm: str
+    combinations: int
+    datapoints: int
+
+
+class SelectionEvaluation(_Event):
+    """One combination ran on one datapoint and was scored (cells resumed from a journal are
+    not run again and have none)."""
+
+    type: Literal["selection_evaluation"] = "selection_evaluation"
+    session_id: str
+    combination: str
+    datapoint: int
+    status: str
+    """The evaluation's :data:`~phi_core.outcome.OutcomeStatus` (``ok``, ``error``, ``over_budget``)."""
+    score: float
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    calls: int = 0
+    model_usage: dict[str, Usage] = Field(default_factory=dict)
+    """Usage per ``provider:model`` the agent called."""
+    error_kind: str | None = None
+    error: str | None = None
+
+
+class SelectionEnd(_Event):
+    """The last event of a selection run, on every path."""
+
+    type: Literal["selection_end"] = "selection_end"
+    session_id: str
+    status: Literal["ok", "budget", "error", "cancelled"]
+    """``budget``: the budget ended the search early (a best is still recommended)."""
+    best: str | None = None
+    evaluations: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
 CompactionReason = Literal["threshold", "overflow", "manual"]
 
 
@@ -338,6 +386,9 @@ AgentEvent = Annotated[
     | RouteDecision
     | RouteUpdate
     | BanditRaceEnd
+    | SelectionStart
+    | SelectionEvaluation
+    | SelectionEnd
     | CompactionStarted
     | CompactionEnded
     | PrunApplied,

@@ -55,6 +55,7 @@ __all__ = [
     "record_everywhere",
     "reserve",
     "settle",
+    "token_share",
 ]
 
 
@@ -385,6 +386,17 @@ def record_everywhere(call: CallRecord, meters: tuple[Meter, ...] | None = None)
 
 _T = TypeVar("_T")
 _metered_here: ContextVar[bool] = ContextVar("phi_call_metered_here", default=False)
+
+
+def token_share(count: int) -> int | None:
+    """Tokens each of ``count`` concurrent calls may take from the active token budgets
+    (``None``: no token budget is active)."""
+    shares = [
+        (m.budget.max_tokens - m.tokens) // max(1, count)
+        for m in active_meters()
+        if m.budget is not None and m.budget.max_tokens is not None
+    ]
+    return min(shares) if shares else None
 
 
 def call_metered_here() -> bool:

@@ -20,8 +20,9 @@ from rich.text import Text
 from ..cancel import CancelToken
 from ..events import ParallelLoopStart, RouteDecision, RouteUpdate
 from ..race.pipeline import BanditRace, BanditRaceResult
+from ..types import Usage
 from ._output import print_table
-from ._view import _STATUS_STYLE, BranchState, RaceView, format_cost
+from ._view import BranchState, RaceView, outcome_table
 
 __all__ = ["BanditView", "bandit_exit_code", "run_bandit"]
 
@@ -152,59 +153,23 @@ def _route_line(event: RouteDecision) -> Text:
 
 def bandit_cost_table(result: BanditRaceResult) -> Table:
     """Latency, tokens and cost per preview and answer, for the judge, and in total."""
-    table = Table(expand=False)
-    for name, justify in (
-        ("arm", "left"),
-        ("call", "left"),
-        ("status", "left"),
-        ("latency", "right"),
-        ("tokens in", "right"),
-        ("tokens out", "right"),
-        ("cost", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    rows = [("preview", o) for o in (result.previews.outcomes if result.previews else [])]
-    rows += [("answer", o) for o in result.answers]
-    accounted_in = accounted_out = 0
-    accounted_cost = 0.0
-    for phase, outcome in rows:
-        arm = str(outcome.config.extra.get("arm", outcome.config_id))
-        marker = "★ " if outcome is result.answer else "  "
-        table.add_row(
-            marker + arm,
+    phases = [("preview", o) for o in (result.previews.outcomes if result.previews else [])]
+    phases += [("answer", o) for o in result.answers]
+    rows = [
+        (
+            ("★ " if o is result.answer else "  ") + str(o.config.extra.get("arm", o.config_id)),
             phase,
-            Text(outcome.status, style=_STATUS_STYLE.get(outcome.status, "")),
-            f"{outcome.latency_s:.2f}s",
-            str(outcome.usage.input),
-            str(outcome.usage.output),
-            format_cost(outcome.cost_usd),
+            o,
         )
-        accounted_in += outcome.usage.input
-        accounted_out += outcome.usage.output
-        accounted_cost += outcome.cost_usd
+        for phase, o in phases
+    ]
     judged = [d for d in (result.previews.decision if result.previews else None, result.grade) if d]
-    if judged:
-        table.add_row(
-            "  judging",
-            "rubric",
-            "",
-            "",
-            str(sum(d.usage.input for d in judged)),
-            str(sum(d.usage.output for d in judged)),
-            format_cost(sum(d.cost_usd for d in judged)),
-        )
-    table.add_section()
-    table.add_row(
-        "  total",
-        "",
-        result.status,
-        f"{result.wall_time_s:.2f}s",
-        str(result.usage.input),
-        str(result.usage.output),
-        format_cost(result.cost_usd),
-        style="bold",
+    judging = (
+        ("rubric", sum((d.usage for d in judged), Usage()), sum(d.cost_usd for d in judged))
+        if judged
+        else None
     )
-    return table
+    return outcome_table(("arm", "call"), rows, judging, result)
 
 
 def bandit_exit_code(result: BanditRaceResult, interrupted: bool) -> int:

@@ -393,10 +393,38 @@ def _label(labels: list[str], index: Any) -> str:
 
 def cost_table(result: Any, labels: list[str]) -> Table:
     """Latency, tokens and cost per branch, for the evaluation, and in total."""
+    selected = result.decision.index
+    rows = [
+        (
+            ("★ " if o.config_index == selected else "  ") + labels[o.config_index],
+            o.config.model_config().spec,
+            o,
+        )
+        for o in result.outcomes
+    ]
+    decision = result.decision
+    judging = (
+        (decision.strategy, decision.usage, decision.cost_usd)
+        if decision.usage.total or decision.cost_usd
+        else None
+    )
+    return outcome_table(("branch", "model"), rows, judging, result)
+
+
+def outcome_table(
+    columns: tuple[str, str],
+    rows: list[tuple[str, str, Any]],
+    judging: tuple[str, Any, float] | None,
+    result: Any,
+) -> Table:
+    """The cost table of a race of any kind: one row per outcome (label, second column,
+    :class:`~phi_core.outcome.Outcome`), a judging row (what judged, its usage, its cost) and the
+    total of ``result`` (its ``status``, ``wall_time_s``, ``total_usage`` or ``usage``, and
+    ``cost_usd``)."""
     table = Table(title=None, show_footer=False, expand=False)
     for name, justify in (
-        ("branch", "left"),
-        ("model", "left"),
+        (columns[0], "left"),
+        (columns[1], "left"),
         ("status", "left"),
         ("latency", "right"),
         ("tokens in", "right"),
@@ -404,38 +432,30 @@ def cost_table(result: Any, labels: list[str]) -> Table:
         ("cost", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    selected = result.decision.index
-    for outcome in result.outcomes:
-        marker = "★ " if outcome.config_index == selected else "  "
-        model = outcome.config.model_config().spec
+    for label, second, outcome in rows:
         table.add_row(
-            marker + labels[outcome.config_index],
-            model,
+            label,
+            second,
             Text(outcome.status, style=_STATUS_STYLE.get(outcome.status, "")),
             f"{outcome.latency_s:.2f}s",
             str(outcome.usage.input),
             str(outcome.usage.output),
             format_cost(outcome.cost_usd),
         )
-    evaluation = result.decision.usage
-    if evaluation.total or result.decision.cost_usd:
+    if judging is not None:
+        what, usage, cost = judging
         table.add_row(
-            "  judging",
-            result.decision.strategy,
-            "",
-            "",
-            str(evaluation.input),
-            str(evaluation.output),
-            format_cost(result.decision.cost_usd),
+            "  judging", what, "", "", str(usage.input), str(usage.output), format_cost(cost)
         )
+    total = result.total_usage if hasattr(result, "total_usage") else result.usage
     table.add_section()
     table.add_row(
         "  total",
         "",
         result.status,
         f"{result.wall_time_s:.2f}s",
-        str(result.total_usage.input),
-        str(result.total_usage.output),
+        str(total.input),
+        str(total.output),
         format_cost(result.cost_usd),
         style="bold",
     )

@@ -31,8 +31,12 @@ def command(
         typer.Option(min=1, help="Worker processes (share state through a redis:// state)."),
     ] = 1,
     log_level: Annotated[
-        str, typer.Option("--log-level", help="uvicorn's log level (prompts are never logged).")
-    ] = "warning",
+        str,
+        typer.Option(
+            "--log-level",
+            help="uvicorn's log level: info says where it listens; prompts are never logged.",
+        ),
+    ] = "info",
 ) -> None:
     """Serve race:PROFILE, route:PROFILE and provider:model over the OpenAI Chat API.
 

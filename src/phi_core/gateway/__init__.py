@@ -12,11 +12,13 @@ engine. ``cli/serve.py`` and the MCP server are adapters over it.
     app = create_app(load_gateway_config("gateway.toml"))   # a Starlette app
 """
 
-from ._app import CONFIG_ENV, ClientDisconnected, app_from_env, create_app, serve
+from ..errors import ClientDisconnected, GatewayError
+from ._answers import Answer
+from ._app import CONFIG_ENV, app_from_env, create_app, serve
 from ._config import KEYS_ENV, ApiKey, GatewayConfig, GatewaySettings, load_gateway_config
 from ._metrics import GatewayMetrics, Metrics
-from ._service import Answer, Caller, Gateway
-from ._wire import ChatRequest, GatewayError, parse_chat_request
+from ._service import Caller, Gateway
+from ._wire import ChatRequest, parse_chat_request
 
 __all__ = [
     "CONFIG_ENV",

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import (
     AsyncIterator,
@@ -24,15 +25,15 @@ from collections.abc import (
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from ..errors import MissingExtraError, UserError
+from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserError
 from ..metering import Meter
 from ..providers.base import StreamDone
 from ..types import TextDelta, ToolCallDelta
-from ._config import GatewayConfig, load_gateway_config
-from ._service import Answer, Caller, Gateway
+from ._answers import Answer, request_record
+from ._config import GatewayConfig, exposure_warning, load_gateway_config
+from ._service import Caller, Gateway
 from ._wire import (
     ChatRequest,
-    GatewayError,
     chunk,
     completion,
     error_body,
@@ -61,10 +62,6 @@ CONFIG_ENV = "PHI_GATEWAY_CONFIG"
 T = TypeVar("T")
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-class ClientDisconnected(Exception):
-    """The client closed the connection before its answer was sent."""
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
@@ -198,12 +195,13 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                 raise GatewayError(400, "The request body is not valid JSON.") from None
             chat_request = parse_chat_request(body)
             kind, _ = gateway.resolve(chat_request.model)
+            gateway.authorize(caller, chat_request.model)
             await gateway.admit(caller)
         except GatewayError as exc:
             metrics.inc("phi_gateway_requests_total", route="chat", kind=kind,
                         status=str(exc.status))  # fmt: skip
             return _error(exc)
-        meter = Meter()
+        meter, wall = Meter(), time.time()
         if kind == "passthrough" and chat_request.stream:
             return await stream_passthrough(request, chat_request, caller, meter, started)
         gateway.in_flight += 1
@@ -215,21 +213,20 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             metrics.inc("phi_gateway_disconnects_total", kind=kind)
             observe(kind, 499, started, meter)
             await settle(caller, meter)
-            if kind == "passthrough":
-                await gateway.write_record(gateway.passthrough_record(
-                    chat_request, meter, "cancelled", "", time.time()))  # fmt: skip
-            return _json(499, error_body("The client closed the request.", "client_closed"))
+            await gateway.write_record(request_record(chat_request, meter, "cancelled", "", wall))
+            return _error(ClientDisconnected())
         except GatewayError as exc:
             observe(kind, exc.status, started, meter)
             await settle(caller, meter)
+            if kind == "passthrough":  # a race or route logged its own result
+                await gateway.write_record(request_record(chat_request, meter, "error", "", wall))
             return _error(exc)
         finally:
             gateway.in_flight -= 1
         observe(kind, 200, started, meter)
         await settle(caller, meter)
         if kind == "passthrough":
-            await gateway.write_record(gateway.passthrough_record(
-                chat_request, meter, "ok", answer.text, time.time()))  # fmt: skip
+            await gateway.write_record(request_record(chat_request, meter, "ok", answer.text, wall))
         if chat_request.stream:
             frames = _answer_frames(answer, chat_request.include_usage, int(time.time()))
 
@@ -256,15 +253,20 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         gateway.in_flight += 1
         try:
             first: Any = await _until_disconnect(request.receive, anext(stream))
-        except (ClientDisconnected, GatewayError, StopAsyncIteration) as exc:
+        except (GatewayError, StopAsyncIteration) as exc:
             gateway.in_flight -= 1
             await stream.aclose()
             await settle(caller, meter)
-            status = exc.status if isinstance(exc, GatewayError) else 499
-            observe("passthrough", status, started, meter)
-            if isinstance(exc, GatewayError):
-                return _error(exc)
-            return _json(499, error_body("The client closed the request.", "client_closed"))
+            error = (
+                exc
+                if isinstance(exc, GatewayError)
+                else GatewayError(502, "upstream: the stream ended without a reply",
+                                  type_="upstream_error")
+            )  # fmt: skip
+            observe("passthrough", error.status, started, meter)
+            state = "cancelled" if isinstance(error, ClientDisconnected) else "error"
+            await gateway.write_record(request_record(chat_request, meter, state, "", wall))
+            return _error(error)
         cid, model, created = new_completion_id(), chat_request.model, int(time.time())
         text: list[str] = []
         outcome = {"status": 200}
@@ -313,7 +315,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             await settle(caller, meter)
             state = {200: "ok", 499: "cancelled"}.get(status, "error")
             await gateway.write_record(
-                gateway.passthrough_record(chat_request, meter, state, "".join(text), wall)
+                request_record(chat_request, meter, state, "".join(text), wall)
             )
 
         headers = {"x-phi-kind": "passthrough", "x-phi-model": model}
@@ -418,9 +420,10 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     workers: int = 1,
-    log_level: str = "warning",
+    log_level: str = "info",
 ) -> None:
     """Run the gateway with uvicorn until interrupted; in-flight streams drain on shutdown.
+    uvicorn logs its start and errors at ``log_level``; its access log is off.
 
     The config is loaded (and every profile planned) before the server starts, so a bad file
     fails here with its located error.
@@ -432,11 +435,15 @@ def serve(
     if not 0 <= port <= 65535:
         raise UserError(f"port must be from 0 to 65535, got {port!r}.")
     loaded = load_gateway_config(config)
+    warning = exposure_warning(loaded, host)
+    if warning is not None:
+        logger.warning("phi serve: %s", warning)
+        print(f"warning: {warning}", file=sys.stderr)
     drain = max(1, round(loaded.gateway.drain_timeout_s))
     if workers == 1:
         uvicorn.run(
             create_app(Gateway(loaded)), host=host, port=port, log_level=log_level,
-            timeout_graceful_shutdown=drain,
+            timeout_graceful_shutdown=drain, access_log=False,
         )  # fmt: skip
         return
     Gateway(loaded)  # every profile is checked once, before the workers start
@@ -446,5 +453,5 @@ def serve(
         os.environ.pop(CONFIG_ENV, None)
     uvicorn.run(
         "phi_core.gateway._app:app_from_env", factory=True, host=host, port=port,
-        workers=workers, log_level=log_level, timeout_graceful_shutdown=drain,
+        workers=workers, log_level=log_level, timeout_graceful_shutdown=drain, access_log=False,
     )  # fmt: skip

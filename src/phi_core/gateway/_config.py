@@ -37,7 +37,14 @@ from ..config._race import RaceSpec
 from ..config._schema import _Section
 from ..errors import ConfigError, UserError
 
-__all__ = ["KEYS_ENV", "ApiKey", "GatewayConfig", "GatewaySettings", "load_gateway_config"]
+__all__ = [
+    "KEYS_ENV",
+    "ApiKey",
+    "GatewayConfig",
+    "GatewaySettings",
+    "exposure_warning",
+    "load_gateway_config",
+]
 
 KEYS_ENV = "PHI_GATEWAY_KEYS"
 
@@ -50,6 +57,8 @@ class ApiKey(_Section):
     key_env: str | None = None
     daily_usd: float | None = Field(default=None, gt=0)
     requests_per_minute: int | None = Field(default=None, ge=1)
+    models: list[str] | None = None
+    """The models this key may call (``race:fast``, ``openai:gpt-4o-mini``…); None: any."""
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKey:
@@ -83,10 +92,15 @@ class GatewaySettings(_Section):
     cors_origins: list[str] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)
     passthrough: bool = True
-    """Serve any ``provider:model`` (False: only the listed ``models`` and the profiles)."""
+    """Serve any ``provider:model`` (False: only the listed ``models`` and the profiles). A
+    model naming its own endpoint (``openai-compat:m@http://…``) must be listed either way."""
     link_ttl_s: float = Field(default=86_400.0, gt=0)
     """How long a completion can still receive feedback."""
     drain_timeout_s: float = Field(default=30.0, gt=0)
+    """On shutdown, streams in flight get this long to finish."""
+    retries: int = Field(default=2, ge=0)
+    """Retries of a failed upstream call (rate limits, overload, 5xx, network) before the
+    gateway answers with the upstream's error."""
 
 
 class GatewayConfig(_Section):
@@ -110,6 +124,20 @@ class GatewayConfig(_Section):
         for i, value in enumerate(env):
             keys.append((ApiKey(name=f"env-{i + 1}", key=SecretStr(value)), value))
         return keys
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def exposure_warning(config: GatewayConfig, host: str) -> str | None:
+    """What is wrong with serving ``config`` on ``host`` (``None``: nothing): a gateway without
+    keys reachable from other machines spends your providers' money for anyone."""
+    if host in LOOPBACK or config.gateway.keys or os.environ.get(KEYS_ENV, "").strip():
+        return None
+    return (
+        f"listening on {host} without keys: anyone who can reach it can call your providers. "
+        "Add [[gateway.keys]] to the config or set $PHI_GATEWAY_KEYS."
+    )
 
 
 def load_gateway_config(path: str | os.PathLike[str] | None) -> GatewayConfig:

@@ -15,34 +15,41 @@ import asyncio
 import copy
 import dataclasses
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..config import RacePlan, plan_race
-from ..config._plan import bandit_race_from_plan
-from ..errors import ProviderError, UserError
-from ..events import RouteDecision, tee
+from ..config import RacePlan, bandit_race_from_plan, plan_race
+from ..errors import GatewayError, ProviderError, UserError
+from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
-from ..parallel import ParallelLoopOutcome, ParallelLoopResult
+from ..parallel import ParallelLoopResult
 from ..providers.base import Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.registry import get_provider, resolve_model
-from ..race import Arm, BanditOptions, BanditRace, BanditRaceResult
+from ..providers.retry import RetryPolicy
+from ..race import Arm, BanditOptions, BanditRace
 from ..routing.state import open_route_state, state_location
 from ..routing.stores import MemoryPreviewCache, PreviewCache
 from ..runlog import RunLog, RunRecord, RunRecorder
-from ..types import AssistantMessage, TextDelta, ToolCallDelta, Usage
+from ..types import AssistantMessage, TextDelta, ToolCallDelta
+from ._answers import (
+    Answer,
+    error_of_kind,
+    failure_of,
+    race_answer,
+    route_answer,
+    upstream_error,
+    without_content,
+)
 from ._config import ApiKey, GatewayConfig
 from ._limits import LimitCounters, MemoryCounters, RedisCounters, day_window, minute_window
 from ._metrics import GatewayMetrics
 from ._wire import (
     ChatRequest,
-    GatewayError,
     cut_at_stop,
     finish_reason,
     new_completion_id,
@@ -52,6 +59,9 @@ from ._wire import (
 __all__ = ["Answer", "Caller", "Gateway"]
 
 logger = logging.getLogger("phi_core.gateway")
+
+Kind = Literal["race", "route", "passthrough"]
+"""What answers a model name: a race, a route or the model itself."""
 
 LINK_PREFIX = "phi:gateway:link:"
 RELOAD_EVERY_S = 1.0
@@ -67,65 +77,12 @@ class Caller:
 
 
 @dataclass
-class Answer:
-    """A decided answer (race, route or a whole passthrough reply) with its facts."""
-
-    completion_id: str
-    model: str
-    text: str
-    finish: str
-    usage: Usage
-    cost_usd: float
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    phi: dict[str, Any] = field(default_factory=dict)
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-Kind = Literal["race", "route", "passthrough"]
-
-
-@dataclass
 class _Route:
     """A route profile: the bandit race (one per process) and when it last reloaded."""
 
     race: BanditRace
     loaded_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-def _error_of_kind(kind: str | None, message: str, retry_after: float | None) -> GatewayError:
-    """An upstream failure's status: 429 rate limit, 503 overloaded, 504 timeout, 502 else."""
-    if kind == "rate_limited":
-        headers = {"Retry-After": str(max(1, round(retry_after or 1)))}
-        return GatewayError(
-            429, message, type_="rate_limit_error", code="rate_limited", headers=headers
-        )
-    if kind == "budget":
-        return GatewayError(429, message, type_="insufficient_quota", code="budget")
-    if kind in ("bad_request", "context_overflow"):
-        return GatewayError(400, message, code=kind)
-    if kind == "overloaded":
-        return GatewayError(503, message, type_="upstream_error", code="overloaded")
-    if kind == "timeout":
-        return GatewayError(504, message, type_="upstream_error", code="timeout")
-    return GatewayError(502, message, type_="upstream_error", code=kind or "upstream")
-
-
-def upstream_error(exc: ProviderError) -> GatewayError:
-    return _error_of_kind(exc.kind, f"upstream: {exc}", getattr(exc, "retry_after", None))
-
-
-def _failure_of(outcomes: list[ParallelLoopOutcome], what: str) -> GatewayError:
-    """One status for a race in which nothing answered: the most telling branch failure."""
-    if not outcomes:
-        return GatewayError(502, f"{what}: no branch ran.", type_="upstream_error")
-    order = ["rate_limited", "overloaded", "timeout", "budget", "bad_request", "context_overflow"]
-    kinds = [o.error_kind if o.status != "timeout" else "timeout" for o in outcomes]
-    chosen = next((k for k in order if k in kinds), kinds[0])
-    detail = "; ".join(f"{o.config_id}: {o.status}" + (f" ({o.error})" if o.error else "")
-                       for o in outcomes)  # fmt: skip
-    retry = max((o.retry_after or 0 for o in outcomes), default=0) or None
-    return _error_of_kind(chosen, f"{what}: every branch failed: {detail}", retry)
 
 
 class Gateway:
@@ -161,11 +118,29 @@ class Gateway:
         self.in_flight = 0
         self._redis: Any = None
         # Plans are checked now, so a bad profile fails at start with the race file's errors.
+        self.retry = RetryPolicy(max_retries=self.settings.retries)
         for name, spec in config.profiles.items():
             try:
-                self.race_plans[name] = plan_race(spec, providers=self.providers)
+                plan = plan_race(spec, providers=self.providers)
             except UserError as exc:
                 raise UserError(f"Profile {name!r}: {exc}") from None
+            self.race_plans[name] = self._retrying(plan)
+        # A profile that cannot be a route (repeated branch labels) is still a race; a client
+        # asking for its route is told why.
+        self._route_plans: dict[str, RacePlan] = {}
+        self.route_problems: dict[str, str] = {}
+        for name, spec in config.profiles.items():
+            try:
+                plan = plan_race(
+                    spec,
+                    strategy="bandit",
+                    bandit=BanditOptions(state=self.state),
+                    providers=self.providers,
+                )
+            except UserError as exc:
+                self.route_problems[name] = str(exc)
+                continue
+            self._route_plans[name] = self._retrying(plan)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -194,21 +169,21 @@ class Gateway:
                 client = redis.Redis.from_url(self.state)
             self._redis = client
             self.counters = RedisCounters(client)
-        for name, spec in self.config.profiles.items():
-            try:
-                plan = plan_race(
-                    spec,
-                    strategy="bandit",
-                    bandit=BanditOptions(state=self.state),
-                    providers=self.providers,
-                )
-                self.routes[name] = _Route(bandit_race_from_plan(plan))
-            except UserError as exc:
-                raise UserError(f"Profile {name!r} (route): {exc}") from None
+        for name, plan in self._route_plans.items():
+            self.routes[name] = _Route(bandit_race_from_plan(plan))
         if self._run_log_arg == "default":
             self.run_log = RunLog() if settings.run_log else None
         else:
             self.run_log = self._run_log_arg
+
+    def _retrying(self, plan: RacePlan) -> RacePlan:
+        """``plan`` with the gateway's retry policy on every branch and the judge."""
+        judge = plan.judge_config
+        return dataclasses.replace(
+            plan,
+            configs=[dataclasses.replace(c, retry=self.retry) for c in plan.configs],
+            judge_config=dataclasses.replace(judge, retry=self.retry) if judge else None,
+        )
 
     async def close(self) -> None:
         self.ready = False
@@ -240,8 +215,20 @@ class Gateway:
             return ("route" if self.race_plans[rest].strategy == "bandit" else "race"), rest
         if head == "route" and sep and rest in self.routes:
             return "route", rest
-        allowed = self.settings.passthrough or name in self.settings.models
-        if head not in ("race", "route") and sep and rest and allowed:
+        if head == "route" and rest in self.route_problems:
+            raise self._unknown(name, f"the profile cannot be routed: {self.route_problems[rest]}")
+        listed = name in self.settings.models
+        if head not in ("race", "route") and sep and rest and (self.settings.passthrough or listed):
+            if "@" in rest and not listed:
+                # A client must not point the gateway (and the keys it holds) at any address.
+                raise GatewayError(
+                    403,
+                    f"The model {name!r} names its own endpoint; such models are served only "
+                    "when listed in the config's `gateway.models`.",
+                    type_="permission_error",
+                    code="endpoint_not_allowed",
+                    param="model",
+                )
             try:
                 resolve_model(name)
             except UserError as exc:
@@ -286,6 +273,19 @@ class Gateway:
                 code="invalid_api_key",
             )  # fmt: skip
         return Caller(found.name, found)
+
+    def authorize(self, caller: Caller, model: str) -> None:
+        """403 when the caller's key may not call ``model``."""
+        allowed = caller.key.models if caller.key is not None else None
+        if allowed is not None and model not in allowed:
+            raise GatewayError(
+                403,
+                f"Key {caller.name!r} may not call {model!r}; it may call: "
+                f"{', '.join(allowed) or 'nothing'}.",
+                type_="permission_error",
+                code="model_not_allowed",
+                param="model",
+            )
 
     async def admit(self, caller: Caller) -> None:
         """Refuse with 429 (and ``Retry-After``) a key over its request rate or daily spend."""
@@ -381,7 +381,7 @@ class Gateway:
         """The upstream's stream (deltas, then one :class:`StreamDone`) through the call path;
         provider errors become :class:`GatewayError`."""
         provider, sent = self.passthrough_request(request)
-        call = ModelCall(provider, sent, retry=None, meters=(meter,))
+        call = ModelCall(provider, sent, retry=self.retry, meters=(meter,))
         try:
             async for item in call.stream():
                 if isinstance(item, TextDelta | ToolCallDelta | StreamDone):
@@ -390,7 +390,7 @@ class Gateway:
             raise upstream_error(exc) from exc
         if call.message is not None and call.message.stop_reason == "error":
             message = call.message
-            raise _error_of_kind(
+            raise error_of_kind(
                 message.error_kind, f"upstream: {message.error_message}", message.retry_after
             )
 
@@ -432,51 +432,7 @@ class Gateway:
             result = await plan.run([last], context=context, events=recorder)
         assert isinstance(result, ParallelLoopResult)
         await self._log(recorder, result)
-        winner = result.selected
-        if winner is None:
-            raise _failure_of(result.outcomes, f"race:{profile}")
-        labels = plan.labels
-        text, cut = cut_at_stop(winner.text, request.stop)
-        branches = [
-            {
-                "name": labels[o.config_index],
-                "model": o.config.model_config().spec,
-                "status": o.status,
-                "usage": o.usage.model_dump(mode="json"),
-                "cost_usd": o.cost_usd,
-                "latency_s": round(o.latency_s, 4),
-            }
-            for o in result.outcomes
-        ]
-        decision = result.decision
-        winner_name = labels[winner.config_index]
-        return Answer(
-            completion_id=new_completion_id(),
-            model=request.model,
-            text=text,
-            finish=finish_reason(winner.final_message, cut),
-            usage=meter.usage,
-            cost_usd=meter.cost,
-            phi={
-                "kind": "race",
-                "profile": profile,
-                "winner": winner_name,
-                "strategy": plan.strategy,
-                "rationale": decision.rationale,
-                "scores": {labels[i]: s for i, s in decision.scores.items()},
-                "branches": branches,
-                "cost_usd": meter.cost,
-                "run_id": recorder.run_id,
-            },
-            headers={
-                "x-phi-kind": "race",
-                "x-phi-winner": winner_name,
-                "x-phi-strategy": plan.strategy,
-                "x-phi-branches": str(len(branches)),
-                "x-phi-cost-usd": f"{meter.cost:.6f}",
-                "x-phi-rationale": _header_text(decision.rationale or ""),
-            },
-        )
+        return race_answer(request, profile, plan, result, meter, recorder.run_id)
 
     async def _route(self, request: ChatRequest, profile: str, meter: Meter) -> Answer:
         route = self.routes[profile]
@@ -498,10 +454,13 @@ class Gateway:
         plan = self.race_plans[profile]
         recorder = self._recorder(request, plan=plan)
         decisions: list[RouteDecision] = []
+        updates: list[dict[str, Any]] = []
 
         def sink(event: Any) -> None:
             if isinstance(event, RouteDecision):
                 decisions.append(event)
+            elif isinstance(event, RouteUpdate):
+                updates.extend(event.rewards)
 
         with metering(meter):
             result = await race.run(query, events=tee(recorder, sink))
@@ -511,7 +470,7 @@ class Gateway:
         if result.action == "sure":
             self.metrics.inc("phi_gateway_races_skipped_total", profile=profile)
         if result.winner is None or result.status != "ok":
-            raise _failure_of(result.answers, f"route:{profile}")
+            raise failure_of(result.answers, f"route:{profile}")
         completion_id = new_completion_id()
         x = race.features(query)
         link = {
@@ -522,51 +481,9 @@ class Gateway:
         }
         await asyncio.to_thread(self.links.set, LINK_PREFIX + completion_id, link,
                                 self.settings.link_ttl_s)  # fmt: skip
-        text, cut = cut_at_stop(result.text, request.stop)
-        ranked = decisions[0].ranking if decisions else []
-        scores = {a["arm"]: round(a["score"], 4) for a in ranked}
-        ranking = result.ranking.explain() if result.ranking is not None else []
-        rewards = [
-            {"arm": arm, "reward": r.reward, "weight": _weight(result, arm, race)}
-            for arm, r in result.rewards.items()
-        ]
-        return Answer(
-            completion_id=completion_id,
-            model=request.model,
-            text=text,
-            finish=finish_reason(result.answer.final_message if result.answer else None, cut),
-            usage=meter.usage,
-            cost_usd=meter.cost,
-            phi={
-                "kind": "route",
-                "profile": profile,
-                "winner": result.winner,
-                "action": result.action,
-                "contenders": result.contenders,
-                "scores": result.scores,
-                "ranking": ranking,
-                "rewards": rewards,
-                "quality": result.quality,
-                "cost_usd": meter.cost,
-                "run_id": recorder.run_id,
-                "branches": [
-                    {
-                        "arm": str(o.config.extra.get("arm", o.config_id)),
-                        "status": o.status,
-                        "usage": o.usage.model_dump(mode="json"),
-                        "cost_usd": o.cost_usd,
-                    }
-                    for o in result.outcomes
-                ],
-            },
-            headers={
-                "x-phi-kind": "route",
-                "x-phi-winner": result.winner,
-                "x-phi-action": result.action,
-                "x-phi-strategy": "bandit",
-                "x-phi-cost-usd": f"{meter.cost:.6f}",
-                "x-phi-router-scores": _header_text(json.dumps(scores)),
-            },
+        ranking = decisions[0].ranking if decisions else []
+        return route_answer(
+            request, profile, result, meter, recorder.run_id, completion_id, ranking, updates
         )
 
     # ------------------------------------------------------------------ feedback
@@ -624,72 +541,9 @@ class Gateway:
         if self.run_log is None:
             return
         if not self.settings.log_content:
-            record = _without_content(record)
+            record = without_content(record)
         log = self.run_log
         try:
             await asyncio.to_thread(log.write, record)
         except Exception as exc:  # a failed log write must not fail a request already paid for
             logger.warning("the run log could not record gateway run %s: %s", record.id, exc)
-
-    def passthrough_record(
-        self, request: ChatRequest, meter: Meter, status: str, text: str, started: float
-    ) -> RunRecord:
-        from ..runlog import BranchRecord
-
-        usage, model = meter.usage, request.model
-        return RunRecord(
-            kind="run",
-            source="gateway",
-            prompt=request.prompt_text,
-            status=status,
-            winner=model if status == "ok" else None,
-            winner_model=model if status == "ok" else None,
-            text=text,
-            input_tokens=usage.input,
-            output_tokens=usage.output,
-            cost_usd=meter.cost,
-            duration_s=round(time.time() - started, 4),
-            plan={"branches": [{"model": model}]},
-            extra={"model": model},
-            branches=[
-                BranchRecord(
-                    index=0,
-                    label=model,
-                    model=model,
-                    status=status,
-                    text=text,
-                    input_tokens=usage.input,
-                    output_tokens=usage.output,
-                    cost_usd=meter.cost,
-                    winner=status == "ok",
-                    spec={"model": model},
-                )
-            ],
-        )
-
-
-def _weight(result: BanditRaceResult, arm: str, race: BanditRace) -> float:
-    """The weight of ``arm``'s update in ``result``: the answer's and failures' 1, a
-    preview-only update's the settings' preview weight."""
-    answered = {str(o.config.extra.get("arm", o.config_id)) for o in result.answers}
-    if arm in answered:
-        return 1.0
-    return race.settings.preview_weight if arm in result.scores else 1.0
-
-
-def _header_text(text: str, limit: int = 512) -> str:
-    """A header-safe one-line (latin-1) version of ``text``, cut at ``limit`` characters."""
-    flat = " ".join(text.split())[:limit]
-    return flat.encode("latin-1", "replace").decode("latin-1")
-
-
-def _without_content(record: RunRecord) -> RunRecord:
-    return record.model_copy(
-        update={
-            "prompt": "",
-            "system": None,
-            "text": "",
-            "messages": None,
-            "branches": [b.model_copy(update={"text": ""}) for b in record.branches],
-        }
-    )

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import GatewayError
 from ..types import (
     AssistantMessage,
     ImageContent,
@@ -28,7 +29,6 @@ from ..types import (
 
 __all__ = [
     "ChatRequest",
-    "GatewayError",
     "chunk",
     "completion",
     "error_body",
@@ -36,31 +36,6 @@ __all__ = [
     "parse_chat_request",
     "usage_dict",
 ]
-
-
-class GatewayError(Exception):
-    """An error the gateway answers in OpenAI's error format with ``status``."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type_: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.code = code
-        self.param = param
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.type, self.code, self.param)
 
 
 def error_body(

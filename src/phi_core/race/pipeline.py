@@ -33,7 +33,6 @@ import asyncio
 import dataclasses
 import inspect
 import logging
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,8 @@ from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import BanditRaceEnd, Emitter, RouteDecision, RouteUpdate
 from ..loop import AgentContext, AgentLoopConfig
-from ..metering import Budget, Meter, metering
+from ..loop.config import unique_config_ids
+from ..metering import Budget, Meter, metering, token_share
 from ..outcome import RaceStatus
 from ..parallel import (
     EvaluationDecision,
@@ -250,9 +250,6 @@ class _Acceptor:
         )
 
 
-_SLUG = re.compile(r"[^\w-]+")
-
-
 class BanditRace:
     """The bandit race around a router; see the module docstring.
 
@@ -317,7 +314,7 @@ class BanditRace:
         self.settings = settings or RaceSettings()
         self.budget = budget
         self.verify = verify
-        self.config_ids = _config_ids(names)
+        self.config_ids = dict(zip(names, unique_config_ids(names), strict=True))
         """Each arm's config id (the segment of its branches' loop ids)."""
         self._judge = (
             RubricJudgeEvaluation(judge, seed=self.settings.shuffle_seed)
@@ -377,15 +374,7 @@ class BanditRace:
             if owns_emitter:
                 await emitter.aclose()
         logger.info(
-            "bandit race %s: %s winner=%s action=%s order=%s quality=%s rewards=%s cost=$%.5f",
-            result.session_id,
-            result.status,
-            result.winner,
-            result.action,
-            result.order,
-            result.quality,
-            {a: round(r.reward, 3) for a, r in result.rewards.items()},
-            result.cost_usd,
+            "bandit race %s: %s, winner %s", result.session_id, result.status, result.winner
         )
         return result
 
@@ -466,7 +455,7 @@ class BanditRace:
         emitter: Emitter,
     ) -> ParallelLoopResult:
         cap = preview_token_limit(query, self.settings)
-        share = _token_share(len(contenders))
+        share = token_share(len(contenders))
         if share is not None:
             cap = max(1, min(cap, share))
         prompt = PREVIEW_PROMPT.format(tokens=cap, query=query)
@@ -679,28 +668,3 @@ def _is_failure(outcome: ParallelLoopOutcome, wall_expired: bool) -> bool:
     if outcome.status in ("error", "unverified", "rejected"):
         return True
     return outcome.status == "timeout" and not wall_expired
-
-
-def _token_share(count: int) -> int | None:
-    """Output tokens each of ``count`` concurrent calls may take from the active token budgets."""
-    from ..metering import active_meters
-
-    shares = []
-    for meter in active_meters():
-        budget = meter.budget
-        if budget is not None and budget.max_tokens is not None:
-            shares.append((budget.max_tokens - meter.tokens) // max(1, count))
-    return min(shares) if shares else None
-
-
-def _config_ids(names: list[str]) -> dict[str, str]:
-    """A loop-id segment per arm name, unique even when two names slug alike."""
-    ids: dict[str, str] = {}
-    used: set[str] = set()
-    for i, name in enumerate(names):
-        slug = _SLUG.sub("-", name).strip("-") or f"arm{i}"
-        while slug in used:
-            slug = f"{slug}-{i}"
-        used.add(slug)
-        ids[name] = slug
-    return ids

@@ -6,16 +6,19 @@ import asyncio
 import inspect
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from .._paths import user_path
-from ..errors import BudgetExhausted, UserError
+from ..errors import BudgetExhausted, UserError, redact
+from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart
 from ..metering import Budget, Meter, metering
 from ..providers.base import ModelConfig
 from ..providers.registry import split_model_settings
 from ..providers.retry import RetryPolicy
+from ..types import Usage
 from ._algorithms import SelectionAlgorithm, make_algorithm
 from ._arena import Arena, Evaluation, Objective
 from ._cache import ResponseCache
@@ -276,7 +279,75 @@ class ModelSelector:
         journal recorded are not run again. ``on_progress(arena)`` is called after every batch,
         ``on_evaluation(k, i, evaluation)`` as each evaluation run now finishes (a progress bar
         per evaluation).
+
+        Event observers (:func:`phi_core.events.add_observer`, OpenTelemetry spans) see a
+        :class:`~phi_core.events.SelectionStart`, a ``SelectionEvaluation`` per evaluation run
+        and exactly one ``SelectionEnd``, whatever ends the run.
         """
+        emitter = Emitter()
+        if not emitter.active:
+            return await self._select_best(on_progress, resume, on_evaluation)
+        session_id = str(uuid.uuid4())
+        name = self._algorithm if isinstance(self._algorithm, str) else self._algorithm.name
+        emitter.emit(
+            SelectionStart(
+                session_id=session_id,
+                algorithm=name,
+                combinations=len(self.space),
+                datapoints=len(self.dataset),
+            )
+        )
+
+        ran = [Usage()]  # tokens of the evaluations run now (not those resumed from the journal)
+
+        def observe(k: int, i: int, evaluation: Evaluation) -> None:
+            ran[0] += evaluation.usage
+            emitter.emit(
+                SelectionEvaluation(
+                    session_id=session_id,
+                    combination=self.space.name(k),
+                    datapoint=i,
+                    status=evaluation.status,
+                    score=evaluation.score,
+                    usage=evaluation.usage,
+                    cost_usd=evaluation.cost_usd,
+                    latency_s=evaluation.latency_s,
+                    calls=evaluation.calls,
+                    model_usage=dict(evaluation.model_usage),
+                    error_kind=evaluation.error_kind,
+                    error=evaluation.error,
+                )
+            )
+            if on_evaluation is not None:
+                on_evaluation(k, i, evaluation)
+
+        try:
+            result = await self._select_best(on_progress, resume, observe)
+        except asyncio.CancelledError:
+            emitter.emit(SelectionEnd(session_id=session_id, status="cancelled"))
+            raise
+        except BaseException as exc:
+            error = redact(f"{type(exc).__name__}: {exc}")
+            emitter.emit(SelectionEnd(session_id=session_id, status="error", error=error))
+            raise
+        emitter.emit(
+            SelectionEnd(
+                session_id=session_id,
+                status="budget" if result.budget_exhausted else "ok",
+                best=result.best.name,
+                evaluations=result.evaluations,
+                usage=ran[0],
+                cost_usd=result.cost_usd,
+            )
+        )
+        return result
+
+    async def _select_best(
+        self,
+        on_progress: ProgressCallback | None,
+        resume: bool,
+        on_evaluation: EvaluationCallback | None,
+    ) -> SelectionResult:
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
         loop = asyncio.get_running_loop()
         if self.cache is None:

@@ -20,15 +20,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import fcntl
 import os
 import sqlite3
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from .._files import atomic_write, file_lock
 from .._sqlite import init_wal
 from ..errors import SessionLockedError, SessionNotFoundError, UserError
 from ._model import Session
@@ -116,26 +115,13 @@ class JsonFileSessionStore(_ThreadedStore):
 
     @contextlib.contextmanager
     def _locked(self, session_id: str, *, exclusive: bool) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        lock_path = self.directory / f"{session_id}.json.lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-            deadline = time.monotonic() + self.lock_timeout
-            while True:
-                try:
-                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise SessionLockedError(session_id, self.lock_timeout) from None
-                    time.sleep(0.05)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        with file_lock(
+            self.path_of(session_id),
+            exclusive=exclusive,
+            timeout=self.lock_timeout,
+            on_timeout=lambda: SessionLockedError(session_id, self.lock_timeout),
+        ):
+            yield
 
     # -- synchronous forms -------------------------------------------------------
 
@@ -143,19 +129,7 @@ class JsonFileSessionStore(_ThreadedStore):
         target = self.path_of(session.session_id)
         data = session.model_dump_json(indent=2)
         with self._locked(session.session_id, exclusive=True):
-            fd, tmp = tempfile.mkstemp(
-                dir=self.directory, prefix=f".{session.session_id}.", suffix=".tmp"
-            )
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+            atomic_write(target, data.encode("utf-8"), dir_mode=0o755)
 
     def load_sync(self, session_id: str) -> Session:
         path = self.path_of(session_id)

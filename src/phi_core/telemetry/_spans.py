@@ -7,7 +7,8 @@ bandit race's two races) that parents its branches and its judge's runs, with th
 as ``gen_ai.evaluation.result`` span events; a bandit race is an ``invoke_workflow bandit_race``
 span (from its ``RouteDecision`` to its ``BanditRaceEnd``) that parents its races and the
 grading judge, with the router's ranking as attributes and each reward as a ``phi.route.update``
-event. Cost is ``phi.cost_usd`` (the conventions define none). Warnings (a judge that fell back,
+event. A selection run is an ``invoke_workflow select`` span with an ``invoke_agent`` span per
+evaluation (combination x datapoint, with its score, usage and cost). Cost is ``phi.cost_usd`` (the conventions define none). Warnings (a judge that fell back,
 a hook that raised) and compactions are ``phi.warning`` / ``phi.compaction`` events on their
 run's span. Everything else phi-specific is under ``phi.*``.
 
@@ -45,6 +46,9 @@ from ..events import (
     ParallelLoopStart,
     RouteDecision,
     RouteUpdate,
+    SelectionEnd,
+    SelectionEvaluation,
+    SelectionStart,
     ToolExecutionEnd,
     ToolExecutionStart,
     TurnRequest,
@@ -127,6 +131,7 @@ class EventSpans:
         self._agents: dict[str, _Agent] = {}
         self._races: dict[str, list[_Race]] = {}
         self._bandits: dict[str, Span] = {}
+        self._selections: dict[str, Span] = {}
         self._ended: OrderedDict[str, SpanContext] = OrderedDict()
         self._handlers: dict[type, Callable[[Any, int], None]] = {
             MessageUpdate: self._update,
@@ -141,6 +146,9 @@ class EventSpans:
             RouteDecision: self._route_decision,
             RouteUpdate: self._route_update,
             BanditRaceEnd: self._bandit_end,
+            SelectionStart: self._selection_start,
+            SelectionEvaluation: self._selection_evaluation,
+            SelectionEnd: self._selection_end,
             Warning: self._warning,
             CompactionEnded: self._compaction,
         }
@@ -156,7 +164,8 @@ class EventSpans:
         """Spans started and not yet ended (0 once every run seen has ended)."""
         with self._lock:
             agents = sum(1 + (a.chat is not None) + len(a.tools) for a in self._agents.values())
-            return agents + sum(map(len, self._races.values())) + len(self._bandits)
+            races = sum(map(len, self._races.values()))
+            return agents + races + len(self._bandits) + len(self._selections)
 
     # ------------------------------------------------------------------ agent runs
 
@@ -583,6 +592,68 @@ class EventSpans:
             attributes["phi.bandit.verified"] = event.verified
         span.set_attributes(attributes)
         if event.status != "ok":
+            _fail(span, event.status, event.error or event.status)
+        span.end(now)
+
+    # ------------------------------------------------------------------ selection
+
+    def _selection_start(self, event: SelectionStart, now: int) -> None:
+        self._selections[event.session_id] = self._start(
+            "invoke_workflow select",
+            None,
+            {
+                "gen_ai.operation.name": "invoke_workflow",
+                "gen_ai.workflow.name": "select",
+                "gen_ai.conversation.id": event.session_id,
+                "phi.select.algorithm": event.algorithm,
+                "phi.select.combinations": event.combinations,
+                "phi.select.datapoints": event.datapoints,
+            },
+            now,
+        )
+
+    def _selection_evaluation(self, event: SelectionEvaluation, now: int) -> None:
+        """An ``invoke_agent`` span for one evaluation, placed at the time it ran (it ends
+        now and lasted ``latency_s``). The agent's own model calls go through the selection's
+        metered handles or interception, not an agent loop, so they appear as ``phi.models``
+        and the usage attributes rather than as ``chat`` spans."""
+        start = now - int(max(event.latency_s, 0.0) * 1e9)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": event.combination,
+            "gen_ai.conversation.id": event.session_id,
+            "phi.select.datapoint": event.datapoint,
+            "phi.select.score": event.score,
+            "phi.select.status": event.status,
+            "phi.calls": event.calls,
+            "phi.models": sorted(event.model_usage),
+            "phi.cost_usd": event.cost_usd,
+            **_usage_attributes(event.usage),
+        }
+        span = self._start(
+            f"invoke_agent {event.combination}",
+            self._selections.get(event.session_id),
+            attributes,
+            start,
+        )
+        if event.error is not None:
+            _fail(span, event.error_kind or event.status, event.error)
+        span.end(now)
+
+    def _selection_end(self, event: SelectionEnd, now: int) -> None:
+        span = self._selections.pop(event.session_id, None)
+        if span is None:
+            return
+        attributes: dict[str, Any] = {
+            "phi.select.status": event.status,
+            "phi.select.evaluations": event.evaluations,
+            "phi.cost_usd": event.cost_usd,
+            **_usage_attributes(event.usage),
+        }
+        if event.best is not None:
+            attributes["phi.select.best"] = event.best
+        span.set_attributes(attributes)
+        if event.status in ("error", "cancelled"):
             _fail(span, event.status, event.error or event.status)
         span.end(now)
 

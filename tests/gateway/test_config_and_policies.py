@@ -1,0 +1,215 @@
+"""The gateway's config (profiles are race files, with their errors), keys from the config and
+the environment, daily spend limits on a priced model, CORS off by default, content kept out of
+the run log unless configured, health, readiness and metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from phi_core.errors import ConfigError, GatewayError, UserError
+from phi_core.gateway import Gateway, GatewayConfig, load_gateway_config, parse_chat_request
+from phi_core.runlog import RunLog
+
+from ..providers.fakes import FakeServer
+from .helpers import gateway_config, live_gateway
+
+
+def test_a_race_file_is_one_profile_named_after_the_file(tmp_path: Path) -> None:
+    race = tmp_path / "quick.toml"
+    race.write_text('strategy = "vote"\n[[branches]]\nmodel = "local:smollm2"\n')
+    config = load_gateway_config(race)
+    assert list(config.profiles) == ["quick"]
+    assert config.profiles["quick"].strategy == "vote"
+
+
+def test_gateway_file_errors_name_the_file_line_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text("[gateway]\nlog_contents = true\n")
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    assert "log_contents" in str(caught.value) and "Did you mean 'log_content'" in str(caught.value)
+    path.write_text('[profiles.p]\nstrategy = "judge"\n[[profiles.p.branches]]\nmodel = "nope:x"\n')
+    with pytest.raises(UserError) as unknown:
+        Gateway(load_gateway_config(path), run_log=None)
+    assert "Profile 'p'" in str(unknown.value) and "nope" in str(unknown.value)
+
+
+def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHI_GATEWAY_KEYS", "sk-env-one, sk-env-two")
+    monkeypatch.setenv("TEAM_KEY", "sk-team")
+    config = GatewayConfig.model_validate(
+        {"gateway": {"keys": [{"name": "team", "key_env": "TEAM_KEY"}]}}
+    )
+    gateway = Gateway(config, run_log=None)
+    assert gateway.authenticate("Bearer sk-team").name == "team"
+    assert gateway.authenticate("Bearer sk-env-two").name == "env-2"
+    for header in (None, "Bearer", "Basic sk-team", "Bearer sk-tea"):
+        with pytest.raises(GatewayError) as caught:
+            gateway.authenticate(header)
+        assert caught.value.status == 401 and "sk-team" not in caught.value.message
+    assert "sk-team" not in repr(config)  # a configured key never shows in a repr or log line
+    monkeypatch.delenv("TEAM_KEY")
+    with pytest.raises(UserError, match=r"\$TEAM_KEY"):
+        Gateway(config, run_log=None)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+            "max_tokens",
+        ),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]}, "tools"),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": "xml"},
+            },
+            "response_format",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "tool", "tool_call_id": "c", "content": "x"}]},
+            "messages",
+        ),
+    ],
+)
+def test_bad_requests_name_the_field(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(GatewayError) as caught:
+        parse_chat_request(body)
+    assert caught.value.status == 400 and caught.value.param == param
+
+
+async def test_daily_spend_limit_refuses_a_key_that_spent_its_dollars(
+    strict_loop: Any, upstream: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{upstream.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-test")
+    keys = [{"name": "cheap", "key": "sk-cheap", "daily_usd": 0.000001}]
+    body = {"model": "openai:gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": "Bearer sk-cheap"}
+    async with (
+        live_gateway(gateway_config(upstream.url, keys=keys)) as url,
+        httpx.AsyncClient(base_url=url, headers=headers) as client,
+    ):
+        first = await client.post("/v1/chat/completions", json=body)
+        second = await client.post("/v1/chat/completions", json=body)
+        metrics = (await client.get("/metrics")).text
+    assert first.status_code == 200 and first.headers["x-phi-model"] == "openai:gpt-4o-mini"
+    assert first.json()["phi"]["cost_usd"] > 0.000001  # 10 input + 5 output tokens, priced
+    assert second.status_code == 429
+    assert second.json()["error"]["code"] == "daily_spend_exceeded"
+    assert int(second.headers["retry-after"]) >= 1
+    assert len(upstream.requests) == 1  # the refused request never reached the upstream
+    assert 'phi_gateway_cost_usd_total{model="openai:gpt-4o-mini"}' in metrics
+
+
+async def test_cors_is_off_by_default_and_on_for_listed_origins(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST"}
+    async with live_gateway(gateway_config(upstream.url)) as url, httpx.AsyncClient() as client:
+        closed = await client.options(f"{url}/v1/chat/completions", headers=preflight)
+    config = gateway_config(upstream.url, cors_origins=["https://app.example"])
+    async with live_gateway(config) as url, httpx.AsyncClient() as client:
+        opened = await client.options(f"{url}/v1/chat/completions", headers=preflight)
+    assert "access-control-allow-origin" not in closed.headers
+    assert opened.headers["access-control-allow-origin"] == "https://app.example"
+
+
+async def test_content_is_logged_only_when_configured(
+    strict_loop: Any, upstream: FakeServer, tmp_path: Path
+) -> None:
+    body = {"model": "race:duo", "messages": [{"role": "user", "content": "secret plans"}]}
+    logs = {}
+    for log_content in (False, True):
+        log = RunLog(tmp_path / f"log-{log_content}.db")
+        config = gateway_config(upstream.url, log_content=log_content)
+        async with live_gateway(config, log) as url, httpx.AsyncClient() as client:
+            assert (await client.post(f"{url}/v1/chat/completions", json=body)).status_code == 200
+        logs[log_content] = log.list_runs()
+    [hidden], [kept] = logs[False], logs[True]
+    assert hidden.source == "gateway" and hidden.winner == "alpha"
+    assert hidden.prompt == "" and hidden.text == "" and all(not b.text for b in hidden.branches)
+    assert kept.prompt == "secret plans" and kept.text == "alpha says: secret plans"
+
+
+async def test_health_readiness_and_metrics(strict_loop: Any, upstream: FakeServer) -> None:
+    body = {"model": "route:duo", "messages": [{"role": "user", "content": "hi"}]}
+    async with live_gateway(gateway_config(upstream.url)) as url, httpx.AsyncClient() as client:
+        health = await client.get(f"{url}/healthz")
+        ready = await client.get(f"{url}/readyz")
+        await client.post(f"{url}/v1/chat/completions", json=body)
+        metrics = await client.get(f"{url}/metrics")
+        missing = await client.get(f"{url}/v1/nothing")
+    assert health.status_code == 200 and ready.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = metrics.text
+    assert 'phi_gateway_requests_total{kind="route",route="chat",status="200"} 1' in text
+    assert 'phi_gateway_router_decisions_total{action="single",profile="duo"} 1' in text
+    assert 'phi_gateway_request_duration_seconds_count{kind="route"} 1' in text
+    assert 'phi_gateway_tokens_total{direction="output",model="openai-compat:alpha"}' in text
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+async def test_a_sure_router_skips_the_race_and_counts_it(
+    strict_loop: Any, upstream: FakeServer, tmp_path: Path
+) -> None:
+    from phi_core.routing.bandits import ArmStats
+    from phi_core.routing.features import HashedFeatures
+    from phi_core.routing.stores import open_state_store
+
+    state = str(tmp_path / "router.sqlite")
+    query = "which arm?"
+    features = HashedFeatures(64, length_scale=2000)  # the bandit options' defaults
+    store = open_state_store(state)
+    x = features(query)
+    store.add(features.schema, "alpha", ArmStats.of(x, 1.0, weight=500))
+    store.add(features.schema, "beta", ArmStats.of(x, 0.0, weight=500))
+    body = {"model": "route:duo", "messages": [{"role": "user", "content": query}]}
+    async with (
+        live_gateway(gateway_config(upstream.url, state=state)) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        reply = await client.post("/v1/chat/completions", json=body)
+        metrics = (await client.get("/metrics")).text
+    assert reply.headers["x-phi-action"] == "sure" and reply.headers["x-phi-winner"] == "alpha"
+    assert 'phi_gateway_races_skipped_total{profile="duo"} 1' in metrics
+    assert upstream.requests[0].json["model"] == "alpha"  # the first call answers: no preview race
+
+
+def test_serving_beyond_loopback_without_keys_is_warned(monkeypatch: pytest.MonkeyPatch) -> None:
+    from phi_core.gateway._config import exposure_warning
+
+    monkeypatch.delenv("PHI_GATEWAY_KEYS", raising=False)
+    open_config = GatewayConfig()
+    keyed = GatewayConfig.model_validate({"gateway": {"keys": [{"name": "k", "key": "sk-x"}]}})
+    assert exposure_warning(open_config, "127.0.0.1") is None
+    assert "without keys" in (exposure_warning(open_config, "0.0.0.0") or "")
+    assert exposure_warning(keyed, "0.0.0.0") is None
+
+
+async def test_a_profile_that_cannot_be_routed_is_still_raced(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    same = {"model": f"openai-compat:alpha@{upstream.url}/v1"}
+    config = GatewayConfig.model_validate(
+        {"gateway": {"retries": 0},
+         "profiles": {"twins": {"strategy": "pick-first", "branches": [same, same]}}}
+    )  # fmt: skip
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    async with live_gateway(config) as url, httpx.AsyncClient(base_url=url) as client:
+        raced = await client.post("/v1/chat/completions", json={**body, "model": "race:twins"})
+        routed = await client.post("/v1/chat/completions", json={**body, "model": "route:twins"})
+    assert raced.status_code == 200
+    assert routed.status_code == 404
+    assert "cannot be routed" in routed.json()["error"]["message"]
+    assert "distinct `name`" in routed.json()["error"]["message"]

@@ -1,0 +1,86 @@
+"""A client that goes away cancels every upstream call of its request (closed within 1 s,
+counted at the fake upstream), and what those calls used is still metered and logged."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from phi_core.runlog import RunLog
+
+from ..providers.fakes import FakeServer, Stream
+from ..providers.fakes.openai_wire import chat_stream, chunk, usage_chunk
+from .helpers import gateway_config, live_gateway
+
+
+def slow_reply(words: int = 200, interval: float = 0.05) -> Stream:
+    """A reply of ``words`` chunks, one every ``interval`` seconds (10 s in all)."""
+    pieces = [chunk({"role": "assistant", "content": ""})]
+    pieces += [chunk({"content": f"word{i} "}) for i in range(words)]
+    return Stream(
+        chat_stream(*pieces, chunk({}, "stop"), usage_chunk(10, words)), interval=interval
+    )
+
+
+async def until(condition: Any, within: float = 5.0) -> None:
+    """Wait (bounded) for ``condition()`` to hold: the fake upstream has no event to await."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_disconnect_mid_stream_closes_the_upstream_stream_and_keeps_its_usage(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog
+) -> None:
+    upstream.push(slow_reply())
+    model = f"openai-compat:alpha@{upstream.url}/v1"
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "long"}]}
+    async with live_gateway(gateway_config(upstream.url), run_log) as url:
+        async with (
+            httpx.AsyncClient() as client,
+            client.stream("POST", f"{url}/v1/chat/completions", json=body) as response,
+        ):
+            seen = ""
+            async for text in response.aiter_text():
+                seen += text
+                if seen.count("word") >= 3:
+                    break
+        gone = time.monotonic()  # the response is closed: the connection is dropped
+        await until(lambda: upstream.requests[0].ended_at is not None)
+        async with httpx.AsyncClient() as client:
+            metrics = (await client.get(f"{url}/metrics")).text
+    call = upstream.requests[0]
+    assert not call.completed
+    assert call.ended_at is not None and call.ended_at - gone < 1.0
+    assert 'phi_gateway_requests_total{kind="passthrough",route="chat",status="499"} 1' in metrics
+    [record] = run_log.list_runs()
+    assert record.status == "cancelled" and record.output_tokens > 0  # streamed usage, estimated
+
+
+async def test_disconnect_during_a_race_cancels_every_branch(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog
+) -> None:
+    upstream.push(slow_reply(), slow_reply())
+    body = {"model": "race:duo", "stream": True, "messages": [{"role": "user", "content": "q"}]}
+    async with live_gateway(gateway_config(upstream.url), run_log) as url:
+        async with httpx.AsyncClient() as client:
+            request = asyncio.create_task(client.post(f"{url}/v1/chat/completions", json=body))
+            await until(lambda: upstream.in_flight == 2)  # both branches are streaming
+            await asyncio.sleep(0.3)  # mid-stream: a few chunks (one every 50 ms) reach each
+            request.cancel()  # the client goes away before the race is decided
+            gone = time.monotonic()
+            await asyncio.gather(request, return_exceptions=True)
+        await until(lambda: all(r.ended_at is not None for r in upstream.requests))
+        async with httpx.AsyncClient() as client:
+            metrics = (await client.get(f"{url}/metrics")).text
+    assert len(upstream.requests) == 2  # no judge call was made for a race nobody waits for
+    for call in upstream.requests:
+        assert not call.completed
+        assert call.ended_at is not None and call.ended_at - gone < 1.0
+    assert 'phi_gateway_requests_total{kind="race",route="chat",status="499"} 1' in metrics
+    [record] = run_log.list_runs()
+    assert record.status == "cancelled" and record.output_tokens > 0

@@ -1,0 +1,307 @@
+"""The official ``openai`` client against a live gateway: sync, async, streaming, tools, the
+request settings that reach the upstream, race facts, and every error status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from phi_core.runlog import RunLog
+
+from ..providers.fakes import FakeServer, Stream
+from ..providers.fakes.openai_wire import text_reply
+from .helpers import gateway_config, live_gateway
+
+
+def passthrough(upstream: FakeServer, model: str = "alpha") -> str:
+    return f"openai-compat:{model}@{upstream.url}/v1"
+
+
+def chat_bodies(upstream: FakeServer) -> list[dict[str, Any]]:
+    return [r.json for r in upstream.requests if r.path.endswith("/chat/completions")]
+
+
+async def test_sync_and_async_clients_parse_passthrough_answers(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog
+) -> None:
+    async with live_gateway(gateway_config(upstream.url), run_log) as url:
+        model = passthrough(upstream)
+        sync = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        reply = await asyncio.to_thread(
+            sync.chat.completions.create,
+            model=model,
+            messages=[{"role": "user", "content": "hello"}],
+        )
+        sync.close()
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client:
+            areply = await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "again"}]
+            )
+            listed = await client.models.list()
+    assert reply.choices[0].message.content == "alpha says: hello"
+    assert reply.choices[0].finish_reason == "stop"
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (10, 5)
+    assert areply.choices[0].message.content == "alpha says: again"
+    profiles = ["race:duo", "race:first", "route:duo", "route:first"]
+    assert [m.id for m in listed.data] == [*profiles, model, passthrough(upstream, "beta")]
+    runs = run_log.list_runs()
+    assert [r.source for r in runs] == ["gateway", "gateway"]
+    assert all(r.prompt == "" and r.text == "" for r in runs)  # content is not logged by default
+
+
+async def test_streaming_passthrough_ends_with_done_and_usage(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        stream = await client.chat.completions.create(
+            model=passthrough(upstream, "beta"),
+            messages=[{"role": "user", "content": "stream me"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [c async for c in stream]
+        async with httpx.AsyncClient() as raw:
+            body = {
+                "model": passthrough(upstream),
+                "stream": True,
+                "messages": [{"role": "user", "content": "x"}],
+            }
+            text = (await raw.post(f"{url}/v1/chat/completions", json=body)).text
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == "beta says: stream me"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 15
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert text.rstrip().endswith("data: [DONE]")
+
+
+async def test_tools_and_tool_results_pass_through(strict_loop: Any, upstream: FakeServer) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather of a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        model = passthrough(upstream)
+        first = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "weather?"}],
+            tools=tools,
+            tool_choice="auto",
+        )
+        call = first.choices[0].message.tool_calls[0]
+        streamed = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "weather?"}],
+            tools=tools,
+            stream=True,
+        )
+        deltas = [c.choices[0].delta for c in [c async for c in streamed] if c.choices]
+        answer = await client.chat.completions.create(
+            model=model,
+            messages=[
+                {"role": "user", "content": "weather?"},
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+                {"role": "user", "content": "so?"},
+            ],
+        )
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert (call.function.name, json.loads(call.function.arguments)) == (
+        "get_weather",
+        {"city": "Paris"},
+    )
+    pieces = [t for d in deltas for t in d.tool_calls or []]
+    assert pieces[0].id == "call_1" and pieces[0].function.name == "get_weather"
+    assert "".join(p.function.arguments or "" for p in pieces) == '{"city": "Paris"}'
+    assert answer.choices[0].message.content == "alpha says: so?"
+    sent = chat_bodies(upstream)
+    assert sent[0]["tools"][0]["function"]["name"] == "get_weather"
+    assert sent[0]["tool_choice"] == "auto"
+    tool_message = next(m for m in sent[-1]["messages"] if m["role"] == "tool")
+    assert tool_message["tool_call_id"] == call.id and "sunny" in json.dumps(tool_message)
+
+
+async def test_request_settings_reach_the_upstream(strict_loop: Any, upstream: FakeServer) -> None:
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        await client.chat.completions.create(
+            model=passthrough(upstream),
+            messages=[
+                {"role": "system", "content": "Be terse."},
+                {"role": "user", "content": "hi"},
+            ],
+            max_completion_tokens=33,
+            temperature=0.3,
+            stop=["\n\n"],
+            user="user-42",
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "r", "schema": {"type": "object"}, "strict": True},
+            },
+        )
+        await client.chat.completions.create(
+            model=passthrough(upstream), messages=[{"role": "user", "content": "x"}], max_tokens=7
+        )
+    first, second = chat_bodies(upstream)
+    assert first["messages"][0] == {"role": "system", "content": "Be terse."}
+    assert first["temperature"] == 0.3 and first["stop"] == ["\n\n"] and first["user"] == "user-42"
+    assert first["response_format"]["type"] == "json_schema"
+    assert 33 in (first.get("max_tokens"), first.get("max_completion_tokens"))
+    assert 7 in (second.get("max_tokens"), second.get("max_completion_tokens"))
+
+
+async def test_stop_sequences_cut_a_race_answer(strict_loop: Any, upstream: FakeServer) -> None:
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        reply = await client.chat.completions.create(
+            model="race:first", messages=[{"role": "user", "content": "a"}], stop=[" says"]
+        )
+    assert reply.choices[0].message.content == "alpha"
+
+
+async def test_race_facts_in_headers_and_extra_field_and_usage_sums_every_call(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="race:duo", messages=[{"role": "user", "content": "which?"}]
+        )
+        reply = raw.parse()
+        stream = await client.chat.completions.create(
+            model="race:duo", messages=[{"role": "user", "content": "which?"}], stream=True
+        )
+        streamed = [c async for c in stream]
+    calls = chat_bodies(upstream)[:3]  # two branches and the judge of the first race
+    assert raw.headers["x-phi-winner"] == "alpha"
+    assert raw.headers["x-phi-strategy"] == "judge"
+    assert raw.headers["x-phi-branches"] == "2"
+    assert "judge chose response 1" in raw.headers["x-phi-rationale"]
+    assert reply.choices[0].message.content == "alpha says: which?"
+    extra = reply.model_extra["phi"]
+    assert extra["winner"] == "alpha" and [b["name"] for b in extra["branches"]] == [
+        "alpha",
+        "beta",
+    ]
+    # usage = both branches (10+5 each) and the judge (10+3), every call the request caused
+    assert len(calls) == 3
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (30, 13)
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert text == "alpha says: which?"
+    assert streamed[-1].model_extra["phi"]["winner"] == "alpha"
+
+
+async def test_route_answers_and_feedback_teaches_the_answering_arm(
+    strict_loop: Any, upstream: FakeServer, tmp_path: Any
+) -> None:
+    from phi_core.routing.stores import open_state_store
+
+    state = str(tmp_path / "router.sqlite")
+    async with (
+        live_gateway(gateway_config(upstream.url, state=state)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+        httpx.AsyncClient(base_url=url) as raw,
+    ):
+        reply = await client.chat.completions.create(
+            model="route:duo", messages=[{"role": "user", "content": "route me"}]
+        )
+        arm = reply.model_extra["phi"]["winner"]
+        before = open_state_store(state)
+        namespace = before.namespaces()[0] if before.namespaces() else None
+        n_before = before.load(namespace)[arm].n if namespace else 0.0
+        ok = await raw.post("/v1/feedback", json={"id": reply.id, "score": 0.25})
+        unknown = await raw.post("/v1/feedback", json={"id": "chatcmpl-nope", "score": 1})
+        bad = await raw.post("/v1/feedback", json={"id": reply.id, "score": 7})
+    store = open_state_store(state)
+    stats = store.load(store.namespaces()[0])[arm]
+    assert ok.status_code == 200 and ok.json()["arm"] == arm
+    assert stats.n == pytest.approx(n_before + 1.0)
+    assert unknown.status_code == 404 and "chatcmpl-nope" in unknown.json()["error"]["message"]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "score"
+
+
+async def test_every_error_status_in_openai_format(strict_loop: Any, upstream: FakeServer) -> None:
+    keys = [
+        {"name": "team", "key": "sk-team-secret", "requests_per_minute": 2},
+        {"name": "narrow", "key": "sk-narrow-secret", "models": ["race:first"]},
+    ]
+    config = gateway_config(upstream.url, keys=keys)
+    config.profiles["slow"] = config.profiles["first"].model_copy(update={"timeout": 0.3})
+    user = [{"role": "user", "content": "hi"}]
+    async with live_gateway(config) as url:
+
+        def client(key: str) -> openai.AsyncOpenAI:
+            return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+        team, narrow, wrong = client("sk-team-secret"), client("sk-narrow-secret"), client("bad")
+        with pytest.raises(openai.AuthenticationError) as e401:
+            await wrong.chat.completions.create(model="race:first", messages=user)
+        with pytest.raises(openai.PermissionDeniedError) as e403:
+            await narrow.chat.completions.create(model="race:duo", messages=user)
+        with pytest.raises(openai.BadRequestError) as e400:
+            await team.chat.completions.create(model="race:first", messages=user, temperature=9)
+        with pytest.raises(openai.NotFoundError) as e404:
+            await team.chat.completions.create(model="race:missing", messages=user)
+        with pytest.raises(openai.PermissionDeniedError) as endpoint:  # not listed: refused
+            await team.chat.completions.create(
+                model="openai-compat:x@http://127.0.0.1:9/v1", messages=user
+            )
+        async with client("sk-narrow-secret") as n2:
+            errors = {}
+            for status in (429, 500, 503):
+                with pytest.raises(openai.APIStatusError) as caught:
+                    await n2.with_options(max_retries=0).chat.completions.create(
+                        model="race:first",
+                        messages=[{"role": "user", "content": f"status:{status}"}],
+                    )
+                errors[status] = caught.value
+        upstream.push(
+            Stream(text_reply("late"), interval=1.0), Stream(text_reply("late"), interval=1.0)
+        )
+        with pytest.raises(openai.APIStatusError) as e504:
+            await team.chat.completions.create(model="race:slow", messages=user)
+        # a fixed one-minute window: within three more requests the key's limit of 2 is hit
+        # even if a minute boundary falls between two of them
+        with pytest.raises(openai.RateLimitError) as e429:
+            for _ in range(3):
+                await team.chat.completions.create(model="race:first", messages=user)
+        for c in (team, narrow, wrong):
+            await c.close()
+    assert e401.value.status_code == 401 and e401.value.code == "invalid_api_key"
+    assert e403.value.status_code == 403 and "race:first" in e403.value.message
+    assert e400.value.status_code == 400 and e400.value.param == "temperature"
+    assert e404.value.status_code == 404
+    assert endpoint.value.status_code == 403 and endpoint.value.code == "endpoint_not_allowed"
+    assert "race:first" in e404.value.message and "route:duo" in e404.value.message
+    upstream_429 = errors[429]
+    assert upstream_429.status_code == 429 and upstream_429.response.headers["retry-after"] == "7"
+    assert errors[500].status_code == 502
+    assert errors[503].status_code == 503
+    assert e504.value.status_code == 504
+    assert e429.value.status_code == 429 and int(e429.value.response.headers["retry-after"]) >= 1
+    for error in (e401, e403, e400, e404, e429, e504):
+        body = error.value.body
+        assert isinstance(body, dict) and {"message", "type", "code"} <= set(body)
+        assert "sk-team-secret" not in json.dumps(body)
