@@ -27,21 +27,18 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from . import __version__
 from .config import (
     DEFAULT_BRANCHES,
-    RACE_STRATEGIES,
+    RacePlan,
     RaceSpec,
     bandit_race_from_plan,
     parse_branch,
     plan_race,
 )
-from .config._plan import RacePlan
-from .errors import PhiError, RunError, UserError, redact
+from .errors import RunError, UserError, redact
+from .events import AgentEnd
 from .metering import Budget
 from .parallel import ParallelLoopResult
 from .providers.base import Provider
@@ -55,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PROFILE",
+    "Progress",
     "RaceProfile",
     "RaceTools",
     "load_profiles",
@@ -62,14 +60,11 @@ __all__ = [
     "serve_http",
 ]
 
+Progress = Callable[[float, float | None, str], Awaitable[None]]
+"""Told ``(calls ended, calls expected or None, message)`` as a race's model calls end."""
+
 DEFAULT_PROFILE = "default"
 """The profile that races the default configurations when no file takes its name."""
-
-_INSTRUCTIONS = (
-    "phi races several LLM configurations on one question, judges the answers and returns the "
-    "best with its rationale and costs. Call `models` to see the profiles; `race` races one; "
-    "`route` lets a learned router pick (racing only when unsure)."
-)
 
 
 @dataclass(frozen=True)
@@ -204,8 +199,10 @@ class RaceTools:
         judge: str | None = None,
         max_tokens: int | None = None,
         max_cost_usd: float | None = None,
+        progress: Progress | None = None,
     ) -> dict[str, Any]:
         """Race ``prompt``; the winner's text, the rationale, and every branch's costs.
+        ``progress`` hears of every model call that ends (the branches, then the judge).
 
         Raises:
             UserError: bad input (an unknown profile, model or strategy, an empty prompt).
@@ -216,7 +213,7 @@ class RaceTools:
             profile=profile, models=models, strategy=strategy, judge=judge,
             max_tokens=max_tokens, max_cost_usd=max_cost_usd,
         )  # fmt: skip
-        return await self._run(plan, prompt, self.profile(profile).name)
+        return await self._run(plan, prompt, self.profile(profile).name, progress)
 
     async def route(
         self,
@@ -227,6 +224,7 @@ class RaceTools:
         max_tokens: int | None = None,
         max_cost_usd: float | None = None,
         dry_run: bool = False,
+        progress: Progress | None = None,
     ) -> dict[str, Any]:
         """The learned router over the profile's branches: rank, race only when unsure, answer
         and learn; with ``dry_run`` only the ranking (no model is called, nothing is learned)."""
@@ -237,7 +235,7 @@ class RaceTools:
         )  # fmt: skip
         name = self.profile(profile).name
         if not dry_run:
-            return await self._run(plan, prompt, name)
+            return await self._run(plan, prompt, name, progress)
         race = bandit_race_from_plan(plan)
         await race.load()
         ranking = race.router.rank(race.features(prompt), list(race.arms))
@@ -254,15 +252,33 @@ class RaceTools:
             "explanation": ranking.explain(),
         }
 
-    async def _run(self, plan: RacePlan, prompt: str, profile: str) -> dict[str, Any]:
-        """Run the plan, record it in the run log, and shape the answer."""
+    async def _run(
+        self, plan: RacePlan, prompt: str, profile: str, progress: Progress | None
+    ) -> dict[str, Any]:
+        """Run the plan (its events to the run log and, as model calls end, to ``progress``),
+        record it, and shape the answer."""
         recorder = None
         if self.run_log is not None:
             extra = {"profile": profile}
             recorder = RunRecorder(
                 self.run_log, prompt=prompt, plan=plan, source="mcp", extra=extra
             )
-        result = await plan.run(prompt, events=recorder)
+        total = None
+        if plan.strategy != "bandit":  # a bandit race decides its calls as it goes
+            total = len(plan.configs) + (1 if plan.judge_config is not None else 0)
+        ended = 0
+
+        async def sink(event: Any) -> None:
+            nonlocal ended
+            if recorder is not None:
+                recorder(event)
+            if progress is not None and isinstance(event, AgentEnd):
+                ended += 1
+                of = f" of up to {total}" if total is not None else ""
+                await progress(ended, total, f"{ended}{of} model calls finished")
+
+        events = sink if progress is not None else recorder
+        result = await plan.run(prompt, events=events)
         run_id = (await recorder.afinish(result)).id if recorder is not None else None
         return {**_answer(plan, result, profile), "run_id": run_id}
 
@@ -341,38 +357,6 @@ def _bandit_rationale(result: BanditRaceResult) -> str:
 
 # --------------------------------------------------------------------------- the MCP server
 
-# The tools' parameters, with the descriptions an MCP client shows (module level: the SDK
-# evaluates the annotations).
-Prompt = Annotated[str, Field(description="The question or task every branch answers.")]
-ProfileName = Annotated[
-    str | None, Field(description="A profile from the `models` tool (default: `default`).")
-]
-Models = Annotated[
-    list[str] | None,
-    Field(
-        description="Race these instead of the profile's branches: `provider:model` "
-        "(optionally `@temperature=0.2,max_tokens=200`) or branch names of the profile."
-    ),
-]
-MaxTokens = Annotated[
-    int | None, Field(ge=1, description="Output token limit of branches that set none.")
-]
-MaxCost = Annotated[
-    float | None,
-    Field(gt=0, description="Dollars the whole call may spend; a call that may not fit is "
-          "refused unsent."),
-]  # fmt: skip
-
-Strategy = Annotated[
-    str | None,
-    Field(
-        description=f"How the winner is chosen: {', '.join(RACE_STRATEGIES)} "
-        "(default: the profile's, else judge)."
-    ),
-]
-JudgeModel = Annotated[str | None, Field(description="The judge model (`provider:model`).")]
-DryRun = Annotated[bool, Field(description="Only rank the branches: call no model, learn nothing.")]
-
 
 def mcp_server(tools: RaceTools) -> MCPServer:
     """An :class:`~mcp.server.mcpserver.MCPServer` offering ``race``, ``route`` and ``models``.
@@ -381,70 +365,12 @@ def mcp_server(tools: RaceTools) -> MCPServer:
         UserError: the ``mcp`` extra is not installed.
     """
     try:
-        from mcp.server.mcpserver import MCPServer
-        from mcp.server.mcpserver.exceptions import ToolError
+        from ._mcp_tools import build_server
     except ImportError as exc:
         raise UserError(
             "`phi mcp serve` needs the official MCP SDK: pip install 'phi-core[mcp]'."
         ) from exc
-
-    server: MCPServer = MCPServer(
-        "phi", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
-    )
-
-    async def answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-        try:
-            return await call
-        except PhiError as exc:  # bad input or a race without a winner: the caller reads why
-            raise ToolError(redact(str(exc))) from None
-
-    @server.tool(name="race")
-    async def race(
-        prompt: Prompt,
-        profile: ProfileName = None,
-        models: Models = None,
-        strategy: Strategy = None,
-        judge: JudgeModel = None,
-        max_tokens: MaxTokens = None,
-        max_cost_usd: MaxCost = None,
-    ) -> dict[str, Any]:
-        """Race several LLM configurations on the prompt, judge them, return the winner's
-        answer with the rationale and every branch's status, token usage and cost."""
-        return await answer(
-            tools.race(
-                prompt, profile=profile, models=models, strategy=strategy, judge=judge,
-                max_tokens=max_tokens, max_cost_usd=max_cost_usd,
-            )
-        )  # fmt: skip
-
-    @server.tool(name="route")
-    async def route(
-        prompt: Prompt,
-        profile: ProfileName = None,
-        models: Models = None,
-        max_tokens: MaxTokens = None,
-        max_cost_usd: MaxCost = None,
-        dry_run: DryRun = False,
-    ) -> dict[str, Any]:
-        """Let the learned router answer: it ranks the profile's branches for this prompt,
-        races the top ones only when unsure, answers with the best and learns from it."""
-        return await answer(
-            tools.route(
-                prompt, profile=profile, models=models, max_tokens=max_tokens,
-                max_cost_usd=max_cost_usd, dry_run=dry_run,
-            )
-        )  # fmt: skip
-
-    @server.tool(name="models")
-    def models() -> dict[str, Any]:
-        """The profiles this server races and the providers and models phi knows, with prices
-        per million tokens and whether each provider's key is set (never its value)."""
-        try:
-            return tools.models()
-        except PhiError as exc:  # an unreadable keys file
-            raise ToolError(redact(str(exc))) from None
-
-    return server
+    return build_server(tools)
 
 
 def serve_http(

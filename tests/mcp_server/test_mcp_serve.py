@@ -79,11 +79,15 @@ async def test_stdio_race_returns_the_judged_winner_with_every_branch_cost(
     setup: Setup, strict_loop: list[Any]
 ) -> None:
     async with stdio_client(setup) as client:
-        tools = {t.name for t in (await client.list_tools()).tools}
+        listed = {t.name: t for t in (await client.list_tools()).tools}
         result = await client.call_tool(
             "race", {"prompt": "What is the capital of France?", "profile": "capitals"}
         )
-    assert tools == {"race", "route", "models"}
+    assert set(listed) == {"race", "route", "models"}
+    assert set(listed["race"].input_schema["properties"]) == {
+        "prompt", "profile", "models", "strategy", "judge", "max_tokens", "max_cost_usd",
+    }  # fmt: skip
+    assert listed["race"].input_schema["required"] == ["prompt"]
     assert not result.is_error, text_of(result)
     race = result.structured_content
     assert race is not None

@@ -106,9 +106,19 @@ async def test_in_process_race_returns_the_judged_winner_and_usage(
     gateway = write(tmp_path, "gateway.toml", GATEWAY_FILE.format(state=tmp_path / "s.sqlite"))
     profiles, state = load_profiles([gateway])
     tools = RaceTools(profiles, state=state, providers=scripted())
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def heard(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
     async with Client(mcp_server(tools)) as client:
-        result = await client.call_tool("race", {"prompt": "Which?", "profile": "judged"})
+        result = await client.call_tool(
+            "race", {"prompt": "Which?", "profile": "judged"}, progress_callback=heard
+        )
         fast = await client.call_tool("race", {"prompt": "Which?", "profile": "fast"})
+    # Each model call that ended was reported: two branches, then the judge.
+    assert [(d, t) for d, t, _ in progress] == [(1, 3), (2, 3), (3, 3)]
+    assert progress[-1][2] == "3 of up to 3 model calls finished"
     assert not result.is_error
     race = result.structured_content
     assert race is not None
