@@ -11,6 +11,9 @@ tools:
   them, races only when unsure, answers and learns; ``dry_run`` returns the ranking alone;
 * ``models`` — the profiles this server offers and the providers and models phi knows.
 
+A client that asks for progress hears of every model call of a race as it ends; every race and
+route is recorded in the run log (``phi logs``, source ``mcp``) and its ``run_id`` returned.
+
 A **profile** is a race, read from the same config files as ``phi serve --config``: a gateway
 file's ``[profiles.NAME]`` tables, or one race file (what ``phi race --config`` reads) named after
 the file, with their located errors; the profile ``default`` races the default configurations
