@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
 from phi_core.providers.pricing import price_for
 from phi_core.runlog import RunLog
 from phi_core.types import Usage
+from tests.providers.fakes import Stream
+from tests.providers.fakes.openai_wire import chat_stream, chunk
 
 from .conftest import (
     COMPLETION_TOKENS,
@@ -165,6 +168,38 @@ async def test_a_race_without_a_winner_is_a_tool_error_naming_each_cause(
     text = text_of(result)
     assert "no winner" in text and "mini:" in text and "big:" in text
     assert SECRET not in text
+
+
+async def test_an_abandoned_call_closes_every_upstream_stream_and_the_server_goes_on(
+    setup: Setup, strict_loop: list[Any]
+) -> None:
+    """The client gives up (its timeout sends `notifications/cancelled`): the race is cancelled,
+    so both branches' streams to the upstream are closed, unfinished, well before they end."""
+    slow = [chunk({"role": "assistant", "content": ""})] + [
+        chunk({"content": f" w{i}"}) for i in range(120)
+    ]
+    setup.upstream.default = Stream(chat_stream(*slow), interval=0.25)  # 30 s per answer
+    async with stdio_client(setup) as client:
+        with pytest.raises(MCPError, match="timed out"):
+            await client.call_tool(
+                "race", {"prompt": "hi", "profile": "capitals"}, read_timeout_seconds=3
+            )
+        closed = await within(10, lambda: len(setup.upstream.requests) == 2 and all(
+            r.ended_at is not None for r in setup.upstream.requests))  # fmt: skip
+        listing = await client.call_tool("models", {})
+    assert closed, [(r.json["model"], r.ended_at) for r in setup.upstream.requests]
+    assert not any(r.completed for r in setup.upstream.requests)
+    assert not listing.is_error
+
+
+async def within(seconds: float, condition: Callable[[], bool]) -> bool:
+    """Another process's doings are not awaitable from here: look for a bounded time."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 async def test_http_race_route_and_learning(setup: Setup, strict_loop: list[Any]) -> None:
