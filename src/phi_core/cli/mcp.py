@@ -34,6 +34,7 @@ app = typer.Typer(
 
 @app.command("serve")
 def serve(
+    ctx: typer.Context,
     config: Annotated[
         list[Path] | None,
         typer.Option(
@@ -62,7 +63,7 @@ def serve(
             "--state",
             envvar="PHI_ROUTER_STATE",
             help="Router state of the `route` tool: .sqlite/.json file or redis://… (default: "
-            "router_state.sqlite in $PHI_HOME, ~/.phi).",
+            "the config's [gateway] state, else router_state.sqlite in $PHI_HOME, ~/.phi).",
         ),
     ] = None,
     max_cost: Annotated[
@@ -85,9 +86,12 @@ def serve(
     """
     try:
         profiles, configured_state = load_profiles(config or [])
+        source = ctx.get_parameter_source("state")
+        if configured_state and (source is None or source.name != "COMMANDLINE"):
+            state = configured_state  # the config file's beats the environment's, as for phi serve
         tools = RaceTools(
             profiles,
-            state=state or configured_state,
+            state=state,
             providers=scripted_providers(script),
             max_cost_usd=max_cost,
             run_log=None if no_log else _run_log(),
