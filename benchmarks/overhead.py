@@ -706,6 +706,7 @@ def driver_main(args: argparse.Namespace) -> None:
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "load_average_at_start": os.getloadavg(),
+            "packages": _versions("openai", "httpx", "aiohttp"),
         },
         "method": {
             "runs": runs,
@@ -721,6 +722,19 @@ def driver_main(args: argparse.Namespace) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
     plot(cells, RESULTS / f"{name}.png")
     print(f"\nwrote {RESULTS / (name + '.json')} and {name}.png ({out['elapsed_s']} s)")
+
+
+def _versions(*names: str) -> dict[str, str]:
+    """Installed versions of the packages the figures depend on (the SDK's transport changes)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
 
 
 def main() -> None:

@@ -12,6 +12,7 @@
     │   ├── AgentBusyError             a second run on an agent that is still running
     │   ├── SkillError                 a SKILL.md without front matter, name or description
     │   ├── RunNotFoundError           no run (or conversation) with that id in the run log
+    │   ├── ViewNotFoundError          the web view has no such run, namespace or selection
     │   ├── OpenApiError               an OpenAPI spec that cannot be turned into tools
     │   └── SandboxUnavailableError    model code would run, and no sandbox can be made here
     ├── RunError                       a run failed
@@ -93,6 +94,7 @@ __all__ = [
     "ToolError",
     "UnknownModelError",
     "UserError",
+    "ViewNotFoundError",
     "redact",
     "register_secret",
     "registered_secrets",
@@ -235,6 +237,11 @@ class RunNotFoundError(UserError, KeyError):
 
     def __str__(self) -> str:  # KeyError's own __str__ would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ViewNotFoundError(UserError):
+    """The web view has no such run, router namespace or selection (its HTTP 404); the message
+    says what exists instead."""
 
 
 class RunError(PhiError):

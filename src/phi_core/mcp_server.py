@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -389,20 +388,11 @@ def serve_http(
     """
     import uvicorn
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UserError(
-            f"Cannot listen on {host}:{port} ({exc.strerror}); pick another --port (0: any free "
-            "one)."
-        ) from None
-    sock.listen(128)
+    from .view._app import _bind  # phi view's listening socket (a clear error when taken)
+
+    sock = _bind(host, port)
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     app = server.streamable_http_app(host=host)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     if on_ready is not None:
@@ -411,4 +401,3 @@ def serve_http(
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
-        sys.stderr.flush()

@@ -80,6 +80,10 @@ def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> No
             {"model": "m", "messages": [{"role": "tool", "tool_call_id": "c", "content": "x"}]},
             "messages",
         ),
+        (
+            {"model": "m", "messages": [{"role": "assistant", "tool_calls": ["call"]}]},
+            "messages",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(body: dict[str, Any], param: str) -> None:

@@ -199,6 +199,7 @@ async def test_race_facts_in_headers_and_extra_field_and_usage_sums_every_call(
     assert raw.headers["x-phi-strategy"] == "judge"
     assert raw.headers["x-phi-branches"] == "2"
     assert "judge chose response 1" in raw.headers["x-phi-rationale"]
+    assert raw.headers["x-phi-branch-usage"] == "alpha=15:$0.000000;beta=15:$0.000000"
     assert reply.choices[0].message.content == "alpha says: which?"
     extra = reply.model_extra["phi"]
     assert extra["winner"] == "alpha" and [b["name"] for b in extra["branches"]] == [

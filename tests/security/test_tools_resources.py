@@ -222,3 +222,22 @@ async def test_a_tool_result_too_big_for_the_model_is_cut_with_a_note() -> None:
     out = text(result)
     assert len(out.encode()) < 257 * 1024
     assert "tool result truncated: 52166656 of 52428800 bytes left out" in out
+
+
+def test_a_key_cut_by_the_result_cap_is_redacted_not_half_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the kept part of a huge result is redacted, but a key straddling the cut is still
+    recognised whole: no run of its characters reaches the model."""
+    from phi_core.tools._results import finish_result, to_tool_result
+
+    key = "sk-test-" + "Q7vN2xL9pR4tW8yZ3mK6bH1cF5dJ0gSa"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    cap = 1024
+    for cut in range(cap - len(key) + 1, cap, 3):  # the key starts before the cut and ends after
+        value = "x" * cut + key + "y" * (5 * MB)
+        result = finish_result(to_tool_result(value), cap)
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        assert "tool result truncated" in text
+        kept = text.split("\n[... tool result truncated")[0]
+        assert not any(key[i : i + 8] in kept for i in range(len(key) - 8)), cut

@@ -1,5 +1,6 @@
 """The ``phi`` command: ``race``, ``run``, ``models`` and ``--version`` (``route``, ``mcp``,
-``select``, ``chat``, ``logs``, ``aliases`` and ``keys`` are mounted from their modules).
+``serve``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys`` and ``view`` are mounted from
+their modules).
 
 The commands only parse flags: what a race runs is planned by :func:`phi_core.config.plan_race`;
 a turn is run, logged and printed by :mod:`._turns`.
@@ -518,9 +519,9 @@ def _price(value: float | None) -> str:
 
 
 def _mount_subcommands() -> None:
-    """``phi route …``, ``mcp``, ``serve``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys``
-    and ``parallel-agents`` live in their own modules."""
-    from . import _parallel_agents, aliases, chat, keys, logs, mcp, route, select, serve
+    """``phi route …``, ``mcp``, ``serve``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys``,
+    ``view`` and ``parallel-agents`` live in their own modules."""
+    from . import _parallel_agents, aliases, chat, keys, logs, mcp, route, select, serve, view
 
     app.add_typer(route.app, name="route")
     app.add_typer(mcp.app, name="mcp")
@@ -530,6 +531,7 @@ def _mount_subcommands() -> None:
     app.add_typer(logs.app, name="logs")
     app.add_typer(aliases.app, name="aliases")
     app.add_typer(keys.app, name="keys")
+    app.command("view")(view.command)
     app.command("parallel-agents")(_parallel_agents.parallel_agents)
 
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import sqlite3
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import typer
 from ..errors import UserError
 from ..mcp_server import RaceTools, load_profiles, mcp_server, serve_http
 from ..runlog import RunLog, default_log_path, logging_enabled
+from ..view import is_loopback
 from ._common import usage_error, warn
 from ._options import ScriptOption
 from ._script import scripted_providers
@@ -100,7 +100,7 @@ def serve(
         if not http:
             server.run("stdio")
             return
-        if not _loopback(host):
+        if not is_loopback(host):
             warn(
                 f"listening on {host}: the MCP endpoint has no authentication, so anyone who "
                 "reaches it can spend on your keys; prefer 127.0.0.1 behind a proxy."
@@ -125,12 +125,3 @@ def _run_log() -> RunLog | None:
 
 def _announce(url: str) -> None:
     print(f"phi MCP server listening on {url}", file=sys.stderr, flush=True)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -13,8 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import UserError
-from ..race.entry import route_state_summary
-from ..routing.state import state_location
+from ..routing.state import route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
 from ._common import usage_error
 from ._parallel_agents import main as parallel_agents_main  # the installed script's old path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +116,8 @@ def race_answer(
         model=request.model,
         text=text,
         finish=finish_reason(winner.final_message, cut),
-        usage=meter.usage,
-        cost_usd=meter.cost,
+        usage=meter.paid_usage,
+        cost_usd=meter.spent,
         phi={
             "kind": "race",
             "profile": profile,
@@ -125,7 +126,7 @@ def race_answer(
             "rationale": decision.rationale,
             "scores": {labels[i]: s for i, s in decision.scores.items()},
             "branches": branches,
-            "cost_usd": meter.cost,
+            "cost_usd": meter.spent,
             "run_id": run_id,
         },
         headers={
@@ -133,8 +134,11 @@ def race_answer(
             "x-phi-winner": winner_name,
             "x-phi-strategy": plan.strategy,
             "x-phi-branches": str(len(branches)),
-            "x-phi-cost-usd": f"{meter.cost:.6f}",
+            "x-phi-cost-usd": f"{meter.spent:.6f}",
             "x-phi-rationale": header_text(decision.rationale or ""),
+            "x-phi-branch-usage": branch_usage_header(
+                (labels[o.config_index], o.usage.total, o.cost_usd) for o in result.outcomes
+            ),
         },
     )
 
@@ -159,13 +163,29 @@ def route_answer(
         {"arm": u["arm"], "reward": u["reward"], "weight": u["weight"], "source": u["source"]}
         for u in updates
     ]
+    previews = result.previews.outcomes if result.previews is not None else []
+    calls = [
+        (str(o.config.extra.get("arm", o.config_id)), call, o)
+        for call, outcomes in (("preview", previews), ("answer", result.answers))
+        for o in outcomes
+    ]
+    branches = [
+        {
+            "arm": arm,
+            "call": call,
+            "status": o.status,
+            "usage": o.usage.model_dump(mode="json"),
+            "cost_usd": o.cost_usd,
+        }
+        for arm, call, o in calls
+    ]
     return Answer(
         completion_id=completion_id,
         model=request.model,
         text=text,
         finish=finish_reason(result.answer.final_message if result.answer else None, cut),
-        usage=meter.usage,
-        cost_usd=meter.cost,
+        usage=meter.paid_usage,
+        cost_usd=meter.spent,
         phi={
             "kind": "route",
             "profile": profile,
@@ -176,25 +196,20 @@ def route_answer(
             "ranking": ranking,
             "rewards": rewards,
             "quality": result.quality,
-            "cost_usd": meter.cost,
+            "cost_usd": meter.spent,
             "run_id": run_id,
-            "branches": [
-                {
-                    "arm": str(o.config.extra.get("arm", o.config_id)),
-                    "status": o.status,
-                    "usage": o.usage.model_dump(mode="json"),
-                    "cost_usd": o.cost_usd,
-                }
-                for o in result.outcomes
-            ],
+            "branches": branches,
         },
         headers={
             "x-phi-kind": "route",
             "x-phi-winner": str(result.winner),
             "x-phi-action": result.action,
             "x-phi-strategy": "bandit",
-            "x-phi-cost-usd": f"{meter.cost:.6f}",
+            "x-phi-cost-usd": f"{meter.spent:.6f}",
             "x-phi-router-scores": header_text(json.dumps(scores)),
+            "x-phi-branch-usage": branch_usage_header(
+                (f"{arm}/{call}", o.usage.total, o.cost_usd) for arm, call, o in calls
+            ),
         },
     )
 
@@ -205,7 +220,7 @@ def request_record(
     """The run-log record of a passthrough call, or of any request that ended before a
     result existed (the client went away): what it asked and what its calls used."""
 
-    usage, model = meter.usage, request.model
+    usage, model = meter.paid_usage, request.model
     return RunRecord(
         kind="run",
         source="gateway",
@@ -216,7 +231,7 @@ def request_record(
         text=text,
         input_tokens=usage.input,
         output_tokens=usage.output,
-        cost_usd=meter.cost,
+        cost_usd=meter.spent,
         duration_s=round(time.time() - started, 4),
         plan={"branches": [{"model": model}]},
         extra={"model": model},
@@ -229,12 +244,18 @@ def request_record(
                 text=text,
                 input_tokens=usage.input,
                 output_tokens=usage.output,
-                cost_usd=meter.cost,
+                cost_usd=meter.spent,
                 winner=status == "ok",
                 spec={"model": model},
             )
         ],
     )
+
+
+def branch_usage_header(rows: Iterable[tuple[str, int, float]]) -> str:
+    """``name=tokens:$cost`` per branch call, ``;``-separated (a branch answering twice — a
+    route's preview and answer — appears twice)."""
+    return header_text(";".join(f"{name}={tokens}:${cost:.6f}" for name, tokens, cost in rows))
 
 
 def header_text(text: str, limit: int = 512) -> str:

@@ -179,7 +179,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
 
     async def settle(caller: Caller, meter: Meter) -> None:
         try:
-            await gateway.charge(caller, meter.cost)
+            await gateway.charge(caller, meter.spent)
         except Exception as exc:  # the answer is paid for; a limits store failure is logged
             logger.warning("could not charge key %s: %s", caller.name, type(exc).__name__)
 
@@ -299,10 +299,10 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                 yield _sse(exc.body())
                 yield _sse("[DONE]")
                 return
-            phi = {"kind": "passthrough", "model": model, "cost_usd": meter.cost}
+            phi = {"kind": "passthrough", "model": model, "cost_usd": meter.spent}
             yield _sse(chunk(cid, model, created, {}, finish=finish_reason(final), phi=phi))
             if chat_request.include_usage:
-                yield _sse(chunk(cid, model, created, None, usage=meter.usage))
+                yield _sse(chunk(cid, model, created, None, usage=meter.paid_usage))
             yield _sse("[DONE]")
 
         async def done(disconnected: bool) -> None:

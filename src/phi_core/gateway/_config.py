@@ -36,6 +36,7 @@ from ..config._load import read_source, validate
 from ..config._race import RaceSpec
 from ..config._schema import _Section
 from ..errors import ConfigError, UserError
+from ..view import is_loopback
 
 __all__ = [
     "KEYS_ENV",
@@ -126,13 +127,10 @@ class GatewayConfig(_Section):
         return keys
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
 def exposure_warning(config: GatewayConfig, host: str) -> str | None:
     """What is wrong with serving ``config`` on ``host`` (``None``: nothing): a gateway without
     keys reachable from other machines spends your providers' money for anyone."""
-    if host in LOOPBACK or config.gateway.keys or os.environ.get(KEYS_ENV, "").strip():
+    if is_loopback(host) or config.gateway.keys or os.environ.get(KEYS_ENV, "").strip():
         return None
     return (
         f"listening on {host} without keys: anyone who can reach it can call your providers. "

@@ -186,9 +186,13 @@ class Gateway:
         )
 
     async def close(self) -> None:
+        """Stop answering readiness and close what :meth:`start` opened."""
         self.ready = False
         if self.run_log is not None and self._run_log_arg == "default":
             await asyncio.to_thread(self.run_log.close)
+        if self._redis is not None:
+            await asyncio.to_thread(self._redis.close)
+            self._redis = None
 
     async def check_ready(self) -> str | None:
         """Why the gateway cannot serve now (``None``: it can)."""
@@ -354,10 +358,10 @@ class Gateway:
             model=request.model,
             text=text,
             finish=finish_reason(message, cut),
-            usage=meter.usage,
-            cost_usd=meter.cost,
+            usage=meter.paid_usage,
+            cost_usd=meter.spent,
             tool_calls=tool_calls_dicts(message),
-            phi={"kind": "passthrough", "model": model, "cost_usd": meter.cost},
+            phi={"kind": "passthrough", "model": model, "cost_usd": meter.spent},
             headers={"x-phi-kind": "passthrough", "x-phi-model": model},
         )
 

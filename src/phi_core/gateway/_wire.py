@@ -274,8 +274,14 @@ def _messages(raw: list[Any]) -> tuple[str | None, list[Message]]:
             text = _text_of(item.get("content"), where)
             if text:
                 content.append(TextContent(text=text))
-            for call in item.get("tool_calls") or []:
-                function = call.get("function") or {} if isinstance(call, dict) else {}
+            for j, call in enumerate(item.get("tool_calls") or []):
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict) or not function.get("name"):
+                    raise bad_request(
+                        f'{where}.tool_calls[{j}] must be {{"id": …, "type": "function", '
+                        '"function": {"name": …, "arguments": "…"}}.',
+                        "messages",
+                    )
                 raw_args = str(function.get("arguments") or "{}")
                 try:
                     arguments = json.loads(raw_args)

@@ -12,7 +12,6 @@ one location by ``routing.open_route_state``. Builds on ``loop/``, ``parallel/``
 from .entry import (
     BanditOptions,
     build_bandit_race,
-    route_state_summary,
     run_bandit_race,
     verifier_from_spec,
 )
@@ -32,7 +31,6 @@ __all__ = [
     "RaceSettings",
     "Verifier",
     "build_bandit_race",
-    "route_state_summary",
     "run_bandit_race",
     "verifier_from_spec",
 ]

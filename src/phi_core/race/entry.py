@@ -31,7 +31,6 @@ from .pipeline import Arm, BanditRace, BanditRaceResult, RaceSettings, Verifier
 __all__ = [
     "BanditOptions",
     "build_bandit_race",
-    "route_state_summary",
     "run_bandit_race",
     "verifier_from_spec",
 ]
@@ -222,18 +221,3 @@ async def run_bandit_race(
     race = build_bandit_race(agent_models, options, configs=configs, store=store)
     await race.load()
     return await race.run(query, events=events, cancel=cancel)
-
-
-def route_state_summary(store: RouterStateStore) -> dict[str, Any]:
-    """``{namespace: {arm: {n, mean_reward, updated_at}}}`` for ``phi route show``."""
-    out: dict[str, Any] = {}
-    for namespace in store.namespaces():
-        arms = {}
-        for arm, stats in sorted(store.load(namespace).items()):
-            arms[arm] = {
-                "n": stats.n,
-                "mean_reward": stats.reward_sum / stats.n if stats.n else None,
-                "updated_at": stats.updated_at,
-            }
-        out[namespace] = arms
-    return out

@@ -26,7 +26,14 @@ from .history import (
 )
 from .replay import Recorded, ReplayProvider, prompt_key
 from .reward import ArmReward, LatencyTracker, RewardPolicy
-from .state import DEFAULT_STATE, PreviewCallCache, RouteState, open_route_state, state_location
+from .state import (
+    DEFAULT_STATE,
+    PreviewCallCache,
+    RouteState,
+    open_route_state,
+    route_state_summary,
+    state_location,
+)
 from .stores import (
     JsonFileStateStore,
     MemoryPreviewCache,
@@ -76,5 +83,6 @@ __all__ = [
     "open_route_state",
     "open_state_store",
     "prompt_key",
+    "route_state_summary",
     "state_location",
 ]

@@ -9,9 +9,11 @@ companions in a SQLite file beside it, and ``redis://…`` shares all three betw
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .._paths import user_path
 from ..providers.call import CachedResponse
@@ -26,7 +28,14 @@ from .stores import (
     open_state_store,
 )
 
-__all__ = ["DEFAULT_STATE", "PreviewCallCache", "RouteState", "open_route_state", "state_location"]
+__all__ = [
+    "DEFAULT_STATE",
+    "PreviewCallCache",
+    "RouteState",
+    "open_route_state",
+    "route_state_summary",
+    "state_location",
+]
 
 DEFAULT_STATE = "router_state.sqlite"
 """File name of the default router state inside the user directory (``$PHI_HOME``)."""
@@ -105,3 +114,28 @@ def _beside(path: Path) -> Path:
 
 def _sqlite_beside(where: str) -> SQLiteLatencyHistory:
     return SQLiteLatencyHistory(user_path("latency.sqlite", create_dir=True))
+
+
+def route_state_summary(store: RouterStateStore) -> dict[str, Any]:
+    """``{namespace: {arm: {n, mean_reward, reward_sd, ci95, updated_at}}}`` for ``phi route
+    show`` and the web view: ``reward_sd`` is the rewards' standard deviation and ``ci95`` the
+    half-width of the mean's 95 % interval (``None`` below two observations)."""
+    out: dict[str, Any] = {}
+    for namespace in store.namespaces():
+        arms = {}
+        for arm, stats in sorted(store.load(namespace).items()):
+            mean = stats.reward_sum / stats.n if stats.n else None
+            sd = (
+                math.sqrt(max(0.0, stats.reward_sq / stats.n - (mean or 0.0) ** 2))
+                if stats.n
+                else None
+            )
+            arms[arm] = {
+                "n": stats.n,
+                "mean_reward": mean,
+                "reward_sd": sd,
+                "ci95": 1.96 * sd / math.sqrt(stats.n) if sd is not None and stats.n >= 2 else None,
+                "updated_at": stats.updated_at,
+            }
+        out[namespace] = arms
+    return out

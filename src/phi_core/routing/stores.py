@@ -96,14 +96,22 @@ class MemoryStateStore:
 
 
 class JsonFileStateStore:
-    """One JSON document ``{"version": 1, "namespaces": {ns: {arm: stats}}}``, written atomically."""
+    """One JSON document ``{"version": 1, "namespaces": {ns: {arm: stats}}}``, written atomically.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    ``read_only=True`` (the web view) takes no lock (writes replace the file atomically, so a
+    read sees a whole document) and never moves a corrupt file aside: it raises instead.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self._lock_path = self.path.with_name(self.path.name + ".lock")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
+        if self.read_only:
+            yield
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._lock_path, "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
@@ -123,6 +131,11 @@ class JsonFileStateStore:
                 raise ValueError("missing 'namespaces'")
             return data
         except (ValueError, OSError) as exc:
+            if self.read_only:
+                raise UserError(
+                    f"The router state file {str(self.path)!r} is unreadable ({exc}); the next "
+                    "bandit race moves it aside and starts from empty statistics."
+                ) from None
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             os.replace(self.path, aside)
             logger.warning(
@@ -159,6 +172,7 @@ class JsonFileStateStore:
         return {arm: ArmStats.from_json(v) for arm, v in arms.items()}
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
+        _refuse_write(self.read_only, self.path)
         with self._locked():
             data = self._read()
             arms = data["namespaces"].setdefault(namespace, {})
@@ -167,6 +181,7 @@ class JsonFileStateStore:
             self._write(data)
 
     def reset(self, namespace: str | None = None) -> None:
+        _refuse_write(self.read_only, self.path)
         with self._locked():
             data = self._read()
             if namespace is None:
@@ -188,12 +203,28 @@ def _blob(a: np.ndarray) -> bytes:
 
 
 class SQLiteStateStore:
-    """SQLite in WAL mode; every addition is one ``BEGIN IMMEDIATE`` transaction."""
+    """SQLite in WAL mode; every addition is one ``BEGIN IMMEDIATE`` transaction.
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    ``read_only=True`` (the web view) opens an existing file with ``mode=ro``: no table is
+    created and nothing is written.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 30.0, read_only: bool = False
+    ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self._timeout = timeout
+        self._missing_table = False
+        if read_only:
+            if not self.path.is_file():
+                raise _no_state(self.path)
+            with self._connect() as conn:
+                self._missing_table = not conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'router_stats'"
+                ).fetchone()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             init_wal(
                 conn,
@@ -205,13 +236,23 @@ class SQLiteStateStore:
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+        if self.read_only:
+            conn = sqlite3.connect(
+                self.path.resolve().as_uri() + "?mode=ro",
+                uri=True,
+                timeout=self._timeout,
+                isolation_level=None,
+            )
+        else:
+            conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
         try:
             yield conn
         finally:
             conn.close()
 
     def load(self, namespace: str) -> dict[str, ArmStats]:
+        if self._missing_table:
+            return {}
         with self._connect() as conn:
             rows = conn.execute(
                 "SELECT arm, dim, xx, xr, n, reward_sum, reward_sq, updated_at FROM router_stats"
@@ -231,6 +272,7 @@ class SQLiteStateStore:
         return out
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
+        _refuse_write(self.read_only, self.path)
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -275,6 +317,7 @@ class SQLiteStateStore:
                 raise
 
     def reset(self, namespace: str | None = None) -> None:
+        _refuse_write(self.read_only, self.path)
         with self._connect() as conn:
             if namespace is None:
                 conn.execute("DELETE FROM router_stats")
@@ -282,6 +325,8 @@ class SQLiteStateStore:
                 conn.execute("DELETE FROM router_stats WHERE namespace = ?", (namespace,))
 
     def namespaces(self) -> list[str]:
+        if self._missing_table:
+            return []
         with self._connect() as conn:
             rows = conn.execute("SELECT DISTINCT namespace FROM router_stats").fetchall()
         return sorted(r[0] for r in rows)
@@ -417,14 +462,33 @@ class RedisStateStore:
             return self._fallback.namespaces()
 
 
-def open_state_store(location: str | os.PathLike[str]) -> RouterStateStore:
-    """``redis://…`` → Redis, ``*.sqlite``/``*.db`` → SQLite, anything else → JSON file."""
+def open_state_store(
+    location: str | os.PathLike[str], *, read_only: bool = False
+) -> RouterStateStore:
+    """``redis://…`` → Redis, ``*.sqlite``/``*.db`` → SQLite, anything else → JSON file.
+
+    ``read_only=True`` opens files without creating, migrating or writing anything (reading
+    Redis never writes)."""
     text = str(location)
     if text.startswith(("redis://", "rediss://", "unix://")):
         return RedisStateStore(text)
     if text.endswith((".sqlite", ".sqlite3", ".db")):
-        return SQLiteStateStore(text)
-    return JsonFileStateStore(text)
+        return SQLiteStateStore(text, read_only=read_only)
+    if read_only and not Path(text).is_file():
+        raise _no_state(text)
+    return JsonFileStateStore(text, read_only=read_only)
+
+
+def _no_state(location: str | os.PathLike[str]) -> UserError:
+    return UserError(
+        f"No router state at {str(location)!r}; race with --strategy bandit first, or pass the "
+        "state's location (a .sqlite/.json file or redis://…)."
+    )
+
+
+def _refuse_write(read_only: bool, path: Path) -> None:
+    if read_only:
+        raise UserError(f"The router state {str(path)!r} was opened read-only; it cannot change.")
 
 
 # ---------------------------------------------------------------------------- preview cache

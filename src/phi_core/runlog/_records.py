@@ -22,6 +22,7 @@ __all__ = [
     "BranchRecord",
     "LogStatus",
     "RouteEventRecord",
+    "RunFacets",
     "RunKind",
     "RunQuery",
     "RunRecord",
@@ -176,6 +177,8 @@ class RunQuery:
     """Which runs :meth:`RunLog.list_runs` returns (newest first); every filter is optional."""
 
     limit: int | None = 20
+    offset: int = 0
+    """How many of the selected runs to skip first (pagination)."""
     model: str | None = None
     """A model (``openai:gpt-4o``, or the bare ``gpt-4o``) or branch label any branch used."""
     strategy: str | None = None
@@ -206,3 +209,16 @@ class LogStatus:
     @classmethod
     def missing(cls, path: str, enabled: bool, why: str | None) -> LogStatus:
         return cls(path, enabled, why, False, 0, 0, 0, [], False)
+
+
+@dataclass(frozen=True)
+class RunFacets:
+    """The values the logged runs take, for search filters: every model a branch used, every
+    strategy, kind and status, and the time span (``None`` when the log is empty)."""
+
+    models: list[str]
+    strategies: list[str]
+    kinds: list[str]
+    statuses: list[str]
+    first: str | None
+    last: str | None

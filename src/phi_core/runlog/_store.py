@@ -27,9 +27,9 @@ from typing import Any
 
 from .._paths import user_path
 from .._sqlite import init_wal
-from ..errors import RunNotFoundError, redact
-from ._migrations import applied_migrations, migrate
-from ._records import BranchRecord, LogStatus, RouteEventRecord, RunQuery, RunRecord
+from ..errors import RunNotFoundError, UserError, redact
+from ._migrations import MIGRATIONS, applied_migrations, migrate
+from ._records import BranchRecord, LogStatus, RouteEventRecord, RunFacets, RunQuery, RunRecord
 
 __all__ = [
     "LOG_FILE",
@@ -152,22 +152,32 @@ class RunLog:
 
     Opening creates the file (and the user directory) if needed and applies every pending
     migration. Safe for several processes (SQLite's WAL locking) and threads (one lock).
+
+    ``read_only=True`` (the web view) opens an existing log with SQLite's ``mode=ro``: nothing
+    is created, migrated or written, and a log whose schema is older than this version's is a
+    :class:`~phi_core.errors.UserError` saying how to upgrade it.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False
+    ) -> None:
         self.path = Path(path) if path is not None else default_log_path()
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.read_only = read_only
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        try:
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            init_wal(self._conn, "")
-            migrate(self._conn)
-        except BaseException:
-            self._conn.close()
-            raise
+        if read_only:
+            self._conn = _connect_read_only(self.path)
+        else:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            try:
+                self._conn.execute("PRAGMA foreign_keys=ON")
+                init_wal(self._conn, "")
+                migrate(self._conn)
+            except BaseException:
+                self._conn.close()
+                raise
         self._fts = self._has_table("runs_fts")
 
     def close(self) -> None:
@@ -195,6 +205,10 @@ class RunLog:
 
     def write(self, record: RunRecord) -> RunRecord:
         """Store ``record`` (every string redacted); returns it as stored."""
+        if self.read_only:
+            raise UserError(
+                f"The run log {str(self.path)!r} was opened read-only; it cannot store runs."
+            )
         clean = RunRecord.model_validate(_redacted(record.model_dump(mode="json")))
         branches = [_branch_values(clean.id, b) for b in clean.branches]
         events = [
@@ -240,13 +254,38 @@ class RunLog:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs r"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY r.created_at DESC, r.id DESC"
-        if query.limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(0, query.limit))
+        sql += " ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?"
+        params += [-1 if query.limit is None else max(0, query.limit), max(0, query.offset)]
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
             return [self._record(row, with_messages=False) for row in rows]
+
+    def count_runs(self, query: RunQuery | None = None) -> int:
+        """How many runs ``query``'s filters select (its limit and offset aside)."""
+        where, params = self._where(query or RunQuery())
+        sql = "SELECT count(*) FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
+        with self._lock:
+            return int(self._conn.execute(sql, params).fetchone()[0])
+
+    def facets(self) -> RunFacets:
+        """The models, strategies, kinds and statuses the logged runs use, and their time span
+        (what a search form offers)."""
+
+        def distinct(sql: str) -> list[str]:
+            return [row[0] for row in self._conn.execute(sql) if row[0]]
+
+        with self._lock:
+            first, last = self._conn.execute(
+                "SELECT min(created_at), max(created_at) FROM runs"
+            ).fetchone()
+            return RunFacets(
+                models=distinct("SELECT DISTINCT model FROM branches ORDER BY model"),
+                strategies=distinct("SELECT DISTINCT strategy FROM runs ORDER BY strategy"),
+                kinds=distinct("SELECT DISTINCT kind FROM runs ORDER BY kind"),
+                statuses=distinct("SELECT DISTINCT status FROM runs ORDER BY status"),
+                first=first,
+                last=last,
+            )
 
     def _where(self, query: RunQuery) -> tuple[list[str], list[Any]]:
         where: list[str] = []
@@ -414,6 +453,42 @@ def log_status(path: str | os.PathLike[str] | None = None) -> LogStatus:
         return LogStatus.missing(str(target), why is None, why)
     with RunLog(target) as log:
         return log.status()
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """``path`` opened with ``mode=ro`` (and ``query_only``), after checking that it is a run
+    log this version can read: every known migration applied."""
+    if not path.is_file():
+        raise UserError(
+            f"No run log at {str(path)!r}; runs are logged by `phi race`, `phi run` and "
+            "`phi select` (unless --no-log or PHI_NO_LOG), so run one first."
+        )
+    conn = sqlite3.connect(
+        path.resolve().as_uri() + "?mode=ro",
+        uri=True,
+        timeout=30.0,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    try:
+        try:
+            applied = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+        except sqlite3.DatabaseError as exc:
+            raise UserError(
+                f"{str(path)!r} is not a phi run log ({exc}); pass the logs.db that "
+                "`phi logs path` prints."
+            ) from None
+        missing = [m.__name__ for m in MIGRATIONS if m.__name__ not in applied]
+        if missing:
+            raise UserError(
+                f"The run log {str(path)!r} has an older schema (missing {', '.join(missing)}); "
+                "run `phi logs status` once to upgrade it, then open it again."
+            )
+        conn.execute("PRAGMA query_only=ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _route_event(row: tuple[Any, ...]) -> RouteEventRecord:

@@ -162,22 +162,28 @@ def _redact(text: str, secrets: list[str]) -> str:
 def finish_result(result: ToolResult, max_bytes: int | None) -> ToolResult:
     """The result as it is sent: valid Unicode, secrets removed, text capped at ``max_bytes``."""
     secrets = secret_values()
+    # Only what is kept is redacted (a 50 MB result costs what its first max_bytes cost), with
+    # a margin past the cut so a secret that straddles it is still recognised whole.
+    margin = max((len(form) for secret in secrets for form in _encodings(secret)), default=0)
     budget = max_bytes
     content: list[Content] = []
     dropped = 0
     total = 0
     for block in result.content:
         if isinstance(block, TextContent):
-            text = _redact(scrub_surrogates(block.text), secrets)
+            text = scrub_surrogates(block.text)
             size = len(text.encode("utf-8"))
             total += size
             if budget is not None and size > budget:
-                kept = text.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
+                head = _redact(text[: budget + margin], secrets)
+                kept = head.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
                 dropped += size - len(kept.encode("utf-8"))
                 text = kept
                 budget = 0
-            elif budget is not None:
-                budget -= size
+            else:
+                text = _redact(text, secrets)
+                if budget is not None:
+                    budget = max(0, budget - len(text.encode("utf-8")))
             if text or not content:
                 content.append(TextContent(text=text))
         elif isinstance(block, ImageContent) and len(block.data) * 3 // 4 > MAX_IMAGE_BYTES:
