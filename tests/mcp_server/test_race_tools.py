@@ -150,3 +150,29 @@ def test_cli_bad_config_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "bad.toml" in done.stderr and "judge" in done.stderr
+
+
+async def test_http_connections_get_tcp_nodelay(strict_loop: list[Any]) -> None:
+    """The socket `serve_http` listens on (phi view's) must say TCP, or asyncio leaves Nagle on
+    and every streamed reply waits ~40 ms for the client's delayed ACK."""
+    import asyncio
+    import socket
+
+    from phi_core.view._app import _bind
+
+    seen: list[int] = []
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(writer.get_extra_info("socket").getsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY))  # fmt: skip
+        writer.close()
+        await writer.wait_closed()
+
+    sock = _bind("127.0.0.1", 0)
+    server = await asyncio.start_server(accepted, sock=sock)
+    async with server:
+        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        assert await reader.read() == b""  # the server closed it after looking
+        writer.close()
+        await writer.wait_closed()
+    assert seen == [1]
