@@ -168,7 +168,9 @@ class Target:
     note: str = ""
 
 
-def start_phi(upstream: str, redis_url: str, workdir: Path, workers: int) -> Target:
+def start_phi(
+    upstream: str, redis_url: str, workdir: Path, workers: int, pythonpath: str | None = None
+) -> Target:
     port = free_port()
     phi = Path(sys.executable).with_name("phi")
     config = workdir / "gateway.toml"
@@ -184,6 +186,8 @@ def start_phi(upstream: str, redis_url: str, workdir: Path, workers: int) -> Tar
         "OPENAI_COMPAT_BASE_URL": upstream,
         "OPENAI_COMPAT_API_KEY": "upstream-key",
     }
+    if pythonpath:  # an experiment loaded into the gateway (see gateway_nodelay/)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
     process = Process("phi", argv, env, workdir / "phi.log")
     return Target("phi", f"http://127.0.0.1:{port}/v1", "openai-compat:bench", process)
 
@@ -377,7 +381,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     if name == "direct":
                         target = Target("direct", upstream_url, "bench")
                     elif name == "phi":
-                        target = start_phi(upstream_url, redis_url, workdir, args.workers)
+                        target = start_phi(
+                            upstream_url, redis_url, workdir, args.workers, args.phi_pythonpath
+                        )
                     else:
                         if args.litellm_missing:
                             skipped[name] = f"{args.litellm} does not exist (see the docstring)"
@@ -417,6 +423,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "duration_s": duration,
             "workers": args.workers,
             "concurrency": levels,
+            "phi_pythonpath": args.phi_pythonpath,
         },
         "versions": versions(args),
         "skipped": skipped,
@@ -484,6 +491,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--litellm", default="/tmp/litellm-venv/bin/litellm")
+    parser.add_argument(
+        "--phi-pythonpath",
+        help="A folder put first on the gateway's PYTHONPATH (an experiment such as "
+        "benchmarks/gateway_nodelay); recorded in the results.",
+    )
     parser.add_argument("--quick", action="store_true", help="5 s per configuration.")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
