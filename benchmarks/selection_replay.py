@@ -70,7 +70,81 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "paired_race_z3": ("paired_race", {"z": 3.0}),
     # the additive (planner + solver) prior: near-tie-robust on additive grids, not the default
     "regret_race_additive": ("regret_race", {"eta": 3e-5, "additive_prior": 4.0}),
+    # the default before issue 20 (no disagreement floor, no tie protection)
+    "regret_race_v0": ("regret_race", {"floor": 0.0, "tie_questions": 0.0}),
+    # tuning candidates for the default (issue 20 point 4; see results/selection_family/README.md)
+    "regret_race_f1t1": ("regret_race", {"floor": 1.0}),
+    "regret_race_f1t1_e2": ("regret_race", {"floor": 1.0, "eta": 2e-4}),
+    "regret_race_t1": ("regret_race", {"floor": 0.0}),
+    # AgentOpt's newer selectors (issue 20 point 6)
+    "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
+    "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()
 }
+
+
+# --------------------------------------------------------------------------- LM proposal's model
+
+
+def heuristic_proposer() -> Any:
+    """A benchmark double standing in for the proposer LLM of ``lm_proposal`` (the embedded
+    SmolLM2 takes ~10 s a proposal at one thread, too slow for 50 seeds x 11 world types).
+
+    It reads the prompt ``LMProposal`` sends — steps, candidates with prices, results so far —
+    and answers JSON the way a capable LLM tends to: first the priciest candidates of every step
+    (the "strongest models"), then the untested one-step changes of the best result so far,
+    priciest replacement first. It sees only what a real proposer sees.
+    """
+    import re
+
+    from phi_core.providers.base import ModelConfig
+    from phi_core.select import MeteredModel
+    from phi_core.testing import Reply, ScriptedProvider
+
+    def answer(request: Any) -> Reply:
+        prompt = request.messages[-1].content[0].text
+        steps: dict[str, list[tuple[float, str]]] = {}
+        current = None
+        for line in prompt.splitlines():
+            step = re.match(r"- (\w+)(?: \(.*\))?:$", line)
+            cand = re.match(r"    (.+?)(?: \(\$([\d.e-]+) in / \$([\d.e-]+) out.*\))?$", line)
+            if step:
+                current = step.group(1)
+                steps[current] = []
+            elif cand and current is not None:
+                price = float(cand.group(2) or 0) + 4 * float(cand.group(3) or 0)
+                steps[current].append((price, cand.group(1)))
+        results = [
+            (json.loads(m.group(1)), float(m.group(2)))
+            for m in re.finditer(r"- (\{.*?\}): accuracy ([\d.]+) %", prompt)
+        ]
+        want = int(re.search(r"Propose (\d+)", prompt).group(1))  # type: ignore[union-attr]
+        ranked = {s: [c for _, c in sorted(v, key=lambda x: -x[0])] for s, v in steps.items()}
+        tested = [r for r, _ in results]
+        proposals: list[dict[str, str]] = []
+        if results:
+            best = max(results, key=lambda r: r[1])[0]
+            for depth in range(max(len(v) for v in ranked.values())):
+                for s, order in ranked.items():
+                    if depth < len(order) and order[depth] != best[s]:
+                        proposals.append({**best, s: order[depth]})
+        for depth in range(max(len(v) for v in ranked.values())):
+            proposals.append({s: order[min(depth, len(order) - 1)] for s, order in ranked.items()})
+        fresh = [p for i, p in enumerate(proposals) if p not in tested and p not in proposals[:i]]
+        return Reply(json.dumps({"combinations": fresh[:want]}))
+
+    config = ModelConfig(provider="benchmark", id="heuristic-proposer", api="scripted")
+    return MeteredModel(config, provider=ScriptedProvider(default=answer))
+
+
+PROPOSER: str | None = None
+"""``--proposer MODEL``: a real proposer model for ``lm_proposal`` instead of the heuristic."""
+
+
+def lm_proposal_params() -> dict[str, Any]:
+    from selection_worlds import PRICES
+
+    prices = {m: {"input_price": i, "output_price": o} for m, (i, o) in PRICES.items()}
+    return {"proposer": PROPOSER or heuristic_proposer(), "model_prices": prices}
 
 
 # --------------------------------------------------------------------------- offline guard
@@ -197,6 +271,8 @@ def run_phi(m: Matrices, seeds: int) -> dict[str, list[tuple[int, int, float]]]:
     names = [m.space.name(k) for k in range(n_combos)]
     out: dict[str, list[tuple[int, int, float]]] = {}
     for label, (algo, params) in PHI_SELECTORS.items():
+        if algo == "lm_proposal" and "proposer" not in params:
+            params = {**params, **lm_proposal_params()}
         runs = []
         started = time.perf_counter()
         for seed in range(seeds):
@@ -424,7 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--selectors", default=None, help="comma-separated phi selector names (default: all)"
     )
+    parser.add_argument(
+        "--proposer",
+        default=None,
+        metavar="MODEL",
+        help="lm_proposal's proposer model, e.g. local:smollm2 (default: the heuristic double)",
+    )
     args = parser.parse_args(argv)
+    global PROPOSER
+    PROPOSER = args.proposer
     if args.selectors:
         unknown = set(args.selectors.split(",")) - set(PHI_SELECTORS)
         if unknown:

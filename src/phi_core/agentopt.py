@@ -61,6 +61,13 @@ _RENAMES: dict[str, dict[str, str]] = {
         "observation_budget_fraction": "budget_fraction",
         "sample_fraction": "budget_fraction",
     },
+    "matrix_ucb_lrf": {
+        "observation_budget_fraction": "budget_fraction",
+        "sample_fraction": "budget_fraction",
+        "warmup_percentage": "warmup_fraction",
+        "regularizer_weight": "regularizer",
+    },
+    "lm_proposal": {"proposer_model": "proposer"},
 }
 _SELECTOR_KEYS = {
     "model_prices",
@@ -344,6 +351,7 @@ class ModelSelector:
         }
         renames = _RENAMES.get(method, {})
         params = {renames.get(k, k): v for k, v in kwargs.items() if k not in _SELECTOR_KEYS}
+        _method_params(method, params, prices, self.node_descriptions)
         native.setdefault("cache", self.tracker.cache_setting())
         self._native = _NativeSelector(
             agent,
@@ -376,6 +384,31 @@ class ModelSelector:
         if scope is not None:
             self.tracker.add_records(scope.calls)
         return SelectionResults(result, self._native.candidates())
+
+
+def _method_params(
+    method: str, params: dict[str, Any], prices: Mapping[str, Any], descriptions: Any
+) -> None:
+    """AgentOpt's method options that differ here (in place)."""
+    if method == "matrix_ucb_lrf":
+        device = params.pop("device", "cpu")
+        if device != "cpu":
+            raise UserError(
+                f"matrix_ucb_lrf runs on numpy (CPU); device={device!r} is not available."
+            )
+    if method == "lm_proposal":
+        if "proposer_client" in params:
+            raise UserError(
+                "lm_proposal takes the proposer as a model, not a client: pass "
+                "proposer_model='openai:gpt-4.1' (any provider:model, default local:smollm2)."
+            )
+        if "dataset_preview_size" in params:
+            raise UserError(
+                "lm_proposal shows the proposer the candidates, prices and results, not dataset "
+                "items; drop dataset_preview_size."
+            )
+        params.setdefault("model_prices", dict(prices) or None)
+        params.setdefault("node_descriptions", descriptions)
 
 
 def _run_blocking(selector: _NativeSelector) -> SelectionResult:

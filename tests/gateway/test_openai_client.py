@@ -306,3 +306,35 @@ async def test_every_error_status_in_openai_format(strict_loop: Any, upstream: F
         body = error.value.body
         assert isinstance(body, dict) and {"message", "type", "code"} <= set(body)
         assert "sk-team-secret" not in json.dumps(body)
+
+
+async def test_stop_sequences_cut_a_stream_even_when_the_upstream_ignores_them(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    # the fake upstream ignores `stop` (as the embedded model or a vendor API may): the gateway
+    # cuts the stream itself, across chunk boundaries, and ends it with finish_reason "stop"
+    upstream.push(Stream(text_reply("one two three four")))
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        stream = await client.chat.completions.create(
+            model=passthrough(upstream),
+            messages=[{"role": "user", "content": "count"}],
+            stop=["three"],
+            stream=True,
+        )
+        chunks = [c async for c in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "one two "
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+
+
+def test_stop_cutter_holds_back_a_possible_stop_across_pieces() -> None:
+    from phi_core.gateway._wire import StopCutter
+
+    cutter = StopCutter(["END"])
+    sent = [cutter.feed(piece) for piece in ("abc E", "N", "xyz", " and EN", "D more")]
+    assert "".join(sent) == "abc ENxyz and " and cutter.stopped and cutter.flush() == ""
+    open_end = StopCutter(["END"])
+    assert open_end.feed("tail E") + open_end.flush() == "tail E"

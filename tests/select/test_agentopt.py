@@ -168,6 +168,51 @@ def test_agentopt_parameter_names_reach_the_algorithm() -> None:
         ModelSelector(lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)], method="nope")
 
 
+def test_agentopts_newer_methods_take_their_agentopt_parameter_names() -> None:
+    lrf = ModelSelector(
+        lambda models, x: x,
+        {"solver": ["a", "b", "c"]},
+        lambda e, a: 1.0,
+        [(1, 1)] * 5,
+        method="matrix_ucb_lrf",
+        warmup_percentage=0.1,
+        regularizer_weight=0.2,
+        sample_fraction=0.5,
+        device="cpu",
+    )
+    assert lrf.native._algorithm_params == {
+        "warmup_fraction": 0.1,
+        "regularizer": 0.2,
+        "budget_fraction": 0.5,
+    }
+    prices = {"a": {"input_price": 1.0, "output_price": 2.0}}
+    lm = ModelSelector(
+        lambda models, x: x,
+        {"solver": ["a", "b"]},
+        lambda e, a: 1.0,
+        [(1, 1)] * 5,
+        method="lm_proposal",
+        proposer_model="openai:gpt-4.1",
+        model_prices=prices,
+        node_descriptions={"solver": "answers"},
+    )
+    assert lm.native._algorithm_params == {
+        "proposer": "openai:gpt-4.1",
+        "model_prices": prices,
+        "node_descriptions": {"solver": "answers"},
+    }
+    with pytest.raises(UserError, match=r"device='cuda' is not available"):
+        ModelSelector(
+            lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)],
+            method="matrix_ucb_lrf", device="cuda",
+        )  # fmt: skip
+    with pytest.raises(UserError, match=r"proposer_model='openai:gpt-4\.1'"):
+        ModelSelector(
+            lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)],
+            method="lm_proposal", proposer_client=object(),
+        )  # fmt: skip
+
+
 def test_a_tracker_tracks_calls_outside_a_selection() -> None:
     async def main() -> LLMTracker:
         async with (

@@ -134,6 +134,8 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"prior": -0.5}, "prior"),
         ({"n_initial": 1}, "n_initial"),
         ({"additive_prior": -1.0}, "additive_prior"),
+        ({"floor": -0.1}, "floor"),
+        ({"tie_questions": -1.0}, "tie_questions"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -176,3 +178,42 @@ async def test_the_additive_prior_is_ignored_on_a_one_step_space() -> None:
         pick = await run_algorithm(make_algorithm("regret_race", **params), arena, space)
         runs.append((pick, evaluator.requested))
     assert runs[0] == runs[1]
+
+
+async def test_a_perfect_expensive_arm_is_not_dropped_on_a_streak_of_agreement() -> None:
+    """Four cheap arms one or two questions behind a perfect, 10x dearer one: without the
+    disagreement floor the race drops the best once the arms have agreed for a while."""
+    space = SearchSpace({"solver": ["best", "a", "b", "c", "d"]})
+    scores = bernoulli_world([1.0, 0.995, 0.995, 0.99, 0.99], 200, seed=12)
+    costs = np.array([[0.01] * 200] + [[0.001] * 200] * 4)
+    found = {}
+    for floor in (0.5, 0.0):
+        picks = [
+            (await select("regret_race", space, scores, seed=s, costs=costs, floor=floor))[0]
+            for s in range(20)
+        ]
+        found[floor] = sum(p == 0 for p in picks)
+    assert found[0.5] >= 18  # the default finds it (the miss: one question out of 200)
+    assert found[0.0] < found[0.5] - 5
+
+
+async def test_a_cheaper_arm_that_ties_the_leader_is_kept_and_wins_the_tie() -> None:
+    """Two arms with the same full-data accuracy: brute force picks the cheaper; the race must
+    not drop it while it trails by a question on the prefix."""
+    space = SearchSpace({"solver": ["dear", "cheaper", "w1", "w2", "w3"]})
+    scores = bernoulli_world([0.97, 0.97, 0.77, 0.72, 0.67], 200, seed=11)
+    costs = np.array([[0.012] * 200, [0.01] * 200] + [[0.001] * 200] * 3)
+    picks = {}
+    for tie in (1.0, 0.0):
+        picks[tie] = [
+            space.name(
+                (
+                    await select(
+                        "regret_race", space, scores, seed=s, costs=costs, tie_questions=tie
+                    )
+                )[0]
+            )
+            for s in range(20)
+        ]
+    assert set(picks[1.0]) == {"solver=cheaper"}
+    assert "solver=dear" in picks[0.0]  # without the tie rule a seed drops the cheaper twin

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from opentelemetry.trace import StatusCode
 
-from phi_core.events import SelectionEnd, SelectionEvaluation, SelectionStart, add_observer
+from phi_core.events import (
+    SelectionEnd,
+    SelectionEvaluation,
+    SelectionStart,
+    Warning,
+    add_observer,
+)
 from phi_core.providers.base import ModelConfig
 from phi_core.select import MeteredModel, ModelSelector
 from phi_core.testing import Reply, ScriptedProvider
@@ -112,3 +118,29 @@ async def test_observers_see_one_start_and_one_end_even_when_cancelled() -> None
     ]
     assert ends[0].status == "cancelled"
     assert not [e for e in seen if isinstance(e, SelectionEvaluation) and "slow" in e.combination]
+
+
+async def test_a_selection_warning_reaches_observers_before_the_end() -> None:
+    """A warning of the run (here: no call was metered) is a Warning event, then the end."""
+    seen: list[Any] = []
+
+    async def offline(models: dict[str, MeteredModel], question: str) -> str:
+        return "right"  # never calls a model: the run warns that nothing was metered
+
+    remove = add_observer(seen.append)
+    try:
+        result = await ModelSelector(
+            offline,
+            {"solver": [scripted("a", "right")]},
+            DATASET,
+            exact,
+            algorithm="brute_force",
+            cache=False,
+            journal=False,
+        ).select_best()
+    finally:
+        remove()
+    assert result.warnings
+    warnings = [e.message for e in seen if isinstance(e, Warning)]
+    assert warnings == result.warnings
+    assert isinstance(seen[-1], SelectionEnd)

@@ -34,6 +34,7 @@ from ._config import GatewayConfig, exposure_warning, load_gateway_config
 from ._service import Caller, Gateway
 from ._wire import (
     ChatRequest,
+    StopCutter,
     chunk,
     completion,
     error_body,
@@ -271,6 +272,8 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         text: list[str] = []
         outcome = {"status": 200}
 
+        cutter = StopCutter(chat_request.stop)
+
         async def frames() -> AsyncIterator[str]:
             yield _sse(chunk(cid, model, created, {"role": "assistant", "content": ""}))
             item = first
@@ -278,9 +281,14 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             try:
                 while True:
                     if isinstance(item, TextDelta) and item.text:
-                        text.append(item.text)
-                        yield _sse(chunk(cid, model, created, {"content": item.text}))
-                    elif isinstance(item, ToolCallDelta):
+                        # Past a stop sequence nothing more is sent; the upstream call is read
+                        # to its end (it is given `stop` too, so it usually ends there itself),
+                        # since cancellation, not an early close, is what ends a call cleanly.
+                        piece = cutter.feed(item.text)
+                        if piece:
+                            text.append(piece)
+                            yield _sse(chunk(cid, model, created, {"content": piece}))
+                    elif isinstance(item, ToolCallDelta) and not cutter.stopped:
                         call: dict[str, Any] = {"index": item.index}
                         if item.id:
                             call["id"], call["type"] = item.id, "function"
@@ -299,8 +307,13 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                 yield _sse(exc.body())
                 yield _sse("[DONE]")
                 return
+            rest = cutter.flush()
+            if rest:
+                text.append(rest)
+                yield _sse(chunk(cid, model, created, {"content": rest}))
+            finish = "stop" if cutter.stopped else finish_reason(final)
             phi = {"kind": "passthrough", "model": model, "cost_usd": meter.spent}
-            yield _sse(chunk(cid, model, created, {}, finish=finish_reason(final), phi=phi))
+            yield _sse(chunk(cid, model, created, {}, finish=finish, phi=phi))
             if chat_request.include_usage:
                 yield _sse(chunk(cid, model, created, None, usage=meter.paid_usage))
             yield _sse("[DONE]")

@@ -29,6 +29,7 @@ from ..types import (
 
 __all__ = [
     "ChatRequest",
+    "StopCutter",
     "chunk",
     "completion",
     "error_body",
@@ -426,3 +427,31 @@ def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     """``text`` up to the first stop sequence (and whether one was found)."""
     cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class StopCutter:
+    """Applies ``stop`` sequences to streamed text: :meth:`feed` returns what may be sent now
+    (holding back a tail that could begin a stop sequence) and whether a stop was reached;
+    :meth:`flush` returns the held-back tail at the end of the stream."""
+
+    def __init__(self, stop: list[str]) -> None:
+        self.stop = [s for s in stop if s]
+        self._hold = max((len(s) for s in self.stop), default=1) - 1
+        self._pending = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        pending = self._pending + text
+        cut, found = cut_at_stop(pending, self.stop)
+        if found:
+            self.stopped, self._pending = True, ""
+            return cut
+        keep = min(self._hold, len(pending))
+        self._pending = pending[len(pending) - keep :] if keep else ""
+        return pending[: len(pending) - keep]
+
+    def flush(self) -> str:
+        rest, self._pending = self._pending, ""
+        return "" if self.stopped else rest

@@ -2,7 +2,8 @@
 
 ``select/`` owns the search space of step -> candidate models, the evaluation arena that the
 best-arm identification algorithms run against, the algorithms themselves (AgentOpt's baselines
-with their defects fixed, plus our :class:`RegretRace`, the default, and :class:`PairedRace`),
+with their defects fixed, AgentOpt's newer low-rank matrix UCB and LM proposal, plus our
+:class:`RegretRace`, the default, and :class:`PairedRace`),
 the metered model handle agents call, the interception of the calls an agent makes itself
 through vendors' SDKs or httpx, the response cache, the run journal, the local and Ray executors
 and the result tables. It builds on ``providers/`` and never imports the CLI.
@@ -29,7 +30,9 @@ from ._algorithms import (
 from ._arena import Arena, Evaluation, Evaluator, Objective
 from ._cache import ResponseCache
 from ._intercept import InterceptedCall, InterceptScope, intercepting
+from ._lowrank import LowRankMatrixUCB
 from ._meter import MeteredModel, current_meter
+from ._proposal import LMProposal, parse_proposals
 from ._race import PairedRace, RegretRace
 from ._results import CombinationResult, DatapointResult, FailureRecord, SelectionResult
 from ._selector import AgentEvaluator, ModelSelector, default_cache_path
@@ -55,6 +58,8 @@ __all__ = [
     "HillClimbing",
     "InterceptScope",
     "InterceptedCall",
+    "LMProposal",
+    "LowRankMatrixUCB",
     "MatrixUCB",
     "Meter",
     "MeteredModel",
@@ -73,5 +78,6 @@ __all__ = [
     "intercepting",
     "make_algorithm",
     "metered",
+    "parse_proposals",
     "run_algorithm",
 ]

@@ -44,13 +44,19 @@ class SelectionAlgorithm(ABC):
     def __init__(self) -> None:
         self.pool: set[int] | None = None
         """Combinations still in contention (``None``: all evaluated ones); used when the budget ends."""
+        self.warnings: list[str] = []
+        """What the caller should know about this run (e.g. a proposer's unusable replies)."""
 
     @abstractmethod
     async def run(self, arena: Arena, space: SearchSpace) -> int:
         """Evaluate through ``arena`` and return the recommended combination index."""
 
     def params(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if not k.startswith("_") and k != "pool"}
+        return {
+            k: v
+            for k, v in vars(self).items()
+            if not k.startswith("_") and k not in ("pool", "warnings")
+        }
 
 
 async def run_algorithm(algorithm: SelectionAlgorithm, arena: Arena, space: SearchSpace) -> int:
@@ -420,12 +426,16 @@ def make_algorithm(algorithm: str | SelectionAlgorithm, **params: Any) -> Select
                 "Pass parameters to the algorithm's constructor, not alongside an instance."
             )
         return algorithm
+    from ._lowrank import LowRankMatrixUCB
+    from ._proposal import LMProposal
     from ._race import PairedRace, RegretRace
 
     registry: dict[str, type[SelectionAlgorithm]] = {
         **ALGORITHMS,
         PairedRace.name: PairedRace,
         RegretRace.name: RegretRace,
+        LowRankMatrixUCB.name: LowRankMatrixUCB,
+        LMProposal.name: LMProposal,
         "auto": RegretRace,
     }
     try:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from .._paths import user_path
 from ..errors import BudgetExhausted, UserError, redact
-from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart
+from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart, Warning
 from ..metering import Budget, Meter, metering
 from ..providers.base import ModelConfig
 from ..providers.registry import split_model_settings
@@ -90,7 +90,9 @@ class ModelSelector:
         dataset: a sequence of ``(input, expected)`` pairs.
         scorer: ``(expected, actual) -> float`` in [0, 1] (or bool), sync or async.
         algorithm: a name (``"auto"`` = ``"regret_race"``, ``"paired_race"``, ``"arm_elimination"``,
-            ...) or a :class:`SelectionAlgorithm` instance.
+            ``"matrix_ucb_lrf"``, ``"lm_proposal"``, ...) or a :class:`SelectionAlgorithm`
+            instance. Warnings an algorithm records (e.g. an LM proposer's unusable replies)
+            are added to the result's ``warnings``.
         max_concurrent: agent runs in flight at once, split between combinations and datapoints.
         seed: shuffles the dataset and seeds the algorithm; the same seed reproduces the run.
         budget: a :class:`~phi_core.metering.Budget` (dollars actually paid, tokens, calls, wall
@@ -330,6 +332,8 @@ class ModelSelector:
             error = redact(f"{type(exc).__name__}: {exc}")
             emitter.emit(SelectionEnd(session_id=session_id, status="error", error=error))
             raise
+        for message in result.warnings:  # an algorithm's fallback, unpriced models, ...
+            emitter.emit(Warning(loop_id=session_id, message=message))
         emitter.emit(
             SelectionEnd(
                 session_id=session_id,
@@ -394,6 +398,7 @@ class ModelSelector:
         warnings = _warnings(arena, unpriced)
         for warning in warnings:
             logger.warning("%s", warning)
+        warnings += algorithm.warnings  # logged by the algorithm as they happened
         return build_result(
             arena,
             self.space,
