@@ -1,5 +1,6 @@
-"""The ``phi`` command: ``race``, ``run``, ``models`` and ``--version`` (``route``, ``select``,
-``chat``, ``logs``, ``aliases``, ``keys`` and ``view`` are mounted from their modules).
+"""The ``phi`` command: ``race``, ``run``, ``models`` and ``--version`` (``route``, ``mcp``,
+``serve``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys`` and ``view`` are mounted from
+their modules).
 
 The commands only parse flags: what a race runs is planned by :func:`phi_core.config.plan_race`;
 a turn is run, logged and printed by :mod:`._turns`.
@@ -11,10 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
@@ -30,10 +30,10 @@ from ..config import (
     parse_branch,
     plan_race,
 )
-from ..errors import McpError, PhiError, UserError
+from ..errors import McpError, UserError
 from ..metering import Budget
 from ..providers.keys import stored_keys
-from ..providers.registry import known_providers, resolve_model
+from ..providers.registry import model_listing
 from ..race.entry import BanditOptions, verifier_from_spec
 from ..runlog import Continuation
 from ._common import (
@@ -479,38 +479,12 @@ def models(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
 ) -> None:
     """List providers and models, their prices, and which API keys are set (never their values)."""
-    rows: list[dict[str, Any]] = []
     try:
         stored = stored_keys()
     except UserError as exc:  # an unreadable keys.json: say so, list the models anyway
         warn(str(exc))
         stored = {}
-    by_env = {s.key_env for s in known_providers() if s.name in stored and s.key_env}
-    for spec in known_providers():
-        if spec.name == "scripted":
-            continue
-        key_set = bool(os.environ.get(spec.key_env)) if spec.key_env else None
-        key_stored = (spec.name in stored or spec.key_env in by_env) if spec.key_env else None
-        entries = spec.models or ("",)
-        for name in entries:
-            price = None
-            if name:
-                try:
-                    price = resolve_model(f"{spec.name}:{name}").pricing
-                except PhiError:
-                    price = None
-            rows.append(
-                {
-                    "provider": spec.name,
-                    "model": f"{spec.name}:{name}" if name else f"{spec.name}:<model>",
-                    "description": spec.description,
-                    "key_env": spec.key_env,
-                    "key_set": key_set,
-                    "key_stored": key_stored,
-                    "input_per_mtok": price.input if price else None,
-                    "output_per_mtok": price.output if price else None,
-                }
-            )
+    rows = model_listing(stored)
     if json_output:
         for row in rows:
             sys.stdout.write(json.dumps(row) + "\n")
@@ -545,11 +519,12 @@ def _price(value: float | None) -> str:
 
 
 def _mount_subcommands() -> None:
-    """``phi route …``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys``, ``view`` and
-    ``parallel-agents`` live in their own modules."""
-    from . import _parallel_agents, aliases, chat, keys, logs, route, select, serve, view
+    """``phi route …``, ``mcp``, ``serve``, ``select``, ``chat``, ``logs``, ``aliases``, ``keys``,
+    ``view`` and ``parallel-agents`` live in their own modules."""
+    from . import _parallel_agents, aliases, chat, keys, logs, mcp, route, select, serve, view
 
     app.add_typer(route.app, name="route")
+    app.add_typer(mcp.app, name="mcp")
     app.command("select")(select.command)
     app.command("chat")(chat.command)
     app.command("serve")(serve.command)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AmbiguousModelError, UnknownModelError
+from ..errors import AmbiguousModelError, PhiError, UnknownModelError
 from .aliases import lookup_alias
 from .base import ApiProtocol, ModelConfig, Provider
 from .keys import stored_key
@@ -26,6 +26,7 @@ __all__ = [
     "ProviderSpec",
     "get_provider",
     "known_providers",
+    "model_listing",
     "qualify_model_name",
     "register_protocol",
     "register_provider",
@@ -66,6 +67,39 @@ def register_provider(spec: ProviderSpec) -> None:
 def known_providers() -> list[ProviderSpec]:
     _ensure_builtins()
     return sorted(_PROVIDERS.values(), key=lambda s: s.name)
+
+
+def model_listing(stored: Collection[str] = ()) -> list[dict[str, Any]]:
+    """One row per known model (``provider:<model>`` for a provider without a catalog): its
+    provider, description, price per million tokens and whether its key is set in the
+    environment or ``stored`` (the names of providers with a stored key) — never a key's value.
+    The scripted test double is left out."""
+    providers = [s for s in known_providers() if s.name != "scripted"]
+    stored_envs = {s.key_env for s in providers if s.name in stored and s.key_env}
+    rows: list[dict[str, Any]] = []
+    for spec in providers:
+        key_set = bool(os.environ.get(spec.key_env)) if spec.key_env else None
+        key_stored = (spec.name in stored or spec.key_env in stored_envs) if spec.key_env else None
+        for name in spec.models or ("",):
+            price = None
+            if name:
+                try:
+                    price = resolve_model(f"{spec.name}:{name}").pricing
+                except PhiError:
+                    price = None
+            rows.append(
+                {
+                    "provider": spec.name,
+                    "model": f"{spec.name}:{name}" if name else f"{spec.name}:<model>",
+                    "description": spec.description,
+                    "key_env": spec.key_env,
+                    "key_set": key_set,
+                    "key_stored": key_stored,
+                    "input_per_mtok": price.input if price else None,
+                    "output_per_mtok": price.output if price else None,
+                }
+            )
+    return rows
 
 
 def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:

@@ -1,0 +1,1 @@
+"""Tests of ``phi mcp serve`` (the MCP server offering race, route and models)."""
