@@ -388,9 +388,9 @@ def serve_http(
     """
     import uvicorn
 
-    from .view._app import _bind  # phi view's listening socket (a clear error when taken)
+    from ._net import listening_socket
 
-    sock = _bind(host, port)
+    sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     app = server.streamable_http_app(host=host)

@@ -158,7 +158,7 @@ async def test_http_connections_get_tcp_nodelay(strict_loop: list[Any]) -> None:
     import asyncio
     import socket
 
-    from phi_core.view._app import _bind
+    from phi_core._net import listening_socket
 
     seen: list[int] = []
 
@@ -168,7 +168,7 @@ async def test_http_connections_get_tcp_nodelay(strict_loop: list[Any]) -> None:
         writer.close()
         await writer.wait_closed()
 
-    sock = _bind("127.0.0.1", 0)
+    sock = listening_socket("127.0.0.1", 0)
     server = await asyncio.start_server(accepted, sock=sock)
     async with server:
         reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])

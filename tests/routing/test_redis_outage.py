@@ -104,3 +104,22 @@ def test_an_update_resent_after_a_timeout_is_counted_once(tmp_path: Path) -> Non
         time.sleep(0.5)  # Redis has run the buffered update by now
         assert store.flush(timeout=10)
         assert RedisStateStore(url).load("ns")["a"].n == 1
+
+
+@pytest.mark.server
+def test_threads_of_one_process_adding_at_once_count_every_update_once(tmp_path: Path) -> None:
+    """A server calls ``add`` from several threads (asyncio.to_thread): the pending list is
+    shared, so each update must be pushed exactly once (no IndexError, no double count)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with running_redis(tmp_path) as (url, _process):
+        store = RedisStateStore(url)
+
+        def worker(w: int) -> None:
+            for i in range(UPDATES):
+                store.add("ns", "arm", _delta(w, i))
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(worker, range(WORKERS)))
+        assert store.pending == 0
+        _assert_equal_to_sum(RedisStateStore(url).load("ns")["arm"])

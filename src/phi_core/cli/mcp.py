@@ -13,10 +13,10 @@ from typing import Annotated
 
 import typer
 
+from .._net import is_loopback
 from ..errors import UserError
 from ..mcp_server import RaceTools, load_profiles, mcp_server, serve_http
 from ..runlog import RunLog, default_log_path, logging_enabled
-from ..view import is_loopback
 from ._common import usage_error, warn
 from ._options import ScriptOption
 from ._script import scripted_providers

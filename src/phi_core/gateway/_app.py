@@ -25,6 +25,7 @@ from collections.abc import (
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from .._net import listening_socket
 from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserError
 from ..metering import Meter
 from ..providers.base import StreamDone
@@ -422,6 +423,11 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
     return app
 
 
+WORKER_HEALTHCHECK_S = 60
+"""How long a worker may take to answer the supervisor's health check (uvicorn's 5 s kills a
+worker still importing on a loaded machine)."""
+
+
 def app_from_env() -> Starlette:
     """The app of one worker: the config named by ``$PHI_GATEWAY_CONFIG`` (uvicorn factory)."""
     return create_app(load_gateway_config(os.environ.get(CONFIG_ENV) or None))
@@ -464,7 +470,19 @@ def serve(
         os.environ[CONFIG_ENV] = os.fspath(os.path.abspath(config))
     else:
         os.environ.pop(CONFIG_ENV, None)
-    uvicorn.run(
+    from uvicorn.supervisors import Multiprocess
+
+    settings = uvicorn.Config(
         "phi_core.gateway._app:app_from_env", factory=True, host=host, port=port,
         workers=workers, log_level=log_level, timeout_graceful_shutdown=drain, access_log=False,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
     )  # fmt: skip
+    # Our own listening socket rather than uvicorn's: it says IPPROTO_TCP, so every accepted
+    # connection gets TCP_NODELAY (uvicorn's multi-worker socket leaves Nagle on: +40 ms a stream).
+    sock = listening_socket(host, port)
+    try:
+        Multiprocess(settings, sockets=[sock]).run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()

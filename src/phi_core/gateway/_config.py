@@ -32,11 +32,11 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from .._net import is_loopback
 from ..config._load import read_source, validate
 from ..config._race import RaceSpec
 from ..config._schema import _Section
 from ..errors import ConfigError, UserError
-from ..view import is_loopback
 
 __all__ = [
     "KEYS_ENV",

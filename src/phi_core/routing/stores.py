@@ -37,6 +37,7 @@ import os
 import re
 import sqlite3
 import tempfile
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -612,6 +613,9 @@ class RedisStateStore:
         self._backoff = retry_min_s
         self._next_try = 0.0
         self._pending: list[_Pending] = []
+        self._lock = threading.RLock()
+        """Serialises the pending list and the pushes: a server calls ``add`` from several
+        threads at once (two pushes of one update would count it twice)."""
         self._seen: dict[str, dict[str, ArmStats]] = {}
         self._script = self._client.register_script(_ADD_LUA)
 
@@ -714,98 +718,107 @@ class RedisStateStore:
         return out
 
     def load(self, namespace: str) -> dict[str, ArmStats]:
-        if not self._reconnect():
+        with self._lock:
+            if not self._reconnect():
+                return self._local(namespace)
+            try:
+                members = self._client.smembers(f"{self.prefix}:{namespace}:arms")
+                out = {}
+                for arm in sorted(a.decode() for a in members):
+                    raw = self._client.get(self._key(namespace, arm))
+                    if raw is None:
+                        continue
+                    try:
+                        out[arm] = stats_from_json(json.loads(raw), self._key(namespace, arm))
+                    except ValueError as exc:
+                        raise StateCorruptError(
+                            f"Redis key {self._key(namespace, arm)} is not router statistics "
+                            f"({exc}); delete it or use another key prefix.",
+                            path=self._key(namespace, arm),
+                        ) from None
+            except self._errors as exc:
+                if self.read_only:
+                    raise self._unavailable(exc) from None
+                self._degrade(exc)
+                return self._local(namespace)
+            self._seen[namespace] = dict(out)
             return self._local(namespace)
-        try:
-            members = self._client.smembers(f"{self.prefix}:{namespace}:arms")
-            out = {}
-            for arm in sorted(a.decode() for a in members):
-                raw = self._client.get(self._key(namespace, arm))
-                if raw is None:
-                    continue
-                try:
-                    out[arm] = stats_from_json(json.loads(raw), self._key(namespace, arm))
-                except ValueError as exc:
-                    raise StateCorruptError(
-                        f"Redis key {self._key(namespace, arm)} is not router statistics "
-                        f"({exc}); delete it or use another key prefix.",
-                        path=self._key(namespace, arm),
-                    ) from None
-        except self._errors as exc:
-            if self.read_only:
-                raise self._unavailable(exc) from None
-            self._degrade(exc)
-            return self._local(namespace)
-        self._seen[namespace] = dict(out)
-        return self._local(namespace)
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
-        if self.read_only:
-            raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
-        last = self._pending[-1] if self._pending else None
-        if last is not None and not last.sent and (last.namespace, last.arm) == (namespace, arm):
-            last.delta = last.delta + delta  # never sent: still free to grow
-        else:
-            self._pending.append(_Pending(uuid.uuid4().hex, namespace, arm, delta))
-        if not self._reconnect():
-            return
-        try:
-            self._push_pending()
-        except self._errors as exc:
-            self._degrade(exc)
+        with self._lock:
+            if self.read_only:
+                raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
+            last = self._pending[-1] if self._pending else None
+            if (
+                last is not None
+                and not last.sent
+                and (last.namespace, last.arm) == (namespace, arm)
+            ):
+                last.delta = last.delta + delta  # never sent: still free to grow
+            else:
+                self._pending.append(_Pending(uuid.uuid4().hex, namespace, arm, delta))
+            if not self._reconnect():
+                return
+            try:
+                self._push_pending()
+            except self._errors as exc:
+                self._degrade(exc)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Push the pending updates now, retrying until ``timeout``; whether none is left."""
         deadline = time.monotonic() + timeout
         while True:
-            if not self._degraded:
-                try:
-                    self._push_pending()
-                except self._errors as exc:
-                    self._degrade(exc)
-            elif self._reconnect(force=True):
-                continue
-            if not self._pending:
-                return True
+            with self._lock:
+                if not self._degraded:
+                    try:
+                        self._push_pending()
+                    except self._errors as exc:
+                        self._degrade(exc)
+                elif self._reconnect(force=True):
+                    continue
+                if not self._pending:
+                    return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(min(self._backoff, max(deadline - time.monotonic(), 0.0)))
 
     def reset(self, namespace: str | None = None) -> None:
-        if self.read_only:
-            raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
-        try:
-            targets = [namespace] if namespace is not None else self._namespaces()
+        with self._lock:
+            if self.read_only:
+                raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
+            try:
+                targets = [namespace] if namespace is not None else self._namespaces()
+                for ns in targets:
+                    arms = [a.decode() for a in self._client.smembers(f"{self.prefix}:{ns}:arms")]
+                    keys = [self._key(ns, a) for a in arms] + [f"{self.prefix}:{ns}:arms"]
+                    self._client.delete(*keys)
+                    self._client.srem(f"{self.prefix}:namespaces", ns)
+            except self._errors as exc:
+                raise StateStoreError(
+                    f"Cannot reset the router state at {_safe_url(self.url)}: Redis is unreachable "
+                    f"({type(exc).__name__}); nothing was reset."
+                ) from None
             for ns in targets:
-                arms = [a.decode() for a in self._client.smembers(f"{self.prefix}:{ns}:arms")]
-                keys = [self._key(ns, a) for a in arms] + [f"{self.prefix}:{ns}:arms"]
-                self._client.delete(*keys)
-                self._client.srem(f"{self.prefix}:namespaces", ns)
-        except self._errors as exc:
-            raise StateStoreError(
-                f"Cannot reset the router state at {_safe_url(self.url)}: Redis is unreachable "
-                f"({type(exc).__name__}); nothing was reset."
-            ) from None
-        for ns in targets:
-            self._seen.pop(ns, None)
-        self._pending = [
-            p for p in self._pending if namespace is not None and p.namespace != namespace
-        ]
+                self._seen.pop(ns, None)
+            self._pending = [
+                p for p in self._pending if namespace is not None and p.namespace != namespace
+            ]
 
     def _namespaces(self) -> list[str]:
         return sorted(n.decode() for n in self._client.smembers(f"{self.prefix}:namespaces"))
 
     def namespaces(self) -> list[str]:
-        local = {p.namespace for p in self._pending} | set(self._seen)
-        if not self._reconnect():
-            return sorted(local)
-        try:
-            return sorted(set(self._namespaces()) | {p.namespace for p in self._pending})
-        except self._errors as exc:
-            if self.read_only:
-                raise self._unavailable(exc) from None
-            self._degrade(exc)
-            return sorted(local)
+        with self._lock:
+            local = {p.namespace for p in self._pending} | set(self._seen)
+            if not self._reconnect():
+                return sorted(local)
+            try:
+                return sorted(set(self._namespaces()) | {p.namespace for p in self._pending})
+            except self._errors as exc:
+                if self.read_only:
+                    raise self._unavailable(exc) from None
+                self._degrade(exc)
+                return sorted(local)
 
 
 def _safe_url(url: str) -> str:

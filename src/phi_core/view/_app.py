@@ -22,7 +22,6 @@ model-written, so the page puts them in the DOM as text only, and the policy is 
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._net import is_loopback, listening_socket
 from ..errors import MissingExtraError, UserError, ViewNotFoundError
 from ._data import ViewData
 
@@ -163,35 +163,6 @@ class _HostCheck:
         await self.app(scope, receive, send)
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections accepted from a socket
-    # whose proto says TCP; without it every streamed reply stalls ~40 ms (Nagle + delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UserError(
-            f"Cannot listen on {host}:{port} ({exc.strerror}); pass another --port "
-            "(0 picks a free one)."
-        ) from None
-    sock.listen(64)
-    sock.setblocking(False)
-    return sock
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or address to listen on) is this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _hosts_for(host: str) -> Sequence[str] | None:
     """Loopback names when bound to loopback; any host when served to the network on purpose."""
     return LOOPBACK_HOSTS if is_loopback(host) else None
@@ -211,7 +182,7 @@ class ViewServer:
         import uvicorn
 
         self.data = data
-        self._sock = _bind(host, port)
+        self._sock = listening_socket(host, port)
         self.url = _url(self._sock)
         config = uvicorn.Config(
             create_app(data, hosts=_hosts_for(host)), log_level="warning", lifespan="off"
@@ -243,7 +214,7 @@ def serve(
     _starlette()
     import uvicorn
 
-    sock = _bind(host, port)
+    sock = listening_socket(host, port)
     try:
         if on_ready is not None:
             on_ready(_url(sock))
