@@ -220,6 +220,33 @@ async def test_a_cache_that_cannot_be_written_never_fails_a_call_already_paid_fo
     assert "response cache write failed" in caplog.text
 
 
+async def test_a_caller_that_stops_reading_early_closes_the_provider_stream_at_once(
+    strict_loop,
+) -> None:
+    """Closing the call's stream after the first delta closes the provider's stream before
+    ``aclose()`` returns (not later, in a task of the event loop's async-generator finaliser)
+    and counts what streamed."""
+    closed: list[bool] = []
+
+    class Tracked(ScriptedProvider):
+        async def stream(self, request):  # type: ignore[no-untyped-def, override]
+            try:
+                async for item in super().stream(request):
+                    yield item
+            finally:
+                closed.append(True)
+
+    provider = Tracked(default=Reply("one two three four", usage=Usage(input=5, output=4)))
+    meter = Meter()
+    with metering(meter):
+        stream = ModelCall(provider, request(), retry=RetryPolicy.none()).stream()
+        async for _item in stream:
+            break
+        await stream.aclose()
+        assert closed == [True]
+    assert len(meter.calls) == 1 and meter.calls[0].usage.total > 0
+
+
 # ---------------------------------------------------------------------------- the command
 
 

@@ -24,6 +24,7 @@ loops) and by selection's metered model handles, so they share one behaviour aro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -227,25 +228,30 @@ class ModelCall:
         started = time.perf_counter()
         error: BaseException | None = None
         try:
-            async for item in metered_here(
-                stream_with_retry(
-                    self.provider,
-                    request,
-                    self.retry,
-                    limiter=self.limiter,
-                    deadlines=self.deadlines,
-                    deadline=scope_deadline(self.meters),
+            # aclosing: a caller that stops early (aclose) closes the inner generators here and
+            # now, not later in tasks of the event loop's async-generator finaliser.
+            async with contextlib.aclosing(
+                metered_here(
+                    stream_with_retry(
+                        self.provider,
+                        request,
+                        self.retry,
+                        limiter=self.limiter,
+                        deadlines=self.deadlines,
+                        deadline=scope_deadline(self.meters),
+                    )
                 )
-            ):
-                if isinstance(item, StreamDone):
-                    self.message = item.message
-                elif isinstance(item, TextDelta):
-                    self._streamed.append(item.text)
-                elif isinstance(item, ThinkingDelta):
-                    self._streamed.append(item.thinking)
-                elif isinstance(item, ToolCallDelta):
-                    self._streamed.append(item.arguments)
-                yield item
+            ) as items:
+                async for item in items:
+                    if isinstance(item, StreamDone):
+                        self.message = item.message
+                    elif isinstance(item, TextDelta):
+                        self._streamed.append(item.text)
+                    elif isinstance(item, ThinkingDelta):
+                        self._streamed.append(item.thinking)
+                    elif isinstance(item, ToolCallDelta):
+                        self._streamed.append(item.arguments)
+                    yield item
         except BaseException as exc:
             error = exc
             raise
