@@ -30,7 +30,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -408,7 +408,7 @@ def call_metered_here() -> bool:
     return _metered_here.get()
 
 
-async def metered_here(stream: AsyncIterator[_T]) -> AsyncIterator[_T]:
+async def metered_here(stream: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
     """Iterate ``stream`` with :func:`call_metered_here` true while each of its steps runs — and
     only then: the flag is reset before every item is handed on, so the consumer never sees it."""
     try:
