@@ -9,6 +9,7 @@ from ..errors import UserError
 from ..loop import AgentLoopConfig
 from ..providers.base import ModelConfig, Provider
 from ._behaviour import ExecVoteEvaluation
+from ._consensus import ConsensusEvaluation
 from ._judge import LlmJudgeEvaluation
 from ._pairwise import PairwiseJudgeEvaluation
 from ._rubric import RubricJudgeEvaluation
@@ -27,6 +28,8 @@ STRATEGY_NAMES: dict[str, str] = {
     "judge": "an LLM judge reads every answer and names the best (phi-core's LlmJudgeEvaluation)",
     "pairwise": "an LLM judge compares answers two at a time, both orders; reports its flip rate",
     "rubric": "an LLM judge scores each answer 0-1 on relevance, coverage and faithfulness",
+    "consensus": "the answer that agrees most with the others (letters, numbers, JSON, code "
+    "behaviour, else text similarity); no judge call",
     "vote": "the most common final answer wins; ties go to the cheaper answer",
     "exec-vote": "code answers are run on their own examples; the largest group that behaves "
     "the same wins",
@@ -77,6 +80,8 @@ def strategy_from_name(
         return MajorityVoteEvaluation(extract=vote_extract)
     if key == "exec-vote":
         return ExecVoteEvaluation()
+    if key == "consensus":
+        return ConsensusEvaluation()
     assert key in _JUDGES
     judge = _judge_config(judge_model, judge_provider)
     judge.model_config()  # resolve now: a bad judge model is a usage error, raised before a race
