@@ -255,7 +255,7 @@ def baseline(name: str, inst: Instance, order: list[int]) -> int:
         return max(order, key=lambda m: (len(p.texts[m]), -order.index(m)))
     if name == "random":
         return random.Random(f"random|{inst.key}|{order}").choice(order)
-    return next(m for m in order if p.correct[m])  # oracle
+    return next(m for m in inst.shown if p.correct[m])  # oracle: a right answer, any order
 
 
 def record(inst: Instance, strategy: str, judge: str | None, picks: list[int | None], **kw: Any) -> dict[str, Any]:
@@ -335,8 +335,15 @@ def _call_figures(run: Run, loop_ids: list[str]) -> tuple[int, float, float]:
 
 
 async def run_judged(
-    inst: Instance, judge: str, max_tokens: int, done: set[tuple[str, str, str | None]]
+    inst: Instance,
+    judge: str,
+    max_tokens: int,
+    done: set[tuple[str, str, str | None]],
+    *,
+    costly: bool = True,
 ) -> list[dict[str, Any]]:
+    """``judge`` and ``judge-debiased`` (one set of rotations serves both); ``pairwise`` and
+    ``rubric`` too when ``costly``."""
     rows: list[dict[str, Any]] = []
     strategies = judge_strategies(judge, max_tokens, inst.k)
     order = inst.shown
@@ -382,7 +389,7 @@ async def run_judged(
                 wall_s=run.wall_s,
             )
         )
-    for name in ("pairwise", "rubric"):
+    for name in ("pairwise", "rubric") if costly else ():
         if (inst.key, name, judge) in done:
             continue
         run = await decide(strategies[name], inst, order, f"jb-{name}")
@@ -504,8 +511,8 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
         labels = [s["strategy"] + (f" [{s['judge']}]" if s["judge"] else "") for s in rows]
         acc = [100 * s["accuracy"] for s in rows]
         err = [
-            [100 * (s["accuracy"] - s["ci95"][0]) for s in rows],
-            [100 * (s["ci95"][1] - s["accuracy"]) for s in rows],
+            [max(0.0, 100 * (s["accuracy"] - s["ci95"][0])) for s in rows],
+            [max(0.0, 100 * (s["ci95"][1] - s["accuracy"])) for s in rows],
         ]
         colours = ["tab:gray" if s["strategy"] in BASELINES else "tab:blue" for s in rows]
         for i, s in enumerate(rows):
@@ -575,7 +582,8 @@ async def main(args: argparse.Namespace) -> None:
                 write(await run_judge_free(inst, names))
         for judge in [] if args.no_judge else args.judge:
             for n, inst in enumerate(instances, 1):
-                write(await run_judged(inst, judge, args.judge_max_tokens, done))
+                costly = (n - 1) // len(args.k) % args.costly_every == 0
+                write(await run_judged(inst, judge, args.judge_max_tokens, done, costly=costly))
                 if n % 10 == 0:
                     rate = (time.monotonic() - started) / n
                     print(f"{judge}: {n}/{len(instances)} ({rate:.1f} s each)", file=sys.stderr)
@@ -594,12 +602,20 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--judge-max-tokens", type=int, default=8)
     parser.add_argument("--strategies", nargs="+", default=list(JUDGE_FREE))
+    parser.add_argument(
+        "--costly-every",
+        type=int,
+        default=1,
+        help="run pairwise and rubric (the slow judges) on every N-th prompt only",
+    )
     parser.add_argument("--no-judge", action="store_true", help="judge-free strategies only")
     parser.add_argument("--only-judges", action="store_true", help="skip the judge-free ones")
     parser.add_argument("--report", action="store_true", help="rebuild the report from records")
     args = parser.parse_args(argv)
     if any(k < 2 for k in args.k):
         parser.error("--k values must be >= 2 (a race needs two answers to disagree)")
+    if args.costly_every < 1:
+        parser.error("--costly-every must be >= 1")
     if args.limit < 0:
         parser.error("--limit must be >= 0")
     return args

@@ -59,7 +59,7 @@ Method = Literal["letters", "numbers", "json", "code", "lexical", "embedding"]
 _LETTER_ALONE = re.compile(r"^\s*[(\[]?([A-E])[)\].:]?\s*$")
 _LETTER_LEAD = re.compile(r"^\s*(?:\(([A-E])\)|([A-E])[).:])(?:\s|$)")
 _LETTER_SAID = re.compile(
-    r"\b(?:answer|option|choice)\s*(?:is|:)?\s*(?:option\s*)?[(\[]?([A-E])\b[)\]]?", re.I
+    r"\b(?:answer|option|choice)\s*(?:is|:)?\s*(?:option\s*)?[(\[]?((?-i:[A-E]))\b", re.I
 )
 _NUMBER = r"[-+]?\$?\d[\d,]*(?:\.\d+)?"
 _NUMBER_ALONE = re.compile(rf"^\s*({_NUMBER})\s*\.?\s*$")
@@ -78,7 +78,7 @@ def extract_letter(text: str) -> str | None:
         if found:
             return next(g for g in found.groups() if g)
     said = _LETTER_SAID.findall(text)
-    return said[-1].upper() if said else None
+    return said[-1] if said else None
 
 
 def extract_number(text: str) -> str | None:
@@ -275,7 +275,9 @@ class ConsensusEvaluation(BaseEvaluation):
         # An answer with a recognisable value beats one without in a tie, then the cheaper.
         k = min(leaders, key=lambda j: (discrete and values[j] is None, cost_key(ok[j])))
         winner = ok[k]
-        tie = len(leaders) > 1
+        # Leaders that agree with each other (one answer given twice) are not a tie.
+        tie = any(agree[a][b] < 1.0 for a in leaders for b in leaders if a != b)
+        rivals = sum(1 for j in leaders if j != k and agree[k][j] < 1.0)
         if discrete:
             agreeing = 1 + sum(1 for j in range(n) if j != k and agree[k][j] >= 1.0)
             share = agreeing / n
@@ -288,7 +290,7 @@ class ConsensusEvaluation(BaseEvaluation):
                 f"{winner.config_index})"
             )
         if tie:
-            rationale += f"; tied with {len(leaders) - 1} other answer(s), cheapest wins"
+            rationale += f"; tied with {rivals} other answer(s), cheapest wins"
         votes: dict[str, int] = {}
         if discrete:
             votes = dict(Counter(v for v in values if v is not None))
