@@ -209,12 +209,13 @@ class RubricJudgeEvaluation(BaseEvaluation):
                 if call.reason != "completed"
                 else f"no usable scores in the judge's reply {call.text[:200]!r}"
             )
-            return self.decision(
+            return self.fall_back(
                 ok[0].config_index,
+                events,
+                loop_id=loop_id,
+                reason=f"{problem}; fell back to the first successful branch",
                 usage=call.usage,
                 cost_usd=call.cost_usd,
-                fallback=True,
-                rationale=f"{problem}; fell back to the first successful branch",
                 details=details,
             )
         scores = {index: self.weighted(s) for index, s in per_branch.items()}
