@@ -582,7 +582,7 @@ def test_no_arguments_shows_help(runner: CliRunner) -> None:
 
 
 def test_a_local_judge_is_constrained_to_answer_with_a_branch_number() -> None:
-    plan = plan_race(RaceSpec())
+    plan = plan_race(RaceSpec(), strategy="judge")
     assert plan.judge_config is not None
     fmt = plan.judge_config.response_format
     assert fmt is not None and fmt.schema_ == {"enum": [1, 2, 3]}
