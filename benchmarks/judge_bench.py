@@ -258,7 +258,9 @@ def baseline(name: str, inst: Instance, order: list[int]) -> int:
     return next(m for m in inst.shown if p.correct[m])  # oracle: a right answer, any order
 
 
-def record(inst: Instance, strategy: str, judge: str | None, picks: list[int | None], **kw: Any) -> dict[str, Any]:
+def record(
+    inst: Instance, strategy: str, judge: str | None, picks: list[int | None], **kw: Any
+) -> dict[str, Any]:
     return {
         "key": inst.key,
         "task": inst.prompt.task,
@@ -351,9 +353,7 @@ async def run_judged(
         run = await decide(strategies["judge"], inst, order, "jb-judge")
         d = run.decision
         orders = d.details.get("orders") or [list(range(inst.k))]
-        per_order = [
-            None if p is None else order[p] for p in d.details.get("picks") or [d.index]
-        ]
+        per_order = [None if p is None else order[p] for p in d.details.get("picks") or [d.index]]
         first_id = d.details.get("judge_loop_id")
         tokens1, cost1, wall1 = _call_figures(run, [first_id] if first_id else [])
         unusable_first = per_order[0] is None
@@ -525,7 +525,9 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlim(0, 100)
         ax.set_xlabel("picked a right answer (%), 95% Wilson CI")
         ax.set_title(f"k = {k} answers (n = {rows[0]['n'] if rows else 0} prompts)")
-    fig.suptitle("Judge benchmark on RouterBench disagreement prompts (grey: baselines, orange: LLM judge)")
+    fig.suptitle(
+        "Judge benchmark on RouterBench disagreement prompts (grey: baselines, orange: LLM judge)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -558,10 +560,6 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 async def main(args: argparse.Namespace) -> None:
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    if args.report:
-        report(out)
-        return
     records = out / "records.jsonl"
     done = {(r["key"], r["strategy"], r["judge"]) for r in read_records(records)}
     instances = draw(load_prompts(args.data), args.k, args.seed, args.limit)
@@ -624,4 +622,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     os.environ.setdefault("PHI_LOCAL_THREADS", "1")
     os.environ.setdefault("PHI_LOCAL_POOL_SIZE", "1")
-    asyncio.run(main(parse()))
+    options = parse()
+    options.out.mkdir(parents=True, exist_ok=True)
+    if options.report:
+        report(options.out)
+    else:
+        asyncio.run(main(options))

@@ -44,7 +44,9 @@ intersect([5, 3, 5], [5, 3])
 ```"""
 
 
-async def race(*texts: str, strategy: ConsensusEvaluation | None = None, cost_tokens: list[int] | None = None):  # type: ignore[no-untyped-def]
+async def race(
+    *texts: str, strategy: ConsensusEvaluation | None = None, cost_tokens: list[int] | None = None
+):  # type: ignore[no-untyped-def]
     tokens = cost_tokens or [10] * len(texts)
     events = Recorder()
     result = await agent_loop_parallel(
@@ -137,7 +139,9 @@ async def test_code_that_does_not_run_falls_back_to_lexical_with_exactly_one_war
         "```python\ndef boom(f):\n    raise RuntimeError('no')\n\n@boom\ndef f(x):\n"
         "    return x\n\nf(1)\n```"
     )
-    exits = "```python\nclass Stuck:\n    raise SystemExit(3)\n\ndef g(y):\n    return y\n\ng(2)\n```"
+    exits = (
+        "```python\nclass Stuck:\n    raise SystemExit(3)\n\ndef g(y):\n    return y\n\ng(2)\n```"
+    )
     result, events = await race(refuses, exits, "def h(:")
     warnings = events.of_type("warning")
     assert len(warnings) == 1 and isinstance(warnings[0], Warning)

@@ -25,12 +25,13 @@ similarity and emits one ``Warning``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import SandboxUnavailableError, UserError
 from ..types import AgentMessage
@@ -63,9 +64,7 @@ _LETTER_SAID = re.compile(
 )
 _NUMBER = r"[-+]?\$?\d[\d,]*(?:\.\d+)?"
 _NUMBER_ALONE = re.compile(rf"^\s*({_NUMBER})\s*\.?\s*$")
-_NUMBER_SAID = re.compile(
-    rf"(?:answer\s*(?:is|:|=)\s*\**|####\s*|\\boxed\{{\s*)({_NUMBER})", re.I
-)
+_NUMBER_SAID = re.compile(rf"(?:answer\s*(?:is|:|=)\s*\**|####\s*|\\boxed\{{\s*)({_NUMBER})", re.I)
 _JSON_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
 _WORD = re.compile(r"\w+")
 TIE_TOLERANCE = 1e-9
@@ -113,7 +112,7 @@ def extract_json(text: str) -> str | None:
 
 def _grams(text: str) -> Counter[str]:
     words = _WORD.findall(normalize_answer(text))
-    return Counter(words) + Counter(f"{a} {b}" for a, b in zip(words, words[1:], strict=False))
+    return Counter(words) + Counter(f"{a} {b}" for a, b in itertools.pairwise(words))
 
 
 def lexical_similarity(a: str, b: str) -> float:
@@ -232,7 +231,10 @@ class ConsensusEvaluation(BaseEvaluation):
         if sum(a is not None and a.entry is not None for a in parsed) * 2 > n:
             try:
                 report = await code_agreement(
-                    texts, timeout=self.timeout, call_timeout=self.call_timeout, sandbox=self.sandbox
+                    texts,
+                    timeout=self.timeout,
+                    call_timeout=self.call_timeout,
+                    sandbox=self.sandbox,
                 )
             except SandboxUnavailableError as exc:
                 problem = f"the answers are code but no sandbox can run them here ({exc})"

@@ -241,7 +241,9 @@ class LlmJudgeEvaluation(BaseEvaluation):
 
     def orders_for(self, count: int) -> int:
         """How many orders a race of ``count`` successful answers is judged under."""
-        wanted = self.orders if self.orders is not None else default_orders(self.judge_config, count)
+        wanted = (
+            self.orders if self.orders is not None else default_orders(self.judge_config, count)
+        )
         return max(1, min(wanted, count))
 
     async def evaluate(
