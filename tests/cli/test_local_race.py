@@ -51,7 +51,9 @@ def test_default_race_runs_three_local_configs_decided_by_the_measured_default()
     trust = decision["trust"]
     assert trust["how"] == f"consensus/{decision['details']['method']}"
     assert 0.0 <= trust["agreement_share"] <= 1.0
-    assert trust["agreement_share"] == pytest.approx(decision["details"]["agreement_share"], abs=1e-4)
+    assert trust["agreement_share"] == pytest.approx(
+        decision["details"]["agreement_share"], abs=1e-4
+    )
     assert last["winner"]["name"] in {"precise", "teacher", "storyteller"}
     assert last["cost_usd"] == 0.0
 
