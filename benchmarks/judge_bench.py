@@ -450,6 +450,10 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if strategy == "pairwise":
             pairs = sum(r.get("pairs") or 0 for r in rs)
             flip = sum(r.get("flips") or 0 for r in rs) / pairs if pairs else None
+        # How often the pick was the answer shown first, over every order tried (rotation j
+        # shows answer j first).
+        tried = [(p, r["shown"][j]) for r in rs for j, p in enumerate(r["picks"])]
+        first_share = sum(1 for p, first in tried if p == first) / len(tried)
         low, high = wilson(hits, n)
         out.append(
             {
@@ -462,6 +466,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "position_consistency": consistency,
                 "consistency_by_construction": strategy == "judge-debiased",
                 "flip_rate": flip,
+                "picked_first_shown": first_share,
                 "tie_rate": sum(1 for r in rs if r.get("tie")) / n,
                 "fallback_rate": sum(1 for r in rs if r.get("fallback")) / n,
                 "calls": sum(r.get("calls") or 0 for r in rs) / n,
@@ -479,16 +484,17 @@ def _pct(x: float | None) -> str:
 
 def table(summary: list[dict[str, Any]]) -> str:
     head = (
-        "| k | strategy | judge | n | accuracy (95% CI) | pos. consistency | flip rate | ties |"
-        " fallbacks | calls | tokens | $ | wall s |"
+        "| k | strategy | judge | n | accuracy (95% CI) | pos. consistency | flip rate |"
+        " picked 1st shown | ties | fallbacks | calls | tokens | $ | wall s |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for s in summary:
         star = "*" if s["consistency_by_construction"] else ""
         lines.append(
             f"| {s['k']} | {s['strategy']} | {s['judge'] or '–'} | {s['n']} | "
             f"{100 * s['accuracy']:.1f}% ({100 * s['ci95'][0]:.0f}–{100 * s['ci95'][1]:.0f}) | "
             f"{_pct(s['position_consistency'])}{star} | {_pct(s['flip_rate'])} | "
+            f"{_pct(s['picked_first_shown'])} | "
             f"{_pct(s['tie_rate'])} | {_pct(s['fallback_rate'])} | {s['calls']:.1f} | "
             f"{s['tokens']:.0f} | {s['dollars']:.5f} | {s['wall_s']:.2f} |"
         )
@@ -534,11 +540,26 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
 
 
 def report(out: Path) -> list[dict[str, Any]]:
+    """``results.json`` + ``judge_bench.png`` from the records, and the tables printed: every
+    strategy on all its instances, then, per judge, every strategy on the instances that judge
+    covered (the same prompts: the comparison that decides the defaults)."""
     rows = read_records(out / "records.jsonl")
     summary = summarise(rows)
-    (out / "results.json").write_text(json.dumps({"summary": summary}, indent=2) + "\n")
-    plot(summary, out / "judge_bench.png")
+    paired: dict[str, list[dict[str, Any]]] = {}
+    for judge in sorted({r["judge"] for r in rows if r["judge"]}):
+        keys = {r["key"] for r in rows if r["judge"] == judge and r["strategy"] == "judge"}
+        paired[judge] = summarise(
+            [r for r in rows if r["key"] in keys and r["judge"] in (None, judge)]
+        )
+    (out / "results.json").write_text(
+        json.dumps({"summary": summary, "paired": paired}, indent=2) + "\n"
+    )
+    plot(next(iter(paired.values())) if paired else summary, out / "judge_bench.png")
+    print("All instances:")
     print(table(summary))
+    for judge, rows_of_judge in paired.items():
+        print(f"\nOn the instances judged by {judge}:")
+        print(table(rows_of_judge))
     return summary
 
 
