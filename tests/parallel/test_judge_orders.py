@@ -112,6 +112,49 @@ def test_default_orders_rotate_for_a_local_judge_and_ask_a_vendor_once() -> None
         LlmJudgeEvaluation(vendor, orders=0)
 
 
+def rubric_reply(first: float, second: float) -> str:
+    entry = (
+        '{{"answer": {n}, "reason": "r", "relevance": {v}, "coverage": {v}, "faithfulness": {v}}}'
+    )
+    return '{"scores": [' + entry.format(n=1, v=first) + ", " + entry.format(n=2, v=second) + "]}"
+
+
+async def test_a_rubric_judge_that_favours_the_first_answer_ties_under_two_orders() -> None:
+    judge = branch(default=rubric_reply(0.9, 0.1))
+    result = await agent_loop_parallel(
+        "q",
+        base(),
+        [branch(answer("A", 20)), branch(answer("B", 10))],
+        RubricJudgeEvaluation(judge, shuffle=False, orders=2),
+    )
+    decision = result.decision
+    assert provider_of(judge).calls == 2
+    assert decision.scores == {0: pytest.approx(0.5), 1: pytest.approx(0.5)}
+    assert decision.tie and decision.index == 1  # cheaper
+    assert decision.details["position_consistency"] == 0.5
+    assert decision.details["orders"] == [[0, 1], [1, 0]]
+
+
+async def test_a_rubric_judge_that_follows_content_is_consistent_over_orders() -> None:
+    def reply(request: StreamRequest) -> Reply:
+        last = request.messages[-1]
+        assert isinstance(last, UserMessage)
+        prompt = "\n".join(c.text for c in last.content if isinstance(c, TextContent))
+        good_first = prompt.index("good") < prompt.index("bad")
+        return Reply(rubric_reply(0.8, 0.2) if good_first else rubric_reply(0.2, 0.8))
+
+    result = await agent_loop_parallel(
+        "q",
+        base(),
+        [branch("bad answer"), branch("good answer")],
+        RubricJudgeEvaluation(branch(default=reply), shuffle=False, orders=2),
+    )
+    decision = result.decision
+    assert decision.index == 1 and not decision.tie
+    assert decision.details["position_consistency"] == 1.0
+    assert decision.scores[1] == pytest.approx(0.8)
+
+
 # ------------------------------------------------------------------- fallbacks warn exactly once
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "build_judge_prompt",
     "default_orders",
     "parse_json_object",
+    "rotations",
     "run_judge",
 ]
 
