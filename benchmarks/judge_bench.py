@@ -514,7 +514,10 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(ks), figsize=(7 * len(ks), 6), squeeze=False)
     for ax, k in zip(axes[0], ks, strict=True):
         rows = sorted((s for s in summary if s["k"] == k), key=lambda s: s["accuracy"])
-        labels = [s["strategy"] + (f" [{s['judge']}]" if s["judge"] else "") for s in rows]
+        labels = [
+            s["strategy"] + (f" [{s['judge']}]" if s["judge"] else "") + f" (n={s['n']})"
+            for s in rows
+        ]
         acc = [100 * s["accuracy"] for s in rows]
         err = [
             [max(0.0, 100 * (s["accuracy"] - s["ci95"][0])) for s in rows],
@@ -530,7 +533,7 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
             ax.axvline(100 * chance[0]["accuracy"], color="k", ls=":", lw=1)
         ax.set_xlim(0, 100)
         ax.set_xlabel("picked a right answer (%), 95% Wilson CI")
-        ax.set_title(f"k = {k} answers (n = {rows[0]['n'] if rows else 0} prompts)")
+        ax.set_title(f"k = {k} answers shown")
     fig.suptitle(
         "Judge benchmark on RouterBench disagreement prompts (grey: baselines, orange: LLM judge)"
     )
