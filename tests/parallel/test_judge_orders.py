@@ -20,6 +20,7 @@ from phi_core.parallel import (
     VerifierEvaluation,
     agent_loop_parallel,
     default_orders,
+    strategy_from_name,
 )
 from phi_core.parallel._strategies import BaseEvaluation
 from phi_core.providers import StreamRequest
@@ -110,6 +111,8 @@ def test_default_orders_rotate_for_a_local_judge_and_ask_a_vendor_once() -> None
     assert LlmJudgeEvaluation(vendor, orders=5).orders_for(3) == 3  # at most one per rotation
     with pytest.raises(ValueError, match="orders must be >= 1"):
         LlmJudgeEvaluation(vendor, orders=0)
+    built = strategy_from_name("judge", judge_model="local:smollm2", judge_orders=2)
+    assert isinstance(built, LlmJudgeEvaluation) and built.orders_for(3) == 2
 
 
 def rubric_reply(first: float, second: float) -> str:

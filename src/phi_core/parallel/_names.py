@@ -50,13 +50,16 @@ def strategy_from_name(
     max_context_tokens: int | None = None,
     seed: int | None = None,
     vote_extract: str | None = None,
+    judge_orders: int | None = None,
 ) -> BaseEvaluation:
     """The built-in strategy called ``name`` (see :data:`STRATEGY_NAMES`).
 
     Judge strategies run ``judge_model`` (default ``local:smollm2``); ``judge_provider``
     overrides its provider (a ScriptedProvider in tests). ``max_context_tokens`` sets the
     ``judge`` strategy's budget (default: the judge model's context window). ``seed`` fixes the
-    answer shuffling of ``rubric``; ``vote_extract`` is ``vote``'s answer regex.
+    answer shuffling of ``rubric``; ``vote_extract`` is ``vote``'s answer regex;
+    ``judge_orders`` is how many answer orders ``judge`` and ``rubric`` ask under (default:
+    ``judge`` per judge size, see :func:`default_orders`; ``rubric`` one).
 
     Raises:
         UserError: an unknown name (with a suggestion) or an unknown judge model.
@@ -87,10 +90,10 @@ def strategy_from_name(
     judge.model_config()  # resolve now: a bad judge model is a usage error, raised before a race
     if key == "judge":
         budget = max_context_tokens or judge.model_config().context_window
-        return LlmJudgeEvaluation(judge, max_context_tokens=budget)
+        return LlmJudgeEvaluation(judge, max_context_tokens=budget, orders=judge_orders)
     if key == "pairwise":
         return PairwiseJudgeEvaluation(judge)
-    return RubricJudgeEvaluation(judge, seed=seed)
+    return RubricJudgeEvaluation(judge, seed=seed, orders=judge_orders or 1)
 
 
 def _judge_config(
