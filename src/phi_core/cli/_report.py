@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..runlog import RunRecord
-from ._output import markdown_table, print_table
+from ._output import markdown_table, print_table, trust_line
 from ._view import _STATUS_STYLE, format_cost
 
 __all__ = ["print_record", "record_markdown", "runs_table", "verdict_lines"]
@@ -65,6 +65,8 @@ def verdict_lines(record: RunRecord) -> list[str]:
         lines.append("(a tie, broken by cost, then tokens, then branch order)")
     if verdict.get("fallback"):
         lines.append("(the strategy fell back to its default rule)")
+    if verdict.get("trust"):
+        lines.append("trust: " + trust_line(verdict["trust"]))
     figures = {  # the judge's numbers: flip rate, position consistency, agreement, …
         k: v
         for k, v in (verdict.get("details") or {}).items()

@@ -40,7 +40,7 @@ from ..events import (
     Warning,
 )
 from ..types import TextDelta, Usage
-from ._output import print_table
+from ._output import print_table, trust_line
 
 __all__ = ["MIN_PANEL_WIDTH", "BranchState", "JsonLines", "RaceView", "format_cost"]
 
@@ -353,6 +353,8 @@ class RaceView:
         why = _why(decision, labels)
         if why:
             console.print(Text("Why: " + why), soft_wrap=True)
+        if winner is not None:
+            console.print(Text("Trust: " + trust_line(decision.trust())), soft_wrap=True)
         for message in self.warnings:
             console.print(Text("warning: " + message, style="yellow"))
         if winner is not None and self.live_mode:

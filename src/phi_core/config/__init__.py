@@ -14,11 +14,13 @@ from ._callbacks import detect_interpreter, is_script_path, run_script, run_scri
 from ._load import load_config, parse_config, parse_config_auto
 from ._plan import (
     DEFAULT_LOCAL_MAX_TOKENS,
+    EMBEDDED_DEFAULT_STRATEGY,
     JUDGE_MAX_TOKENS,
     PlanWarning,
     RacePlan,
     bandit_payload,
     bandit_race_from_plan,
+    default_strategy,
     plan_race,
 )
 from ._prompts import format_skills, load_skills
@@ -43,6 +45,7 @@ __all__ = [
     "DEFAULT_BRANCHES",
     "DEFAULT_JUDGE",
     "DEFAULT_LOCAL_MAX_TOKENS",
+    "EMBEDDED_DEFAULT_STRATEGY",
     "JUDGE_MAX_TOKENS",
     "NAMESPACES",
     "RACE_STRATEGIES",
@@ -62,6 +65,7 @@ __all__ = [
     "agents_from_config",
     "bandit_payload",
     "bandit_race_from_plan",
+    "default_strategy",
     "detect_interpreter",
     "format_skills",
     "is_script_path",

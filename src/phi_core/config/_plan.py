@@ -7,6 +7,10 @@ provider, missing key or extra, unknown strategy). The command line, config file
 gateway call it; :meth:`RacePlan.run` races a prompt and :meth:`RacePlan.payload` is the JSON
 result of ``phi race --json``.
 
+The strategy rule: an explicit strategy wins; else the race file's; else ``judge`` when a judge
+is named or a branch is a vendor model; else :data:`EMBEDDED_DEFAULT_STRATEGY` (``consensus``,
+measured best for the embedded model by ``benchmarks/judge_bench.py``).
+
 The judge rule: an explicit judge wins; else the race file's; else the embedded model when every
 branch is local; else the first branch's model at temperature 0. A local judge of the ``judge``
 strategy is held to a grammar that makes its reply one of the answer numbers.
@@ -43,12 +47,14 @@ from ._race import (
 
 __all__ = [
     "DEFAULT_LOCAL_MAX_TOKENS",
+    "EMBEDDED_DEFAULT_STRATEGY",
     "JUDGED_STRATEGIES",
     "JUDGE_MAX_TOKENS",
     "PlanWarning",
     "RacePlan",
     "bandit_payload",
     "bandit_race_from_plan",
+    "default_strategy",
     "plan_race",
 ]
 
@@ -58,6 +64,21 @@ JUDGE_MAX_TOKENS = 1024
 """A judge's reply (scores with reasons for every answer) must not be cut by the branches' limit;
 a judge spec's own ``max_tokens`` still wins."""
 JUDGED_STRATEGIES = ("judge", "pairwise", "rubric")
+EMBEDDED_DEFAULT_STRATEGY = "consensus"
+"""The default strategy when every branch runs a local model and no judge is named: measured
+best for the embedded model by ``benchmarks/judge_bench.py`` (``benchmarks/results/judge``): on
+RouterBench disagreement prompts with three answers, consensus picked a right answer more often
+than the embedded judge (single order or order-debiased), at no judge call."""
+
+
+def default_strategy(branches: Sequence[BranchSpec], judge: object = None) -> str:
+    """The strategy of a race that names none: ``judge`` when a judge model is given or any
+    branch is a vendor model (a vendor judge follows content far better than a 135M one; the
+    benchmark runs it with ``--judge provider:model`` for anyone with a key), else
+    :data:`EMBEDDED_DEFAULT_STRATEGY`."""
+    if judge is None and branches and all(b.model.startswith("local:") for b in branches):
+        return EMBEDDED_DEFAULT_STRATEGY
+    return "judge"
 
 
 @dataclass(frozen=True)
@@ -192,7 +213,7 @@ def plan_race(
         models: the branches to race (``provider:model[@settings]`` strings or names of the
             spec's branches); default: the spec's branches, else :data:`DEFAULT_BRANCHES`.
         judge: the judge of judge strategies (and of the bandit's previews).
-        strategy: a name from :data:`RACE_STRATEGIES` (default ``judge``).
+        strategy: a name from :data:`RACE_STRATEGIES` (default: the strategy rule above).
         system_prompt: for branches that set none; on the default race it is put before each
             configuration's own prompt, so it applies to every branch.
         max_tokens: output token limit for branches that set none.
@@ -214,7 +235,9 @@ def plan_race(
     else:
         branches = list(named) or [b.model_copy() for b in DEFAULT_BRANCHES]
     default_race = not models and not named
-    name = strategy_name(strategy or spec.strategy or "judge")
+    name = strategy_name(
+        strategy or spec.strategy or default_strategy(branches, judge or spec.judge)
+    )
     system_prompt = system_prompt if system_prompt is not None else spec.system_prompt
     if system_prompt is not None:
         if default_race:

@@ -5,7 +5,7 @@ Owns ``agent_loop_parallel`` (built on ``loop.agent_loop``/``agent_loop_continue
 and result types, the ``EvaluationStrategy`` protocol and the built-in strategies: phi-core's
 five (transparent, pick-first, token-efficient, elaborate, LLM judge) plus pairwise and rubric
 judges, verifiers with early accept, majority vote, a behavioural vote over code answers
-(``exec-vote``) and composites. Knows nothing of routing,
+(``exec-vote``), judge-free consensus (minimum Bayes risk) and composites. Knows nothing of routing,
 selection or the CLI.
 """
 
@@ -16,7 +16,13 @@ from ._behaviour import (
     code_agreement_sync,
     runnable_python,
 )
-from ._judge import DEFAULT_JUDGE_SYSTEM_PROMPT, LlmJudgeEvaluation, build_judge_prompt
+from ._consensus import ConsensusEvaluation, lexical_similarity
+from ._judge import (
+    DEFAULT_JUDGE_SYSTEM_PROMPT,
+    LlmJudgeEvaluation,
+    build_judge_prompt,
+    default_orders,
+)
 from ._names import STRATEGY_NAMES, strategy_from_name
 from ._pairwise import PairwiseJudgeEvaluation
 from ._race import ToolFactory, adopt_winner, agent_loop_parallel
@@ -58,6 +64,7 @@ __all__ = [
     "Check",
     "CheckResult",
     "CompositeEvaluation",
+    "ConsensusEvaluation",
     "Criterion",
     "EarlyAcceptStrategy",
     "ElaborateEvaluation",
@@ -86,6 +93,8 @@ __all__ = [
     "build_judge_prompt",
     "code_agreement",
     "code_agreement_sync",
+    "default_orders",
+    "lexical_similarity",
     "runnable_python",
     "strategy_from_name",
 ]

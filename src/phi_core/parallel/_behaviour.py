@@ -37,7 +37,7 @@ from ..events import Emitter
 from ..sandbox import Sandbox, SandboxResult, default_sandbox
 from ..types import AgentMessage
 from ._code import Answer, analyse, extract_code
-from ._strategies import BaseEvaluation, cost_key, successful
+from ._strategies import BaseEvaluation, cost_key, race_loop_id, successful
 from ._types import EvaluationDecision, ParallelLoopOutcome
 
 __all__ = [
@@ -313,10 +313,11 @@ class ExecVoteEvaluation(BaseEvaluation):
             if c is not None:
                 sizes[c] = sizes.get(c, 0) + 1
         if not sizes:
-            return self.decision(
+            return self.fall_back(
                 ok[0].config_index,
-                fallback=True,
-                rationale="no answer had runnable Python code; picked the cheapest",
+                events,
+                loop_id=race_loop_id(ok),
+                reason="no answer had runnable Python code; picked the cheapest",
             )
         top = max(sizes.values())
         # ``ok`` is sorted cheapest first, so the first member of a top class is the cheapest.

@@ -8,10 +8,12 @@ branch's.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,7 @@ from ..events import Warning
 from ..loop import AgentContext, AgentLoopConfig, agent_loop
 from ..providers.base import ModelConfig
 from ..types import AgentMessage, ResponseFormat, Usage
-from ._strategies import BaseEvaluation, successful
+from ._strategies import BaseEvaluation, cost_key, successful
 from ._text import (
     compact_for_judge,
     content_budget,
@@ -39,7 +41,9 @@ __all__ = [
     "LlmJudgeEvaluation",
     "as_loop_config",
     "build_judge_prompt",
+    "default_orders",
     "parse_json_object",
+    "rotations",
     "run_judge",
 ]
 
@@ -156,6 +160,33 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
     return None
 
 
+MAX_LOCAL_ORDERS = 4
+"""A local judge is asked under at most this many rotations by default (one call each)."""
+
+
+def default_orders(config: AgentLoopConfig, count: int) -> int:
+    """How many answer orders a judge is asked under when the caller sets none.
+
+    A small local judge (provider ``local``, the embedded model) is asked under every cyclic
+    rotation of the answers (up to :data:`MAX_LOCAL_ORDERS`; the swap for two): such judges mostly
+    follow position, its calls cost no dollars, and only rotations reveal a position-only judge.
+    A vendor judge is asked once (phi-core's behaviour): strong judges flip far less (13.6 % of
+    repeated pairwise verdicts in arXiv 2606.13685) and every extra order is a paid call; pass
+    ``orders=2`` (or more) to debias one, and measure it with ``benchmarks/judge_bench.py``.
+    """
+    if count < 2:
+        return 1
+    if config.model_config().provider == "local":
+        return min(count, MAX_LOCAL_ORDERS)
+    return 1
+
+
+def rotations(items: list[Any], orders: int) -> list[list[Any]]:
+    """The first ``orders`` cyclic rotations of ``items`` (rotation 0 is ``items`` itself)."""
+    n = len(items)
+    return [items[r:] + items[:r] for r in range(min(max(orders, 1), n))]
+
+
 class LlmJudgeEvaluation(BaseEvaluation):
     """A judge model reads the query and every successful branch's answer and names the best.
 
@@ -164,9 +195,19 @@ class LlmJudgeEvaluation(BaseEvaluation):
     ``context_config.max_context_tokens``), and a best-effort ``Warning`` event when the budget
     cannot be met. Fixed: failed branches are not shown to the judge (and never win while one
     succeeded); a single successful branch wins without a judge call; an unparseable reply falls
-    back to the first successful branch and says so in the decision; the judge runs under a
-    deterministic loop id. ``shuffle=True`` presents the answers in a random order (mapping kept)
-    to counter position bias.
+    back to the first successful branch, says so in the decision and emits one ``Warning``; the
+    judge runs under deterministic loop ids. ``shuffle=True`` presents the answers in a random
+    order (mapping kept) to counter position bias.
+
+    **Order-debiasing.** With ``orders`` > 1 the judge is asked once per cyclic rotation of the
+    answers (for two answers: both orders), in parallel, under loop ids ``N+1 … N+orders``. Each
+    usable reply is a vote for the branch it names; the most-voted branch wins and ties between
+    leaders are broken by cost (``tie`` in the decision). ``details`` reports each order, each
+    pick, ``pick_share`` (per branch: the share of usable orders that picked it),
+    ``position_consistency`` (the winner's share: 1.0 means the same pick under every order) and
+    ``follows_position`` (every order picked the same *position*, so different answers: the
+    judge read position, not content, and the decision is a tie). ``orders=None`` takes
+    :func:`default_orders` (all rotations for a local judge, one call for a vendor judge).
     """
 
     name = "judge"
@@ -180,6 +221,7 @@ class LlmJudgeEvaluation(BaseEvaluation):
         shuffle: bool = False,
         seed: int | None = None,
         strict_budget: bool = True,
+        orders: int | None = None,
     ) -> None:
         self.judge_config = as_loop_config(judge_config)
         self.system_prompt = system_prompt
@@ -188,10 +230,22 @@ class LlmJudgeEvaluation(BaseEvaluation):
                 f"max_context_tokens must be >= 1, got {max_context_tokens}. "
                 f"Use None to send everything uncompacted."
             )
+        if orders is not None and orders < 1:
+            raise ValueError(
+                f"orders must be >= 1, got {orders}. Use None for the default per judge size."
+            )
         self.max_context_tokens = max_context_tokens
         self.shuffle = shuffle
         self._rng = random.Random(seed)
         self.strict_budget = strict_budget
+        self.orders = orders
+
+    def orders_for(self, count: int) -> int:
+        """How many orders a race of ``count`` successful answers is judged under."""
+        wanted = (
+            self.orders if self.orders is not None else default_orders(self.judge_config, count)
+        )
+        return max(1, min(wanted, count))
 
     async def evaluate(
         self,
@@ -212,10 +266,7 @@ class LlmJudgeEvaluation(BaseEvaluation):
             self._rng.shuffle(shown)
         responses = [o.text for o in shown]
         loop_id = judge_loop_id(outcomes, self.judge_config, 1)
-        details: dict[str, Any] = {
-            "judge_loop_id": loop_id,
-            "order": [o.config_index for o in shown],
-        }
+        details: dict[str, Any] = {"judge_loop_id": loop_id}
         if self.max_context_tokens is not None:
             fitted = compact_for_judge(
                 prior,
@@ -238,37 +289,111 @@ class LlmJudgeEvaluation(BaseEvaluation):
                     )
                 )
                 details["budget_satisfied"] = False
-        call = await run_judge(
-            build_judge_prompt(prior, query, responses),
-            config=self.judge_config,
-            system_prompt=self.system_prompt or DEFAULT_JUDGE_SYSTEM_PROMPT,
-            session_id=outcomes[0].session_id,
-            loop_id=loop_id,
-            events=events,
-            cancel=cancel,
-        )
-        details["reply"] = call.text
-        choice = parse_judge_choice(call.text, len(shown))
-        if choice is None:
-            problem = (
-                f"the judge run ended with {call.reason}: {call.error}"
-                if call.reason != "completed"
-                else f"the judge's reply {call.text[:200]!r} names no response 1..{len(shown)}"
+        text_of = {o.config_index: text for o, text in zip(shown, responses, strict=True)}
+        arrangements = rotations(shown, self.orders_for(len(shown)))
+        calls: list[JudgeCall | None] = [None] * len(arrangements)
+
+        async def ask(k: int, order: list[ParallelLoopOutcome]) -> None:
+            calls[k] = await run_judge(
+                build_judge_prompt(prior, query, [text_of[o.config_index] for o in order]),
+                config=self.judge_config,
+                system_prompt=self.system_prompt or DEFAULT_JUDGE_SYSTEM_PROMPT,
+                session_id=outcomes[0].session_id,
+                loop_id=judge_loop_id(outcomes, self.judge_config, k + 1),
+                events=events,
+                cancel=cancel,
             )
-            return self.decision(
+
+        async with asyncio.TaskGroup() as group:
+            for k, order in enumerate(arrangements):
+                group.create_task(ask(k, order))
+        done = [c for c in calls if c is not None]
+        usage = sum((c.usage for c in done), Usage())
+        cost = sum(c.cost_usd for c in done)
+        picks: list[int | None] = []
+        positions: list[int | None] = []
+        for call, order in zip(done, arrangements, strict=True):
+            choice = parse_judge_choice(call.text, len(order))
+            positions.append(choice)
+            picks.append(None if choice is None else order[choice].config_index)
+        details.update(
+            order=[o.config_index for o in shown],
+            orders=[[o.config_index for o in order] for order in arrangements],
+            picks=picks,
+            reply=done[0].text,
+            replies=[c.text for c in done],
+            judge_calls=len(done),
+        )
+        valid = [p for p in picks if p is not None]
+        if not valid:
+            first = done[0]
+            problem = (
+                f"the judge run ended with {first.reason}: {first.error}"
+                if first.reason != "completed"
+                else f"the judge's reply {first.text[:200]!r} names no response 1..{len(shown)}"
+            )
+            if len(done) > 1:
+                problem += f" (no usable reply under any of the {len(done)} orders)"
+            return self.fall_back(
                 ok[0].config_index,
-                usage=call.usage,
-                cost_usd=call.cost_usd,
-                fallback=True,
-                rationale=f"{problem}; fell back to the first successful branch",
+                events,
+                loop_id=loop_id,
+                reason=f"{problem}; fell back to the first successful branch",
+                usage=usage,
+                cost_usd=cost,
                 details=details,
             )
-        winner = shown[choice]
+        return self._aggregate(ok, valid, positions, usage, cost, details)
+
+    def _aggregate(
+        self,
+        ok: list[ParallelLoopOutcome],
+        valid: list[int],
+        positions: list[int | None],
+        usage: Usage,
+        cost: float,
+        details: dict[str, Any],
+    ) -> EvaluationDecision:
+        votes = Counter(valid)
+        share = {o.config_index: votes[o.config_index] / len(valid) for o in ok}
+        top = max(votes.values())
+        by_index = {o.config_index: o for o in ok}
+        leaders = [by_index[i] for i, v in votes.items() if v == top]
+        winner = min(leaders, key=cost_key)
+        used = [p for p in positions if p is not None]
+        follows_position = len(used) > 1 and len(set(used)) == 1 and len(votes) > 1
+        tie = len(leaders) > 1 or follows_position
+        consistency = top / len(valid)
+        unusable = len(positions) - len(valid)
+        details.update(
+            pick_share=share,
+            position_consistency=consistency,
+            follows_position=follows_position,
+            unusable_orders=unusable,
+        )
+        if len(positions) == 1:
+            rationale = f"the judge chose response {used[0] + 1} (branch {winner.config_index})"
+        elif follows_position:
+            rationale = (
+                f"tie: under {len(valid)} orders the judge always named response {used[0] + 1}, "
+                f"a different answer each time (it follows position, not content); "
+                f"tie broken by cost: branch {winner.config_index}"
+            )
+        else:
+            rationale = (
+                f"the judge named branch {winner.config_index} under {top} of {len(valid)} "
+                f"orders (position consistency {consistency:.0%})"
+            )
+            if tie:
+                rationale += f"; tied with {len(leaders) - 1} other(s), cheapest wins"
+        if unusable:
+            rationale += f"; {unusable} of {len(positions)} replies named no response"
         return self.decision(
             winner.config_index,
-            usage=call.usage,
-            cost_usd=call.cost_usd,
-            scores={winner.config_index: 1.0},
-            rationale=f"the judge chose response {choice + 1} (branch {winner.config_index})",
+            usage=usage,
+            cost_usd=cost,
+            scores=share,
+            tie=tie,
+            rationale=rationale,
             details=details,
         )

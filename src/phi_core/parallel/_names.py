@@ -9,6 +9,7 @@ from ..errors import UserError
 from ..loop import AgentLoopConfig
 from ..providers.base import ModelConfig, Provider
 from ._behaviour import ExecVoteEvaluation
+from ._consensus import ConsensusEvaluation
 from ._judge import LlmJudgeEvaluation
 from ._pairwise import PairwiseJudgeEvaluation
 from ._rubric import RubricJudgeEvaluation
@@ -27,6 +28,8 @@ STRATEGY_NAMES: dict[str, str] = {
     "judge": "an LLM judge reads every answer and names the best (phi-core's LlmJudgeEvaluation)",
     "pairwise": "an LLM judge compares answers two at a time, both orders; reports its flip rate",
     "rubric": "an LLM judge scores each answer 0-1 on relevance, coverage and faithfulness",
+    "consensus": "the answer that agrees most with the others (letters, numbers, JSON, code "
+    "behaviour, else text similarity); no judge call",
     "vote": "the most common final answer wins; ties go to the cheaper answer",
     "exec-vote": "code answers are run on their own examples; the largest group that behaves "
     "the same wins",
@@ -47,13 +50,16 @@ def strategy_from_name(
     max_context_tokens: int | None = None,
     seed: int | None = None,
     vote_extract: str | None = None,
+    judge_orders: int | None = None,
 ) -> BaseEvaluation:
     """The built-in strategy called ``name`` (see :data:`STRATEGY_NAMES`).
 
     Judge strategies run ``judge_model`` (default ``local:smollm2``); ``judge_provider``
     overrides its provider (a ScriptedProvider in tests). ``max_context_tokens`` sets the
     ``judge`` strategy's budget (default: the judge model's context window). ``seed`` fixes the
-    answer shuffling of ``rubric``; ``vote_extract`` is ``vote``'s answer regex.
+    answer shuffling of ``rubric``; ``vote_extract`` is ``vote``'s answer regex;
+    ``judge_orders`` is how many answer orders ``judge`` and ``rubric`` ask under (default:
+    ``judge`` per judge size, see :func:`default_orders`; ``rubric`` one).
 
     Raises:
         UserError: an unknown name (with a suggestion) or an unknown judge model.
@@ -77,15 +83,17 @@ def strategy_from_name(
         return MajorityVoteEvaluation(extract=vote_extract)
     if key == "exec-vote":
         return ExecVoteEvaluation()
+    if key == "consensus":
+        return ConsensusEvaluation()
     assert key in _JUDGES
     judge = _judge_config(judge_model, judge_provider)
     judge.model_config()  # resolve now: a bad judge model is a usage error, raised before a race
     if key == "judge":
         budget = max_context_tokens or judge.model_config().context_window
-        return LlmJudgeEvaluation(judge, max_context_tokens=budget)
+        return LlmJudgeEvaluation(judge, max_context_tokens=budget, orders=judge_orders)
     if key == "pairwise":
         return PairwiseJudgeEvaluation(judge)
-    return RubricJudgeEvaluation(judge, seed=seed)
+    return RubricJudgeEvaluation(judge, seed=seed, orders=judge_orders or 1)
 
 
 def _judge_config(

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..events import Warning
 from ..types import AgentMessage, ResponseFormat, Usage
 from ._judge import (
     JudgeSpec,
@@ -220,6 +221,13 @@ class PairwiseJudgeEvaluation(BaseEvaluation):
             )
             if tie:
                 rationale += " (tie broken by cost)"
+        if fallback:
+            events.emit(
+                Warning(
+                    loop_id=judge_loop_id(outcomes, self.judge_config, 1),
+                    message=f"{self.name} strategy fell back: {rationale}",
+                )
+            )
         return self.decision(
             winner.config_index,
             usage=runner.usage,

@@ -2,12 +2,15 @@
 weighted criteria (default: relevance, coverage, faithfulness, equally weighted).
 
 Answers are shuffled for every call and the mapping kept, so a position-biased judge does not
-systematically favour a config; the judge gives a reason before its scores; every answer must be
+systematically favour a config; with ``orders`` > 1 the judge scores every cyclic rotation of the
+shuffled answers (one call each, in parallel), each answer's scores are averaged over the orders
+and ``position_consistency`` (share of orders whose top answer is the winner) is reported; the judge gives a reason before its scores; every answer must be
 scored exactly once (unscored answers are reported and cannot win while another was scored).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import Sequence
@@ -15,13 +18,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from ..types import AgentMessage, ResponseFormat
+from ..types import AgentMessage, ResponseFormat, Usage
 from ._judge import (
+    JudgeCall,
     JudgeSpec,
     as_loop_config,
     base_messages,
     judge_loop_id,
     parse_json_object,
+    rotations,
     run_judge,
 )
 from ._strategies import BaseEvaluation, cost_key, successful
@@ -123,7 +128,10 @@ class RubricJudgeEvaluation(BaseEvaluation):
         shuffle: bool = True,
         seed: int | None = None,
         judge_single: bool = False,
+        orders: int = 1,
     ) -> None:
+        if orders < 1:
+            raise ValueError(f"orders must be >= 1, got {orders}.")
         criteria = tuple(criteria)
         if not criteria:
             raise UserError("RubricJudgeEvaluation needs at least one criterion.")
@@ -140,6 +148,8 @@ class RubricJudgeEvaluation(BaseEvaluation):
         self.criteria = criteria
         self.shuffle = shuffle
         self.judge_single = judge_single
+        self.orders = orders
+        """Cyclic rotations of the (shuffled) answers to score under; scores are averaged."""
         """Score a lone successful answer too (a bandit race grades its full answer this way)."""
         self._rng = random.Random(seed)
         self.system_prompt = system_prompt or self._default_system_prompt()
@@ -178,43 +188,73 @@ class RubricJudgeEvaluation(BaseEvaluation):
         shown = list(ok)
         if self.shuffle:
             self._rng.shuffle(shown)
-        parts = [f"Prior conversation context:\n{prior}\n"] if prior.strip() else []
-        parts.append(f"Original query:\n{query}\n")
-        parts.extend(f"Answer {k}:\n{o.text}\n" for k, o in enumerate(shown, start=1))
-        parts.append(f"Score each of the {len(shown)} answers as instructed.")
+        head = [f"Prior conversation context:\n{prior}\n"] if prior.strip() else []
+        head.append(f"Original query:\n{query}\n")
+        arrangements = rotations(shown, min(self.orders, len(shown)))
+        calls: list[JudgeCall | None] = [None] * len(arrangements)
+
+        async def ask(k: int, order: list[ParallelLoopOutcome]) -> None:
+            parts = head + [f"Answer {n}:\n{o.text}\n" for n, o in enumerate(order, start=1)]
+            parts.append(f"Score each of the {len(order)} answers as instructed.")
+            calls[k] = await run_judge(
+                "\n".join(parts),
+                config=self.judge_config,
+                system_prompt=self.system_prompt,
+                session_id=outcomes[0].session_id,
+                loop_id=judge_loop_id(outcomes, self.judge_config, k + 1),
+                events=events,
+                cancel=cancel,
+                response_format=rubric_format(self.criteria, len(order)),
+            )
+
+        async with asyncio.TaskGroup() as group:
+            for k, order in enumerate(arrangements):
+                group.create_task(ask(k, order))
+        done = [c for c in calls if c is not None]
+        usage = sum((c.usage for c in done), Usage())
+        cost = sum(c.cost_usd for c in done)
         loop_id = judge_loop_id(outcomes, self.judge_config, 1)
-        call = await run_judge(
-            "\n".join(parts),
-            config=self.judge_config,
-            system_prompt=self.system_prompt,
-            session_id=outcomes[0].session_id,
-            loop_id=loop_id,
-            events=events,
-            cancel=cancel,
-            response_format=rubric_format(self.criteria, len(shown)),
-        )
-        parsed = parse_rubric_scores(call.text, self.criteria, len(shown))
-        per_branch = {shown[n - 1].config_index: s for n, s in parsed.items()}
+        # Per order: {branch: {criterion: score}}; a branch's scores are averaged over orders.
+        per_order = [
+            {
+                order[n - 1].config_index: sc
+                for n, sc in parse_rubric_scores(call.text, self.criteria, len(order)).items()
+            }
+            for call, order in zip(done, arrangements, strict=True)
+        ]
+        per_branch: dict[int, dict[str, float]] = {}
+        for o in ok:
+            got = [scored[o.config_index] for scored in per_order if o.config_index in scored]
+            if got:
+                per_branch[o.config_index] = {
+                    c.name: sum(g[c.name] for g in got) / len(got) for c in self.criteria
+                }
         details: dict[str, Any] = {
             "judge_loop_id": loop_id,
             "order": [o.config_index for o in shown],
             "criteria": {c.name: c.weight for c in self.criteria},
             "per_criterion": per_branch,
             "unscored": [o.config_index for o in ok if o.config_index not in per_branch],
-            "reply": call.text,
+            "reply": done[0].text,
         }
+        if len(arrangements) > 1:
+            details["orders"] = [[o.config_index for o in order] for order in arrangements]
+            details["replies"] = [c.text for c in done]
+            details["judge_calls"] = len(done)
         if not per_branch:
+            call = done[0]
             problem = (
                 f"the judge run ended with {call.reason}: {call.error}"
                 if call.reason != "completed"
                 else f"no usable scores in the judge's reply {call.text[:200]!r}"
             )
-            return self.decision(
+            return self.fall_back(
                 ok[0].config_index,
-                usage=call.usage,
-                cost_usd=call.cost_usd,
-                fallback=True,
-                rationale=f"{problem}; fell back to the first successful branch",
+                events,
+                loop_id=loop_id,
+                reason=f"{problem}; fell back to the first successful branch",
+                usage=usage,
+                cost_usd=cost,
                 details=details,
             )
         scores = {index: self.weighted(s) for index, s in per_branch.items()}
@@ -228,10 +268,21 @@ class RubricJudgeEvaluation(BaseEvaluation):
             rationale += f", tied with {len(leaders) - 1} other(s), cheapest wins"
         if details["unscored"]:
             rationale += f"; judge left branches {details['unscored']} unscored"
+        usable = [scored for scored in per_order if scored]
+        if len(arrangements) > 1 and usable:
+            tops = [max(scored, key=lambda i: self.weighted(scored[i])) for scored in usable]
+            details["top_share"] = {
+                o.config_index: tops.count(o.config_index) / len(tops) for o in ok
+            }
+            details["position_consistency"] = tops.count(winner.config_index) / len(tops)
+            rationale += (
+                f"; mean over {len(usable)} answer orders, top under "
+                f"{details['position_consistency']:.0%} of them"
+            )
         return self.decision(
             winner.config_index,
-            usage=call.usage,
-            cost_usd=call.cost_usd,
+            usage=usage,
+            cost_usd=cost,
             scores=scores,
             tie=tie,
             rationale=rationale,

@@ -5,7 +5,10 @@ Rules shared by all built-ins (phi-core's strategies had none of them):
 
 * a failed branch (status other than ``ok``) is never selected while a successful one exists;
 * when every branch failed the decision's ``index`` is ``None`` and the rationale lists why;
-* ties are broken by cost, then tokens, then branch order, and the decision says it was a tie.
+* ties are broken by cost, then tokens, then branch order, and the decision says it was a tie;
+* a strategy that cannot decide on its own terms falls back to its documented default through
+  :meth:`BaseEvaluation.fall_back`, which marks the decision ``fallback`` and emits exactly one
+  ``Warning`` event with the reason, so the fallback reaches the event sink (and the CLI).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import UserError
+from ..events import Warning
 from ..types import AgentMessage
 from ._types import EvaluationDecision, ParallelLoopOutcome
 
@@ -55,6 +59,21 @@ class BaseEvaluation:
 
     def decision(self, index: int | None, **fields: Any) -> EvaluationDecision:
         return EvaluationDecision(index=index, strategy=self.name, **fields)
+
+    def fall_back(
+        self,
+        index: int,
+        events: Emitter,
+        *,
+        loop_id: str,
+        reason: str,
+        **fields: Any,
+    ) -> EvaluationDecision:
+        """The documented default ``index``, marked ``fallback``; ``reason`` (why the strategy
+        could not decide, and what it picked instead) becomes the rationale and the message of
+        the one ``Warning`` event this emits."""
+        events.emit(Warning(loop_id=loop_id, message=f"{self.name} strategy fell back: {reason}"))
+        return self.decision(index, fallback=True, rationale=reason, **fields)
 
     def no_success(self, outcomes: Sequence[ParallelLoopOutcome]) -> EvaluationDecision:
         reasons = "; ".join(
@@ -104,6 +123,12 @@ class BaseEvaluation:
 
 def successful(outcomes: Sequence[ParallelLoopOutcome]) -> list[ParallelLoopOutcome]:
     return [o for o in outcomes if o.ok]
+
+
+def race_loop_id(outcomes: Sequence[ParallelLoopOutcome]) -> str:
+    """The id a strategy's own events carry when it runs no judge: the race's session id."""
+    first = outcomes[0]
+    return first.session_id or first.loop_id
 
 
 class TransparentEvaluation(BaseEvaluation):
@@ -247,10 +272,11 @@ class MajorityVoteEvaluation(BaseEvaluation):
         voters = [o for o in ok if answers[o.config_index]]
         if not voters:
             cheapest = min(ok, key=cost_key)
-            return self.decision(
+            return self.fall_back(
                 cheapest.config_index,
-                fallback=True,
-                rationale="no successful branch gave a non-empty answer; picked the cheapest",
+                events,
+                loop_id=race_loop_id(ok),
+                reason="no successful branch gave a non-empty answer; picked the cheapest",
             )
         votes = Counter(answers[o.config_index] for o in voters)
         top = max(votes.values())

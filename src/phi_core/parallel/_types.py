@@ -121,9 +121,31 @@ class EvaluationDecision(BaseModel):
     early_accept: bool = False
     details: dict[str, Any] = Field(default_factory=dict)
 
+    def trust(self) -> dict[str, Any]:
+        """How the decision was reached and how much to trust it.
+
+        ``how``: the strategy (and its comparison method, e.g. ``consensus/letters``); the
+        figures the strategy measured, where it has them: ``position_consistency`` (share of
+        the answer orders under which a judge named the winner; 1.0 = the same pick under every
+        order), ``agreement_share`` (share of answers agreeing with the winner, or its mean
+        similarity), ``flip_rate`` (pairwise: share of pairs whose two orders disagreed),
+        ``orders`` (judge calls per decision); and ``tie`` / ``fallback``.
+        """
+        method = self.details.get("method")
+        trust: dict[str, Any] = {"how": f"{self.strategy}/{method}" if method else self.strategy}
+        for key in ("position_consistency", "agreement_share", "flip_rate"):
+            value = self.details.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                trust[key] = round(float(value), 4)
+        if isinstance(self.details.get("orders"), list):
+            trust["orders"] = len(self.details["orders"])
+        trust["tie"] = self.tie
+        trust["fallback"] = self.fallback
+        return trust
+
     def summary(self) -> dict[str, Any]:
-        """A JSON-ready view (what ``ParallelLoopEnd.decision`` carries)."""
-        return self.model_dump(mode="json")
+        """A JSON-ready view (what ``ParallelLoopEnd.decision`` carries), with :meth:`trust`."""
+        return {**self.model_dump(mode="json"), "trust": self.trust()}
 
 
 @runtime_checkable

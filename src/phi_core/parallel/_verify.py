@@ -25,7 +25,14 @@ from ..errors import UserError, redact
 from ..sandbox import Sandbox, default_sandbox
 from ..types import AgentMessage
 from ._behaviour import WORKER as _WORKER
-from ._strategies import BaseEvaluation, PickFirstEvaluation, cost_key, latency_key, successful
+from ._strategies import (
+    BaseEvaluation,
+    PickFirstEvaluation,
+    cost_key,
+    latency_key,
+    race_loop_id,
+    successful,
+)
 from ._types import EvaluationDecision, EvaluationStrategy, ParallelLoopOutcome
 
 if TYPE_CHECKING:
@@ -339,11 +346,12 @@ class VerifierEvaluation(BaseEvaluation):
                     details=details,
                 )
             cheapest = min(ok, key=cost_key)
-            return self.decision(
+            return self.fall_back(
                 cheapest.config_index,
+                events,
+                loop_id=race_loop_id(ok),
+                reason="no branch passed verification; picked the cheapest successful branch",
                 scores=scores,
-                fallback=True,
-                rationale="no branch passed verification; picked the cheapest successful branch",
                 details=details,
             )
         key = cost_key if self.prefer == "cost" else latency_key

