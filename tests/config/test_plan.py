@@ -43,6 +43,12 @@ def test_naming_a_judge_or_racing_a_vendor_model_makes_judge_the_default() -> No
     assert plan_race(spec).strategy == "judge"
 
 
+def test_two_local_branches_keep_the_judge_default_as_no_majority_is_possible() -> None:
+    assert plan_race(models=["local:smollm2", "local:smollm2@temperature=0.9"]).strategy == "judge"
+    three = ["local:smollm2", "local:smollm2@temperature=0.5", "local:smollm2@temperature=0.9"]
+    assert plan_race(models=three).strategy == "consensus"
+
+
 def test_the_judge_strategy_on_local_branches_has_a_constrained_local_judge() -> None:
     plan = plan_race(strategy="judge")
     assert plan.strategy == "judge" and plan.judge is not None

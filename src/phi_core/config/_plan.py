@@ -8,8 +8,9 @@ gateway call it; :meth:`RacePlan.run` races a prompt and :meth:`RacePlan.payload
 result of ``phi race --json``.
 
 The strategy rule: an explicit strategy wins; else the race file's; else ``judge`` when a judge
-is named or a branch is a vendor model; else :data:`EMBEDDED_DEFAULT_STRATEGY` (``consensus``,
-measured best for the embedded model by ``benchmarks/judge_bench.py``).
+is named, a branch is a vendor model or there are only two branches; else
+:data:`EMBEDDED_DEFAULT_STRATEGY` (``consensus``, measured best for the embedded model by
+``benchmarks/judge_bench.py`` with three answers).
 
 The judge rule: an explicit judge wins; else the race file's; else the embedded model when every
 branch is local; else the first branch's model at temperature 0. A local judge of the ``judge``
@@ -74,10 +75,12 @@ than the embedded judge (single order or order-debiased), at no judge call."""
 def default_strategy(branches: Sequence[BranchSpec], judge: object = None) -> str:
     """The strategy of a race that names none: ``judge`` when a judge model is given or any
     branch is a vendor model (a vendor judge follows content far better than a 135M one; the
-    benchmark runs it with ``--judge provider:model`` for anyone with a key), else
-    :data:`EMBEDDED_DEFAULT_STRATEGY`."""
-    if judge is None and branches and all(b.model.startswith("local:") for b in branches):
+    benchmark runs it with ``--judge provider:model`` for anyone with a key) or when only two
+    branches race (no majority is possible), else :data:`EMBEDDED_DEFAULT_STRATEGY`."""
+    if judge is None and len(branches) >= 3 and all(b.model.startswith("local:") for b in branches):
         return EMBEDDED_DEFAULT_STRATEGY
+    # Two answers never have a majority: consensus can only tie (39.8 % right on the benchmark's
+    # two-answer prompts), the embedded judge picks the first shown (57.1 %, the same as "first").
     return "judge"
 
 
