@@ -15,6 +15,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
+from phi_core.config import EMBEDDED_DEFAULT_STRATEGY
 from phi_core.providers.pricing import price_for
 from phi_core.runlog import RunLog
 from phi_core.types import Usage
@@ -258,7 +259,8 @@ async def test_stdio_default_profile_races_the_embedded_model(
     assert not result.is_error, text_of(result)
     race = result.structured_content
     assert race is not None
-    assert race["profile"] == "default" and race["strategy"] == "judge"
+    # the default profile is phi race's default: three local branches, the measured default
+    assert race["profile"] == "default" and race["strategy"] == EMBEDDED_DEFAULT_STRATEGY
     assert race["winner"] in {"precise", "teacher", "storyteller"}
     assert race["text"].strip()
     assert [b["model"] for b in race["branches"]] == ["local:smollm2"] * 3
