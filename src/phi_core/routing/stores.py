@@ -5,8 +5,8 @@ Router state is kept as **additive** sufficient statistics (:class:`~.bandits.Ar
 mixed. Every store applies an update as an atomic addition, so several workers never lose one
 another's updates:
 
-- :class:`JsonFileStateStore`: read-add-write under an exclusive ``flock``, written to a temporary
-  file, fsynced and renamed over the old one.
+- :class:`JsonFileStateStore`: read-add-write under an exclusive lock, replaced atomically (the
+  project's one write-and-lock helper, :mod:`phi_core._files`).
 - :class:`SQLiteStateStore`: WAL mode; each addition runs in one ``BEGIN IMMEDIATE`` transaction.
 - :class:`RedisStateStore`: each addition is one idempotent Lua script (atomic on the server)
   under versioned keys ``phi:router:v1:<namespace>:<arm>``; while Redis is unreachable updates
@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import math
 import os
 import re
 import sqlite3
-import tempfile
 import threading
 import time
 import uuid
@@ -48,6 +46,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._files import atomic_write, file_lock
 from .._sqlite import init_wal, sqlite_failure
 from ..errors import MissingExtraError, StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats
@@ -195,22 +194,16 @@ class JsonFileStateStore:
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.read_only = read_only
-        self._lock_path = self.path.with_name(self.path.name + ".lock")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         if self.read_only:  # writers replace the file atomically: a reader needs no lock
             yield
             return
-        with _os_errors(self.path, "lock"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(self._lock_path, "a+")  # noqa: SIM115 - closed below
-        with lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        with contextlib.ExitStack() as stack:
+            with _os_errors(self.path, "lock"):
+                stack.enter_context(file_lock(self.path))
+            yield
 
     def _read(self) -> dict[str, dict[str, ArmStats]]:
         with _os_errors(self.path, "read"):
@@ -236,22 +229,7 @@ class JsonFileStateStore:
             },
         }
         with _os_errors(self.path, "write"):
-            fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(document, fh)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-                dir_fd = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+            atomic_write(self.path, json.dumps(document).encode("utf-8"), mode=0o600)
 
     def _writable(self) -> None:
         if self.read_only:
