@@ -14,6 +14,7 @@ import json
 import random
 import re
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "JudgeCall",
     "LlmJudgeEvaluation",
     "as_loop_config",
+    "ask_in_orders",
     "build_judge_prompt",
     "default_orders",
     "parse_json_object",
@@ -79,6 +81,24 @@ class JudgeCall:
     cost_usd: float
     reason: str
     error: str | None
+
+
+async def ask_in_orders(
+    arrangements: list[list[ParallelLoopOutcome]],
+    ask: Callable[[int, list[ParallelLoopOutcome]], Awaitable[JudgeCall]],
+) -> tuple[list[JudgeCall], Usage, float]:
+    """Ask the judge once per order of the answers, all at once: the replies in order, with
+    their usage and dollars summed (an order-debiased judge and rubric share this)."""
+    calls: list[JudgeCall | None] = [None] * len(arrangements)
+
+    async def one(k: int, order: list[ParallelLoopOutcome]) -> None:
+        calls[k] = await ask(k, order)
+
+    async with asyncio.TaskGroup() as group:
+        for k, order in enumerate(arrangements):
+            group.create_task(one(k, order))
+    done = [c for c in calls if c is not None]
+    return done, sum((c.usage for c in done), Usage()), sum(c.cost_usd for c in done)
 
 
 def judge_loop_id(outcomes: list[ParallelLoopOutcome], config: AgentLoopConfig, k: int) -> str:
@@ -291,10 +311,9 @@ class LlmJudgeEvaluation(BaseEvaluation):
                 details["budget_satisfied"] = False
         text_of = {o.config_index: text for o, text in zip(shown, responses, strict=True)}
         arrangements = rotations(shown, self.orders_for(len(shown)))
-        calls: list[JudgeCall | None] = [None] * len(arrangements)
 
-        async def ask(k: int, order: list[ParallelLoopOutcome]) -> None:
-            calls[k] = await run_judge(
+        async def ask(k: int, order: list[ParallelLoopOutcome]) -> JudgeCall:
+            return await run_judge(
                 build_judge_prompt(prior, query, [text_of[o.config_index] for o in order]),
                 config=self.judge_config,
                 system_prompt=self.system_prompt or DEFAULT_JUDGE_SYSTEM_PROMPT,
@@ -304,12 +323,7 @@ class LlmJudgeEvaluation(BaseEvaluation):
                 cancel=cancel,
             )
 
-        async with asyncio.TaskGroup() as group:
-            for k, order in enumerate(arrangements):
-                group.create_task(ask(k, order))
-        done = [c for c in calls if c is not None]
-        usage = sum((c.usage for c in done), Usage())
-        cost = sum(c.cost_usd for c in done)
+        done, usage, cost = await ask_in_orders(arrangements, ask)
         picks: list[int | None] = []
         positions: list[int | None] = []
         for call, order in zip(done, arrangements, strict=True):

@@ -10,7 +10,6 @@ scored exactly once (unscored answers are reported and cannot win while another 
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 from collections.abc import Sequence
@@ -18,11 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from ..types import AgentMessage, ResponseFormat, Usage
+from ..types import AgentMessage, ResponseFormat
 from ._judge import (
     JudgeCall,
     JudgeSpec,
     as_loop_config,
+    ask_in_orders,
     base_messages,
     judge_loop_id,
     parse_json_object,
@@ -191,12 +191,11 @@ class RubricJudgeEvaluation(BaseEvaluation):
         head = [f"Prior conversation context:\n{prior}\n"] if prior.strip() else []
         head.append(f"Original query:\n{query}\n")
         arrangements = rotations(shown, min(self.orders, len(shown)))
-        calls: list[JudgeCall | None] = [None] * len(arrangements)
 
-        async def ask(k: int, order: list[ParallelLoopOutcome]) -> None:
+        async def ask(k: int, order: list[ParallelLoopOutcome]) -> JudgeCall:
             parts = head + [f"Answer {n}:\n{o.text}\n" for n, o in enumerate(order, start=1)]
             parts.append(f"Score each of the {len(order)} answers as instructed.")
-            calls[k] = await run_judge(
+            return await run_judge(
                 "\n".join(parts),
                 config=self.judge_config,
                 system_prompt=self.system_prompt,
@@ -207,12 +206,7 @@ class RubricJudgeEvaluation(BaseEvaluation):
                 response_format=rubric_format(self.criteria, len(order)),
             )
 
-        async with asyncio.TaskGroup() as group:
-            for k, order in enumerate(arrangements):
-                group.create_task(ask(k, order))
-        done = [c for c in calls if c is not None]
-        usage = sum((c.usage for c in done), Usage())
-        cost = sum(c.cost_usd for c in done)
+        done, usage, cost = await ask_in_orders(arrangements, ask)
         loop_id = judge_loop_id(outcomes, self.judge_config, 1)
         # Per order: {branch: {criterion: score}}; a branch's scores are averaged over orders.
         per_order = [
