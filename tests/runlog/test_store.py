@@ -208,8 +208,3 @@ def test_run_ids_sort_by_creation_time(monkeypatch: pytest.MonkeyPatch) -> None:
         made.append(new_run_id())
     assert all(len(i) == 26 for i in made)
     assert made == sorted(made) and len(set(made)) == 3
-
-
-def test_run_ids_made_in_the_same_millisecond_sort_in_the_order_they_were_made() -> None:
-    ids = [new_run_id() for _ in range(2000)]  # many share a millisecond
-    assert ids == sorted(ids) and len(set(ids)) == len(ids)

@@ -8,7 +8,6 @@ a web view can serve them as they are.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,21 +37,10 @@ RunKind = Literal["run", "race", "bandit", "select"]
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
-_last_id = 0
-_id_lock = threading.Lock()
-
-
 def new_run_id() -> str:
     """A 26-character id that sorts by creation time (48 bits of milliseconds, 80 random bits,
-    Crockford base 32, like a ULID). Within one process ids are monotonic: two made in the same
-    millisecond still sort in the order they were made (the later one is the earlier plus one,
-    as in ULID's monotonic mode), so "newest first" is exact."""
-    global _last_id
+    Crockford base 32, like a ULID)."""
     value = (int(time.time() * 1000) << 80) | int.from_bytes(secrets.token_bytes(10), "big")
-    with _id_lock:
-        if value <= _last_id:
-            value = _last_id + 1
-        _last_id = value
     chars = []
     for _ in range(26):
         value, digit = divmod(value, 32)
