@@ -208,3 +208,21 @@ def test_run_ids_sort_by_creation_time(monkeypatch: pytest.MonkeyPatch) -> None:
         made.append(new_run_id())
     assert all(len(i) == 26 for i in made)
     assert made == sorted(made) and len(set(made)) == 3
+
+
+def test_runs_logged_in_the_same_millisecond_list_newest_written_first(tmp_path: Path) -> None:
+    """Ids of one millisecond are random after their time part, so the order among runs with the
+    same ``created_at`` is the order they were written, not the ids' order."""
+    with RunLog(tmp_path / "logs.db") as log:
+        written = [
+            log.write(
+                RunRecord(
+                    kind="run", prompt=f"q{i}", status="ok", created_at="2026-01-01T00:00:00.000Z"
+                )
+            )
+            for i in range(12)
+        ]
+        assert [r.id for r in log.list_runs(RunQuery(limit=None))] == [
+            r.id for r in reversed(written)
+        ]
+        assert log.last_run().id == written[-1].id  # type: ignore[union-attr]

@@ -254,7 +254,7 @@ class RunLog:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs r"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?"
+        sql += " ORDER BY r.created_at DESC, r.rowid DESC LIMIT ? OFFSET ?"
         params += [-1 if query.limit is None else max(0, query.limit), max(0, query.offset)]
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
@@ -358,7 +358,7 @@ class RunLog:
         with self._lock:
             row = self._conn.execute(
                 f"SELECT {_RUN_COLUMNS}, r.messages FROM runs r "
-                "ORDER BY r.created_at DESC, r.id DESC LIMIT 1"
+                "ORDER BY r.created_at DESC, r.rowid DESC LIMIT 1"
             ).fetchone()
             return self._record(row, with_messages=True) if row else None
 
@@ -367,7 +367,7 @@ class RunLog:
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_RUN_COLUMNS}, r.messages FROM runs r WHERE r.conversation_id = ? "
-                "ORDER BY r.created_at, r.id",
+                "ORDER BY r.created_at, r.rowid",
                 (conversation_id,),
             ).fetchall()
             return [self._record(row, with_messages=True) for row in rows]
@@ -377,7 +377,7 @@ class RunLog:
         with self._lock:
             row = self._conn.execute(
                 "SELECT conversation_id FROM runs WHERE conversation_id IS NOT NULL "
-                "ORDER BY created_at DESC, id DESC LIMIT 1"
+                "ORDER BY created_at DESC, rowid DESC LIMIT 1"
             ).fetchone()
         return row[0] if row else None
 
