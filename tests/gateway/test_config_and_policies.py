@@ -12,6 +12,7 @@ import pytest
 
 from phi_core.errors import ConfigError, GatewayError, UserError
 from phi_core.gateway import Gateway, GatewayConfig, load_gateway_config, parse_chat_request
+from phi_core.gateway import _service as gateway_service
 from phi_core.runlog import RunLog
 
 from ..providers.fakes import FakeServer
@@ -217,3 +218,32 @@ async def test_a_profile_that_cannot_be_routed_is_still_raced(
     assert routed.status_code == 404
     assert "cannot be routed" in routed.json()["error"]["message"]
     assert "distinct `name`" in routed.json()["error"]["message"]
+
+
+class _CountingLog(RunLog):
+    """A real run log that remembers the size of every batch written to it."""
+
+    batches: list[int]
+
+    def write_many(self, records: Any) -> Any:
+        self.batches.append(len(records))
+        return super().write_many(records)
+
+
+async def test_run_records_are_written_in_batches_and_all_of_them_by_shutdown(
+    strict_loop: Any, upstream: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_service, "RECORD_BATCH_S", 600.0)  # shutdown must not wait it
+    log = _CountingLog(tmp_path / "logs.db")
+    log.batches = []
+    model = f"openai-compat:alpha@{upstream.url}/v1"
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    async with live_gateway(gateway_config(upstream.url), log) as url, httpx.AsyncClient() as c:
+        for _ in range(6):
+            reply = await c.post(f"{url}/v1/chat/completions", json=body)
+            assert reply.status_code == 200 and reply.text.endswith("data: [DONE]\n\n")
+    # Six requests inside one batching window share one transaction, written when the gateway
+    # closed (not 600 s later).
+    assert log.batches == [6]
+    assert len(log.list_runs()) == 6
+    assert all(r.source == "gateway" and r.status == "ok" for r in log.list_runs())

@@ -3,6 +3,7 @@ prefix, secrets never reach the file, and logging can be switched off."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -97,6 +98,18 @@ def test_a_written_run_comes_back_whole(log: RunLog) -> None:
     # Listings leave the history out; everything else is there.
     listed = log.list_runs()[0]
     assert listed.messages is None and listed.branches == record.branches
+
+
+def test_write_many_stores_every_record_in_one_transaction_or_none(log: RunLog) -> None:
+    records = [race_record(f"question {i}") for i in range(3)]
+    stored = log.write_many(records)
+    assert [r.id for r in stored] == [r.id for r in records]
+    assert {r.id for r in log.list_runs()} == {r.id for r in records}
+    # A batch with a record already stored fails whole: nothing of it is kept.
+    fresh = race_record("question 3")
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        log.write_many([fresh, records[0]])
+    assert fresh.id not in {r.id for r in log.list_runs()}
 
 
 def test_runs_list_newest_first_and_filter_by_every_field(log: RunLog) -> None:

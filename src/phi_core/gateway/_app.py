@@ -122,9 +122,35 @@ class _EventStream:
 
         async def produce() -> None:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            async for frame in self.frames:
-                await send({"type": "http.response.body", "body": frame.encode(),
-                            "more_body": True})  # fmt: skip
+            # Frames that are ready together leave in one write (an upstream's network read
+            # often holds many chunks); a frame that has to wait for the upstream goes at once.
+            ready: asyncio.Queue[str | None] = asyncio.Queue()
+
+            async def pull() -> None:
+                try:
+                    async for frame in self.frames:
+                        ready.put_nowait(frame)
+                finally:
+                    ready.put_nowait(None)
+
+            puller = asyncio.ensure_future(pull())
+            try:
+                while True:
+                    batch = [await ready.get()]
+                    while not ready.empty():
+                        batch.append(ready.get_nowait())
+                    end = batch[-1] is None
+                    body = "".join(f for f in batch if f is not None).encode()
+                    if body:
+                        await send({"type": "http.response.body", "body": body,
+                                    "more_body": True})  # fmt: skip
+                    if end:
+                        break
+                await puller  # its exception, if it failed
+            finally:
+                if not puller.done():
+                    puller.cancel()
+                await asyncio.gather(puller, return_exceptions=True)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         disconnected = False

@@ -12,6 +12,7 @@ previews, fallbacks), also when the client went away.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import hmac
@@ -66,6 +67,9 @@ Kind = Literal["race", "route", "passthrough"]
 LINK_PREFIX = "phi:gateway:link:"
 RELOAD_EVERY_S = 1.0
 """A route profile reloads the shared router statistics at most this often."""
+RECORD_BATCH_S = 0.1
+"""How long a run record waits for others to be written with it (one thread hop and one
+transaction a batch); at close, what is queued is written at once."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ class Gateway:
         self.ready = False
         self.in_flight = 0
         self._redis: Any = None
+        self._unwritten: list[RunRecord] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
         # Plans are checked now, so a bad profile fails at start with the race file's errors.
         self.retry = RetryPolicy(max_retries=self.settings.retries)
         for name, spec in config.profiles.items():
@@ -150,6 +157,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Open the router state, feedback links, limits and run log (in threads)."""
+        self._closing = asyncio.Event()
         await asyncio.to_thread(self._open)
         for route in self.routes.values():
             await route.race.load()
@@ -188,6 +196,9 @@ class Gateway:
     async def close(self) -> None:
         """Stop answering readiness and close what :meth:`start` opened."""
         self.ready = False
+        if self._writer is not None:
+            self._closing.set()
+            await self._writer  # the records still queued
         if self.run_log is not None and self._run_log_arg == "default":
             await asyncio.to_thread(self.run_log.close)
         if self._redis is not None:
@@ -541,13 +552,25 @@ class Gateway:
         await self.write_record(record)
 
     async def write_record(self, record: RunRecord) -> None:
-        """Write one record (content blanked unless ``log_content``); never raises."""
+        """Queue one record (content blanked unless ``log_content``) for the run log; never
+        raises. Records are written in batches, :data:`RECORD_BATCH_S` apart, by one task that
+        :meth:`close` waits for: a write in a worker thread takes the interpreter from the
+        requests in flight, so one write a request cost passthrough latency."""
         if self.run_log is None:
             return
         if not self.settings.log_content:
             record = without_content(record)
-        log = self.run_log
-        try:
-            await asyncio.to_thread(log.write, record)
-        except Exception as exc:  # a failed log write must not fail a request already paid for
-            logger.warning("the run log could not record gateway run %s: %s", record.id, exc)
+        self._unwritten.append(record)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_unwritten(self.run_log))
+
+    async def _write_unwritten(self, log: RunLog) -> None:
+        with contextlib.suppress(TimeoutError):  # the batch's time is up (or close() is waiting)
+            await asyncio.wait_for(self._closing.wait(), RECORD_BATCH_S)
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
+            try:
+                await asyncio.to_thread(log.write_many, batch)
+            except Exception as exc:  # a failed log write must not fail requests already paid for
+                ids = ", ".join(r.id for r in batch)
+                logger.warning("the run log could not record gateway runs %s: %s", ids, exc)

@@ -9,8 +9,11 @@ stored conversation is never changed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
+
+import openai
 
 from ..errors import ProviderError
 from ..types import (
@@ -69,35 +72,37 @@ class OpenAIChatProvider:
         usage = Usage()
         failure: ProviderError | None = None
         try:
-            response = await self._clients.get().chat.completions.create(
+            # The SDK sends the request (auth, headers, status errors); its response's lines are
+            # decoded here, with plain JSON: building the SDK's pydantic chunk objects cost most
+            # of a passthrough's CPU (benchmarks/gateway_load.py).
+            async with self._clients.get().chat.completions.with_streaming_response.create(
                 **params, timeout=request_timeout()
-            )
-            try:
-                async for chunk in response:
-                    if chunk.usage is not None:
-                        usage = _usage(chunk.usage)
-                    for choice in chunk.choices:
-                        delta = choice.delta
-                        extra = delta.model_extra
-                        if extra:
-                            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-                            if isinstance(reasoning, str) and reasoning:
-                                yield builder.thinking("thinking", reasoning)
-                        if delta.content:
-                            yield builder.text("text", delta.content)
-                        if delta.tool_calls:
-                            for call in delta.tool_calls:
-                                function = call.function
-                                yield builder.tool_call(
-                                    ("tool", call.index),
-                                    id=call.id,
-                                    name=function.name if function else None,
-                                    arguments=(function.arguments or "") if function else "",
-                                )
-                        if choice.finish_reason:
-                            finish = choice.finish_reason
-            finally:
-                await response.close()
+            ) as response:
+                async for data in _sse_data(response.iter_lines()):
+                    chunk = json.loads(data)
+                    if not isinstance(chunk, dict):
+                        raise ValueError(f"a stream event that is not a JSON object: {data[:80]!r}")
+                    if chunk.get("error"):
+                        raise _stream_error(chunk, response.http_request)
+                    if chunk.get("usage"):
+                        usage = _usage(chunk["usage"])
+                    for choice in chunk.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                        if isinstance(reasoning, str) and reasoning:
+                            yield builder.thinking("thinking", reasoning)
+                        if delta.get("content"):
+                            yield builder.text("text", delta["content"])
+                        for call in delta.get("tool_calls") or ():
+                            function = call.get("function") or {}
+                            yield builder.tool_call(
+                                ("tool", call.get("index", 0)),
+                                id=call.get("id"),
+                                name=function.get("name"),
+                                arguments=function.get("arguments") or "",
+                            )
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
         except Exception as exc:
             mapped = map_openai_error(exc, model.provider, model.id)
             if mapped is None:
@@ -112,22 +117,48 @@ class OpenAIChatProvider:
         yield StreamDone(builder.finish(_FINISH.get(finish, "stop"), usage))
 
 
-def _usage(raw: Any) -> Usage:
-    prompt = raw.prompt_tokens or 0
-    cached = 0
-    details = getattr(raw, "prompt_tokens_details", None)
-    if details is not None:
-        cached = getattr(details, "cached_tokens", 0) or 0
-    reasoning = 0
-    out_details = getattr(raw, "completion_tokens_details", None)
-    if out_details is not None:
-        reasoning = getattr(out_details, "reasoning_tokens", 0) or 0
+async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The ``data`` of each server-sent event up to ``[DONE]`` (the rest of the body is read, so
+    the connection can be reused); comments, ``event:``/``id:`` fields and blank lines skipped."""
+    data: list[str] = []
+    done = False
+    async for line in lines:
+        if done:
+            continue
+        if line.startswith("data:"):
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
+            continue
+        if line or not data:
+            continue
+        event = "\n".join(data)
+        data = []
+        if event.startswith("[DONE]"):
+            done = True
+        else:
+            yield event
+    if data and not done and not data[0].startswith("[DONE]"):
+        yield "\n".join(data)
+
+
+def _stream_error(chunk: dict[str, Any], request: Any) -> openai.APIError:
+    """An ``error`` event inside a 200 stream, as the SDK's own :class:`openai.APIError`."""
+    error = chunk["error"]
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str) or not message:
+        message = "An error occurred during streaming"
+    return openai.APIError(message, request, body=error)
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    prompt = raw.get("prompt_tokens") or 0
+    cached = (raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
     return Usage(
         input=prompt - cached,
-        output=raw.completion_tokens or 0,
+        output=raw.get("completion_tokens") or 0,
         reasoning=reasoning,
         cache_read=cached,
-        total=raw.total_tokens or 0,
+        total=raw.get("total_tokens") or 0,
     )
 
 

@@ -21,6 +21,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -120,6 +121,10 @@ def _run_values(record: RunRecord) -> tuple[Any, ...]:
     return tuple(_dump(data[f]) if f in _RUN_JSON else data[f] for f in _RUN_FIELDS)
 
 
+def _event_values(run_id: str, e: RouteEventRecord) -> tuple[Any, ...]:
+    return (run_id, e.seq, e.type, e.namespace, e.action, e.timestamp, _dump(e.payload))
+
+
 def _branch_values(run_id: str, branch: BranchRecord) -> tuple[Any, ...]:
     data = branch.model_dump(mode="json")
     data["winner"] = int(branch.winner)
@@ -205,37 +210,40 @@ class RunLog:
 
     def write(self, record: RunRecord) -> RunRecord:
         """Store ``record`` (every string redacted); returns it as stored."""
+        [clean] = self.write_many([record])
+        return clean
+
+    def write_many(self, records: Sequence[RunRecord]) -> list[RunRecord]:
+        """Store ``records`` in one transaction (all or none); returns them as stored."""
         if self.read_only:
             raise UserError(
                 f"The run log {str(self.path)!r} was opened read-only; it cannot store runs."
             )
-        clean = RunRecord.model_validate(_redacted(record.model_dump(mode="json")))
-        branches = [_branch_values(clean.id, b) for b in clean.branches]
-        events = [
-            (clean.id, e.seq, e.type, e.namespace, e.action, e.timestamp, _dump(e.payload))
-            for e in clean.route_events
-        ]
+        stored = [RunRecord.model_validate(_redacted(r.model_dump(mode="json"))) for r in records]
         marks = ", ".join("?" * len(_RUN_FIELDS))
         branch_marks = ", ".join("?" * (len(_BRANCH_COLUMNS) + 1))
         with self._lock, self._transaction():
-            self._conn.execute(
-                f"INSERT INTO runs ({', '.join(_RUN_FIELDS)}) VALUES ({marks})", _run_values(clean)
-            )
-            self._conn.executemany(
-                f"INSERT INTO branches (run_id, {', '.join(_BRANCH_COLUMNS.values())}) "
-                f"VALUES ({branch_marks})",
-                branches,
-            )
-            self._conn.executemany(
-                f"INSERT INTO route_events ({', '.join(_EVENT_FIELDS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                events,
-            )
-            if self._fts:
+            for clean in stored:
                 self._conn.execute(
-                    "INSERT INTO runs_fts (run_id, body) VALUES (?, ?)",
-                    (clean.id, _search_body(clean)),
+                    f"INSERT INTO runs ({', '.join(_RUN_FIELDS)}) VALUES ({marks})",
+                    _run_values(clean),
                 )
-        return clean
+                self._conn.executemany(
+                    f"INSERT INTO branches (run_id, {', '.join(_BRANCH_COLUMNS.values())}) "
+                    f"VALUES ({branch_marks})",
+                    [_branch_values(clean.id, b) for b in clean.branches],
+                )
+                self._conn.executemany(
+                    f"INSERT INTO route_events ({', '.join(_EVENT_FIELDS)}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [_event_values(clean.id, e) for e in clean.route_events],
+                )
+                if self._fts:
+                    self._conn.execute(
+                        "INSERT INTO runs_fts (run_id, body) VALUES (?, ?)",
+                        (clean.id, _search_body(clean)),
+                    )
+        return stored
 
     async def awrite(self, record: RunRecord) -> RunRecord:
         """:meth:`write` in a worker thread (for callers inside an event loop)."""
