@@ -52,11 +52,15 @@ from .runlog import RunLog, RunRecorder
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
+    from .gateway._auth import BearerKeys
+
 __all__ = [
     "DEFAULT_PROFILE",
+    "McpConfig",
     "Progress",
     "RaceProfile",
     "RaceTools",
+    "load_config",
     "load_profiles",
     "mcp_server",
     "serve_http",
@@ -103,13 +107,35 @@ def load_profiles(
         UserError: a file that does not read or validate (naming file, line and key), or two
             files offering one profile name.
     """
+    loaded = load_config(paths)
+    return loaded.profiles, loaded.state
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    """What ``phi mcp serve`` reads from its config files."""
+
+    profiles: dict[str, RaceProfile]
+    state: str | None
+    keys: BearerKeys
+    """Who may call the HTTP endpoint: every file's ``[[gateway.keys]]`` and
+    ``$PHI_GATEWAY_KEYS`` (none: anyone)."""
+
+
+def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
+    """The profiles, router state and keys of the config files ``paths`` (see
+    :func:`load_profiles`; a key read from an unset variable is an error naming it)."""
     from .gateway import load_gateway_config
+    from .gateway._auth import BearerKeys
+    from .gateway._config import env_keys
 
     profiles: dict[str, RaceProfile] = {}
     state: str | None = None
+    keys = []
     for path in paths:
         config = load_gateway_config(path)
         state = state or config.gateway.state
+        keys += [(k, k.secret()) for k in config.gateway.keys]
         for name, spec in config.profiles.items():
             if name in profiles:
                 raise UserError(
@@ -118,7 +144,7 @@ def load_profiles(
                 )
             profiles[name] = RaceProfile(name, spec, source=os.fspath(path))
     profiles.setdefault(DEFAULT_PROFILE, RaceProfile(DEFAULT_PROFILE, RaceSpec()))
-    return profiles, state
+    return McpConfig(profiles, state, BearerKeys(keys + env_keys()))
 
 
 class RaceTools:
@@ -380,21 +406,26 @@ def serve_http(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
+    keys: BearerKeys | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve ``server`` over streamable HTTP at ``http://host:port/mcp`` until interrupted.
 
-    ``port`` 0 picks a free port; ``on_ready`` receives the endpoint's URL once it listens.
+    ``port`` 0 picks a free port; with ``keys``, a request without ``Authorization: Bearer
+    <one of them>`` gets a 401 and never reaches the tools; ``on_ready`` receives the endpoint's
+    URL once it listens.
     """
     import uvicorn
 
     from ._net import listening_socket
+    from .gateway._auth import require_bearer
 
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    guarded = require_bearer(app, keys) if keys is not None else app
+    config = uvicorn.Config(guarded, log_level="warning", lifespan="on")
     if on_ready is not None:
         on_ready(f"http://{shown}:{bound}/mcp")
     try:

@@ -192,14 +192,15 @@ async def test_a_sure_router_skips_the_race_and_counts_it(
 
 
 def test_serving_beyond_loopback_without_keys_is_warned(monkeypatch: pytest.MonkeyPatch) -> None:
-    from phi_core.gateway._config import exposure_warning
+    from phi_core.gateway._config import env_keys, exposure_warning
 
     monkeypatch.delenv("PHI_GATEWAY_KEYS", raising=False)
-    open_config = GatewayConfig()
-    keyed = GatewayConfig.model_validate({"gateway": {"keys": [{"name": "k", "key": "sk-x"}]}})
-    assert exposure_warning(open_config, "127.0.0.1") is None
-    assert "without keys" in (exposure_warning(open_config, "0.0.0.0") or "")
-    assert exposure_warning(keyed, "0.0.0.0") is None
+    assert env_keys() == []
+    assert exposure_warning(False, "127.0.0.1") is None
+    assert "without keys" in (exposure_warning(False, "0.0.0.0") or "")
+    assert exposure_warning(True, "0.0.0.0") is None
+    monkeypatch.setenv("PHI_GATEWAY_KEYS", " sk-a , ,sk-b")
+    assert [(k.name, v) for k, v in env_keys()] == [("env-1", "sk-a"), ("env-2", "sk-b")]
 
 
 async def test_a_profile_that_cannot_be_routed_is_still_raced(

@@ -10,8 +10,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
@@ -57,26 +59,32 @@ async def stdio_client(setup: Setup, *extra: str) -> AsyncIterator[Client]:
 
 
 @asynccontextmanager
-async def http_client(setup: Setup, *extra: str) -> AsyncIterator[Client]:
-    """``phi mcp serve --http --port 0`` in a subprocess; the client connects to the URL it
-    announces on stderr. The server is stopped (SIGTERM, then awaited) on the way out."""
+async def http_server(
+    setup: Setup, *extra: str, env: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """``phi mcp serve --http --port 0`` in a subprocess; yields the URL it announces on
+    stderr. The server is stopped (SIGTERM, then awaited) on the way out."""
     process = await asyncio.create_subprocess_exec(
         phi_command(), "mcp", "serve", "--http", "--port", "0",
         "--config", str(setup.race_file), *extra,
-        env={**os.environ, **setup.env},
+        env={**os.environ, **setup.env, **(env or {})},
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert process.stderr is not None
     try:
         line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
         assert "listening on http://127.0.0.1:" in line, line
-        url = line.rsplit(" ", 1)[1].strip()
-        async with Client(url) as client:
-            yield client
+        yield line.rsplit(" ", 1)[1].strip()
     finally:
         if process.returncode is None:
             process.terminate()
         await asyncio.wait_for(process.wait(), 30)
+
+
+@asynccontextmanager
+async def http_client(setup: Setup, *extra: str) -> AsyncIterator[Client]:
+    async with http_server(setup, *extra) as url, Client(url) as client:
+        yield client
 
 
 async def test_stdio_race_returns_the_judged_winner_with_every_branch_cost(
@@ -265,3 +273,31 @@ async def test_stdio_default_profile_races_the_embedded_model(
     assert race["text"].strip()
     assert [b["model"] for b in race["branches"]] == ["local:smollm2"] * 3
     assert race["usage"]["output"] > 0 and race["cost_usd"] == 0
+
+
+async def test_http_with_keys_refuses_callers_without_one_and_serves_those_with_one(
+    setup: Setup, strict_loop: list[Any]
+) -> None:
+    key = "sk-mcp-test-key-0123"
+    async with http_server(setup, env={"PHI_GATEWAY_KEYS": f"other-key,{key}"}) as url:
+        async with httpx2.AsyncClient() as raw:
+            refused = await raw.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            wrong = await raw.post(
+                url, json={}, headers={"Authorization": "Bearer sk-mcp-test-key-0124"}
+            )
+        with pytest.raises(ExceptionGroup) as no_key:  # the SDK client cannot even initialize
+            async with Client(url) as client:
+                await client.list_tools()
+        headers = {"Authorization": f"Bearer {key}"}
+        async with (
+            httpx2.AsyncClient(headers=headers) as keyed,
+            Client(streamable_http_client(url, http_client=keyed)) as client,
+        ):
+            models = await client.call_tool("models", {})
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    assert refused.json()["error"]["code"] == "missing_api_key"
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert key not in wrong.text
+    assert no_key.group_contains(MCPError, match="error response")
+    assert not models.is_error and models.structured_content is not None
+    assert not setup.upstream.requests  # nothing refused reached a model

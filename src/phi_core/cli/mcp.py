@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 
-from .._net import is_loopback
 from ..errors import UserError
-from ..mcp_server import RaceTools, load_profiles, mcp_server, serve_http
+from ..gateway._config import exposure_warning
+from ..mcp_server import RaceTools, load_config, mcp_server, serve_http
 from ..runlog import RunLog, default_log_path, logging_enabled
 from ._common import usage_error, warn
 from ._options import ScriptOption
@@ -39,7 +39,8 @@ def serve(
         list[Path] | None,
         typer.Option(
             "--config",
-            help="Gateway file ([profiles.NAME] race files, [gateway] state), as for `phi serve`, "
+            help="Gateway file ([profiles.NAME] race files, [gateway] state and keys), as for "
+            "`phi serve`, "
             "or one race file (a profile named after the file). Repeatable. The profile "
             "`default` races the default configurations of the embedded model unless a file "
             "names it.",
@@ -48,7 +49,10 @@ def serve(
     http: Annotated[
         bool,
         typer.Option(
-            "--http", help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio."
+            "--http",
+            help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio; with keys "
+            "([[gateway.keys]] or $PHI_GATEWAY_KEYS) every request needs `Authorization: "
+            "Bearer <key>`.",
         ),
     ] = False,
     host: Annotated[
@@ -85,12 +89,12 @@ def serve(
     The tools spend money on the providers your race files name: set --max-cost.
     """
     try:
-        profiles, configured_state = load_profiles(config or [])
+        loaded = load_config(config or [])
         source = ctx.get_parameter_source("state")
-        if configured_state and (source is None or source.name != "COMMANDLINE"):
-            state = configured_state  # the config file's beats the environment's, as for phi serve
+        if loaded.state and (source is None or source.name != "COMMANDLINE"):
+            state = loaded.state  # the config file's beats the environment's, as for phi serve
         tools = RaceTools(
-            profiles,
+            loaded.profiles,
             state=state,
             providers=scripted_providers(script),
             max_cost_usd=max_cost,
@@ -100,12 +104,10 @@ def serve(
         if not http:
             server.run("stdio")
             return
-        if not is_loopback(host):
-            warn(
-                f"listening on {host}: the MCP endpoint has no authentication, so anyone who "
-                "reaches it can spend on your keys; prefer 127.0.0.1 behind a proxy."
-            )
-        serve_http(server, host=host, port=port, on_ready=_announce)
+        warning = exposure_warning(bool(loaded.keys), host, "the providers your races use")
+        if warning is not None:
+            warn(warning)
+        serve_http(server, host=host, port=port, keys=loaded.keys, on_ready=_announce)
     except UserError as exc:
         raise usage_error(exc) from None
 

@@ -31,7 +31,7 @@ from ..metering import Meter
 from ..providers.base import StreamDone
 from ..types import TextDelta, ToolCallDelta
 from ._answers import Answer, request_record
-from ._config import GatewayConfig, exposure_warning, load_gateway_config
+from ._config import GatewayConfig, env_keys, exposure_warning, load_gateway_config
 from ._service import Caller, Gateway
 from ._wire import (
     ChatRequest,
@@ -480,7 +480,7 @@ def serve(
     if not 0 <= port <= 65535:
         raise UserError(f"port must be from 0 to 65535, got {port!r}.")
     loaded = load_gateway_config(config)
-    warning = exposure_warning(loaded, host)
+    warning = exposure_warning(bool(loaded.gateway.keys or env_keys()), host)
     if warning is not None:
         logger.warning("phi serve: %s", warning)
         print(f"warning: {warning}", file=sys.stderr)

@@ -43,6 +43,7 @@ __all__ = [
     "ApiKey",
     "GatewayConfig",
     "GatewaySettings",
+    "env_keys",
     "exposure_warning",
     "load_gateway_config",
 ]
@@ -120,20 +121,22 @@ class GatewayConfig(_Section):
 
     def api_keys(self) -> list[tuple[ApiKey, str]]:
         """Every key with its value: the config's, then ``$PHI_GATEWAY_KEYS``."""
-        keys = [(k, k.secret()) for k in self.gateway.keys]
-        env = [v.strip() for v in os.environ.get(KEYS_ENV, "").split(",") if v.strip()]
-        for i, value in enumerate(env):
-            keys.append((ApiKey(name=f"env-{i + 1}", key=SecretStr(value)), value))
-        return keys
+        return [(k, k.secret()) for k in self.gateway.keys] + env_keys()
 
 
-def exposure_warning(config: GatewayConfig, host: str) -> str | None:
-    """What is wrong with serving ``config`` on ``host`` (``None``: nothing): a gateway without
-    keys reachable from other machines spends your providers' money for anyone."""
-    if is_loopback(host) or config.gateway.keys or os.environ.get(KEYS_ENV, "").strip():
+def env_keys() -> list[tuple[ApiKey, str]]:
+    """The keys of ``$PHI_GATEWAY_KEYS`` (comma-separated; named ``env-1``, ``env-2``, …)."""
+    values = [v.strip() for v in os.environ.get(KEYS_ENV, "").split(",") if v.strip()]
+    return [(ApiKey(name=f"env-{i}", key=SecretStr(v)), v) for i, v in enumerate(values, 1)]
+
+
+def exposure_warning(has_keys: bool, host: str, what: str = "your providers") -> str | None:
+    """What is wrong with serving on ``host`` (``None``: nothing): a server without keys
+    reachable from other machines spends your providers' money for anyone."""
+    if is_loopback(host) or has_keys:
         return None
     return (
-        f"listening on {host} without keys: anyone who can reach it can call your providers. "
+        f"listening on {host} without keys: anyone who can reach it can call {what}. "
         "Add [[gateway.keys]] to the config or set $PHI_GATEWAY_KEYS."
     )
 

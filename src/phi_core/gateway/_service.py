@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import hmac
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -46,6 +45,7 @@ from ._answers import (
     upstream_error,
     without_content,
 )
+from ._auth import BearerKeys
 from ._config import ApiKey, GatewayConfig
 from ._limits import LimitCounters, MemoryCounters, RedisCounters, day_window, minute_window
 from ._metrics import GatewayMetrics
@@ -110,7 +110,7 @@ class Gateway:
         self.settings = config.gateway
         self.providers = dict(providers or {})
         self.metrics = GatewayMetrics()
-        self._keys = config.api_keys()  # a key_env that is unset is reported now
+        self._keys = BearerKeys(config.api_keys())  # a key_env that is unset is reported now
         self._run_log_arg = run_log
         self.run_log: RunLog | None = None
         self.race_plans: dict[str, RacePlan] = {}
@@ -266,28 +266,9 @@ class Gateway:
 
     def authenticate(self, authorization: str | None) -> Caller:
         """The caller of a request with this ``Authorization`` header (401 without a key the
-        gateway knows; every configured key is compared in constant time)."""
-        if not self._keys:
-            return Caller()
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise GatewayError(
-                401,
-                "Missing API key: send `Authorization: Bearer <key>`.",
-                type_="authentication_error",
-                code="missing_api_key",
-            )
-        given = token.strip().encode()
-        found: ApiKey | None = None
-        for key, value in self._keys:
-            if hmac.compare_digest(given, value.encode()) and found is None:
-                found = key
-        if found is None:
-            raise GatewayError(
-                401, "Incorrect API key provided.", type_="authentication_error",
-                code="invalid_api_key",
-            )  # fmt: skip
-        return Caller(found.name, found)
+        gateway knows; see :class:`BearerKeys`)."""
+        found = self._keys.check(authorization)
+        return Caller() if found is None else Caller(found.name, found)
 
     def authorize(self, caller: Caller, model: str) -> None:
         """403 when the caller's key may not call ``model``."""
