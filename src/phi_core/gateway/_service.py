@@ -27,7 +27,7 @@ from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
 from ..parallel import ParallelLoopResult
-from ..providers.base import Provider, StreamDone, StreamRequest
+from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.registry import get_provider, resolve_model
 from ..providers.retry import RetryPolicy
@@ -67,6 +67,8 @@ Kind = Literal["race", "route", "passthrough"]
 LINK_PREFIX = "phi:gateway:link:"
 RELOAD_EVERY_S = 1.0
 """A route profile reloads the shared router statistics at most this often."""
+MODELS_KEPT = 1024
+"""How many resolved passthrough model names a gateway remembers."""
 RECORD_BATCH_S = 0.1
 """How long a run record waits for others to be written with it (one thread hop and one
 transaction a batch); at close, what is queued is written at once."""
@@ -121,6 +123,7 @@ class Gateway:
         self.ready = False
         self.in_flight = 0
         self._redis: Any = None
+        self._models: dict[str, ModelConfig] = {}
         self._unwritten: list[RunRecord] = []
         self._writer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
@@ -245,11 +248,21 @@ class Gateway:
                     param="model",
                 )
             try:
-                resolve_model(name)
+                self._model(name)
             except UserError as exc:
                 raise self._unknown(name, str(exc)) from None
             return "passthrough", name
         raise self._unknown(name, "")
+
+    def _model(self, name: str) -> ModelConfig:
+        """``resolve_model(name)``, remembered (the catalog and environment do not change
+        while serving; at most :data:`MODELS_KEPT` names, so clients cannot grow it forever)."""
+        model = self._models.get(name)
+        if model is None:
+            model = resolve_model(name)
+            if len(self._models) < MODELS_KEPT:
+                self._models[name] = model
+        return model
 
     def _unknown(self, name: str, why: str) -> GatewayError:
         known = ", ".join(self.model_ids()) or "none configured"
@@ -358,7 +371,7 @@ class Gateway:
         )
 
     def passthrough_request(self, request: ChatRequest) -> tuple[Provider, StreamRequest]:
-        model = resolve_model(request.model)
+        model = self._model(request.model)
         provider = self.providers.get(request.model) or get_provider(model)
         return provider, StreamRequest(
             model=model,
