@@ -9,7 +9,6 @@ stored conversation is never changed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -49,6 +48,8 @@ _FINISH: dict[str, StopReason] = {
     "content_filter": "error",
 }
 _EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+_RAW_CHUNKS: Any = openai.AsyncStream[object]
+"""The SDK's stream of server-sent events, each as the JSON it carries."""
 
 
 class OpenAIChatProvider:
@@ -72,18 +73,16 @@ class OpenAIChatProvider:
         usage = Usage()
         failure: ProviderError | None = None
         try:
-            # The SDK sends the request (auth, headers, status errors); its response's lines are
-            # decoded here, with plain JSON: building the SDK's pydantic chunk objects cost most
-            # of a passthrough's CPU (benchmarks/gateway_load.py).
+            # The SDK sends the request, decodes the server-sent events and raises its errors;
+            # the chunks stay plain dicts (`AsyncStream[object]`): building its pydantic chunk
+            # objects was most of a gateway passthrough's CPU (benchmarks/gateway_load.py).
             async with self._clients.get().chat.completions.with_streaming_response.create(
                 **params, timeout=request_timeout()
             ) as response:
-                async for data in _sse_data(response.iter_lines()):
-                    chunk = json.loads(data)
+                chunks = await response.parse(to=_RAW_CHUNKS)
+                async for chunk in chunks:
                     if not isinstance(chunk, dict):
-                        raise ValueError(f"a stream event that is not a JSON object: {data[:80]!r}")
-                    if chunk.get("error"):
-                        raise _stream_error(chunk, response.http_request)
+                        raise ValueError(f"a stream event that is not a JSON object: {chunk!r:.80}")
                     if chunk.get("usage"):
                         usage = _usage(chunk["usage"])
                     for choice in chunk.get("choices") or ():
@@ -115,38 +114,6 @@ class OpenAIChatProvider:
                 model.provider, model.id, EOFError("the stream ended before a finish_reason")
             )
         yield StreamDone(builder.finish(_FINISH.get(finish, "stop"), usage))
-
-
-async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data`` of each server-sent event up to ``[DONE]`` (the rest of the body is read, so
-    the connection can be reused); comments, ``event:``/``id:`` fields and blank lines skipped."""
-    data: list[str] = []
-    done = False
-    async for line in lines:
-        if done:
-            continue
-        if line.startswith("data:"):
-            data.append(line[6:] if line.startswith("data: ") else line[5:])
-            continue
-        if line or not data:
-            continue
-        event = "\n".join(data)
-        data = []
-        if event.startswith("[DONE]"):
-            done = True
-        else:
-            yield event
-    if data and not done and not data[0].startswith("[DONE]"):
-        yield "\n".join(data)
-
-
-def _stream_error(chunk: dict[str, Any], request: Any) -> openai.APIError:
-    """An ``error`` event inside a 200 stream, as the SDK's own :class:`openai.APIError`."""
-    error = chunk["error"]
-    message = error.get("message") if isinstance(error, dict) else None
-    if not isinstance(message, str) or not message:
-        message = "An error occurred during streaming"
-    return openai.APIError(message, request, body=error)
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
