@@ -77,6 +77,8 @@ def test_default_race_prints_its_trust_figures() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    # llama.cpp's own log lines (e.g. its context-size warning) go to logging, not the terminal.
+    assert proc.stderr == ""
     lines = proc.stdout.splitlines()
     assert any(line.startswith("Winner: ") and "(strategy consensus)" in line for line in lines)
     trust = [line for line in lines if line.startswith("Trust: decided by consensus/")]

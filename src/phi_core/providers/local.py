@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import ctypes
 import importlib.util
 import json
 import logging
@@ -254,7 +255,32 @@ def _import_llama_cpp() -> Any:
         import llama_cpp
     except ImportError as exc:
         raise MissingExtraError("The local model provider (llama-cpp-python)", "local") from exc
+    _log_llama_to_logging(llama_cpp)
     return llama_cpp
+
+
+_llama_log: Any = None
+"""The ctypes callback llama.cpp logs through (kept alive here; set once)."""
+_llama_logger = logging.getLogger("phi_core.providers.local.llama_cpp")
+
+
+def _log_llama_to_logging(llama_cpp: Any) -> None:
+    """Send llama.cpp's own log lines to :mod:`logging` (DEBUG) instead of the terminal.
+
+    llama-cpp-python prints them to stderr when their level reaches its logger's; its table of
+    ggml's levels predates ggml's renumbering (WARN is 3 now, which it reads as ERROR), so a
+    context-size warning reached the terminal under every ``phi race`` despite ``verbose=False``.
+    """
+    global _llama_log
+    if _llama_log is not None:
+        return
+
+    def log(level: int, text: bytes | None, user_data: Any) -> None:
+        if text:
+            _llama_logger.debug("%s", text.decode("utf-8", "replace").rstrip("\n"))
+
+    _llama_log = llama_cpp.llama_log_callback(log)
+    llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
 
 
 @dataclass(slots=True)
