@@ -167,6 +167,22 @@ async def test_sends_history_tools_format_and_usage_request_and_never_mutates_th
     ]
 
 
+@pytest.mark.parametrize(
+    ("provider", "field", "value"),
+    [("openrouter", "reasoning", {"effort": "high"}), ("ollama", "enable_thinking", True)],
+)
+async def test_vendor_thinking_settings_are_top_level_fields_of_the_body(
+    provider: str, field: str, value: object
+) -> None:
+    async with FakeServer([Stream(text_reply("ok"))]) as server:
+        model = model_for(server, provider=provider, reasoning=True)
+        request = StreamRequest(model=model, messages=[UserMessage.text("hi")], thinking="high")
+        await collect(OpenAIChatProvider(model), request)
+        body = server.requests[0].json
+    assert body[field] == value and "extra_body" not in body
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+
+
 async def test_mistral_preset_names_tool_results_and_inserts_an_assistant_turn_after_them() -> None:
     async with FakeServer([Stream(text_reply("ok"))]) as server:
         model = model_for(server, provider="mistral")

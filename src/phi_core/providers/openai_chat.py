@@ -76,10 +76,19 @@ class OpenAIChatProvider:
             # The SDK sends the request, decodes the server-sent events and raises its errors;
             # the chunks stay plain dicts (`AsyncStream[object]`): building its pydantic chunk
             # objects was most of a gateway passthrough's CPU (benchmarks/gateway_load.py).
-            async with self._clients.get().chat.completions.with_streaming_response.create(
-                **params, timeout=request_timeout()
-            ) as response:
-                chunks = await response.parse(to=_RAW_CHUNKS)
+            # `post` is the SDK's documented call for a body it need not transform: ours is
+            # plain JSON already, and the typed `create` re-walked every message of it.
+            body = {k: v for k, v in params.items() if k != "extra_body"}
+            body.update(params.get("extra_body") or {})
+            chunks = await self._clients.get().post(
+                "/chat/completions",
+                cast_to=object,
+                body=body,
+                options={"timeout": request_timeout()},
+                stream=True,
+                stream_cls=_RAW_CHUNKS,
+            )
+            async with chunks:
                 async for chunk in chunks:
                     if not isinstance(chunk, dict):
                         raise ValueError(f"a stream event that is not a JSON object: {chunk!r:.80}")
