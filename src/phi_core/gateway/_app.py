@@ -61,6 +61,9 @@ logger = logging.getLogger("phi_core.gateway")
 CONFIG_ENV = "PHI_GATEWAY_CONFIG"
 """The config file of workers started by :func:`serve` (``--workers`` > 1 imports the app)."""
 
+FRAMES_AHEAD = 64
+"""How many SSE frames a stream reads ahead of a client that is slow to take them."""
+
 T = TypeVar("T")
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -124,14 +127,19 @@ class _EventStream:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             # Frames that are ready together leave in one write (an upstream's network read
             # often holds many chunks); a frame that has to wait for the upstream goes at once.
-            ready: asyncio.Queue[str | None] = asyncio.Queue()
+            # The queue is bounded: a slow client slows the upstream read, as before.
+            ready: asyncio.Queue[str | None] = asyncio.Queue(maxsize=FRAMES_AHEAD)
 
             async def pull() -> None:
                 try:
                     async for frame in self.frames:
-                        ready.put_nowait(frame)
-                finally:
-                    ready.put_nowait(None)
+                        await ready.put(frame)
+                except asyncio.CancelledError:
+                    raise  # the sender is gone: nobody waits for the end
+                except BaseException:
+                    await ready.put(None)  # the sender stops, then raises this from the puller
+                    raise
+                await ready.put(None)
 
             puller = asyncio.ensure_future(pull())
             try:
