@@ -81,7 +81,7 @@ def check_tools(
             )
         if name in seen:
             raise UserError(
-                f"Two tools are named {name!r} ({_where(every[seen[name]])} and {where}); tool "
+                f"Two tools are named {name!r} ({_where(every[seen[name]])} and {_where(every[i])}); tool "
                 "names must be unique within a run. Rename one of them."
             )
         seen[name] = i
