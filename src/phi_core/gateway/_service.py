@@ -26,7 +26,7 @@ from ..errors import GatewayError, ProviderError, UserError
 from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
-from ..parallel import ParallelLoopResult
+from ..parallel import ParallelLoopResult, runnable_python
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.registry import get_provider, resolve_model
@@ -135,6 +135,11 @@ class Gateway:
             except UserError as exc:
                 raise UserError(f"Profile {name!r}: {exc}") from None
             self.race_plans[name] = self._retrying(plan)
+        self._judges_tool_calls = {
+            name: plan.strategy == "bandit"
+            or getattr(plan.build_strategy(), "judges_tool_calls", True)
+            for name, plan in self.race_plans.items()
+        }
         # A profile that cannot be a route (repeated branch labels) is still a race; a client
         # asking for its route is told why.
         self._route_plans: dict[str, RacePlan] = {}
@@ -344,15 +349,34 @@ class Gateway:
                     message = item.message
             return self._passthrough_answer(request, target, message, meter)
         if request.tools:
-            raise GatewayError(
-                400,
-                f"`tools` are passed through on `provider:model` models; {request.model!r} "
-                "races and answers in text. Call a `provider:model` to use tools.",
-                param="tools",
-            )
+            self._check_tool_race(kind, target)
         if kind == "race":
             return await self._race(request, target, meter)
         return await self._route(request, target, meter)
+
+    def _check_tool_race(self, kind: Kind, profile: str) -> None:
+        """400 when the profile cannot judge a turn of tool calls (it runs the answers' code)."""
+        if kind == "race":
+            strategy = self.race_plans[profile].strategy
+            if not self._judges_tool_calls[profile]:
+                raise GatewayError(
+                    400,
+                    f"race:{profile} decides with the strategy {strategy!r}, which runs each "
+                    "answer's code and cannot judge tool calls. Send `tools` to a profile whose "
+                    "strategy is judge, pairwise, rubric, consensus or vote (or to a "
+                    "`provider:model`).",
+                    param="tools",
+                    code="strategy_cannot_judge_tool_calls",
+                )
+        elif self.routes[profile].race.verify is runnable_python:
+            raise GatewayError(
+                400,
+                f"route:{profile} checks every answer with verify = 'python', which runs the "
+                "answer's code and cannot check tool calls. Send `tools` to a profile without "
+                "that check (its judge grades tool calls) or to a `provider:model`.",
+                param="tools",
+                code="strategy_cannot_judge_tool_calls",
+            )
 
     def _passthrough_answer(
         self, request: ChatRequest, model: str, message: AssistantMessage | None, meter: Meter
@@ -418,6 +442,9 @@ class Gateway:
                 changes["seed"] = request.seed
             if request.response_format is not None:
                 changes["response_format"] = request.response_format
+            if request.tools:  # the client's tools: a branch's turn ends on calling them
+                changes["caller_tools"] = list(request.tools)
+                changes["extra"] = {**config.extra, **request.tool_settings}
             if request.system_prompt is not None:
                 own = config.system_prompt
                 changes["system_prompt"] = (
@@ -458,8 +485,14 @@ class Gateway:
                                                                  strict=True)}  # fmt: skip
         query = request.prompt_text
         if not query.strip():
-            raise GatewayError(400, "The last message must be a user message with text.",
+            raise GatewayError(400, "The conversation needs a user message with text.",
                                param="messages")  # fmt: skip
+        if isinstance(request.messages[-1], AssistantMessage):
+            raise GatewayError(
+                400, "The last message must be the user's (or a tool result) for a route.",
+                param="messages",
+            )  # fmt: skip
+        conversation = AgentContext(messages=list(request.messages))
         plan = self.race_plans[profile]
         recorder = self._recorder(request, plan=plan)
         decisions: list[RouteDecision] = []
@@ -472,7 +505,7 @@ class Gateway:
                 updates.extend(event.rewards)
 
         with metering(meter):
-            result = await race.run(query, events=tee(recorder, sink))
+            result = await race.run(query, context=conversation, events=tee(recorder, sink))
         await self._log(recorder, result)
         self.metrics.inc("phi_gateway_router_decisions_total", profile=profile,
                          action=result.action)  # fmt: skip

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import AllBranchesFailedError, BranchFailure, UserError
 from ..outcome import Outcome, OutcomeStatus, RaceStatus
-from ..types import AgentMessage, AssistantMessage, Usage
+from ..types import AgentMessage, AssistantMessage, ToolCall, Usage
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -96,10 +96,18 @@ class ParallelLoopOutcome(Outcome):
         """The branch's final answer: its last non-empty assistant text; when the branch ended
         on tool calls for the caller to execute (its last message calls tools), that turn's
         :func:`turn_text`, so strategies compare a tool call with a text answer."""
-        last = self.new_messages[-1] if self.new_messages else None
-        if isinstance(last, AssistantMessage) and last.tool_calls:
-            return turn_text(last)
+        calls = self.pending_tool_calls
+        if calls:
+            return turn_text(self.new_messages[-1])
         return final_text(self.new_messages)
+
+    @property
+    def pending_tool_calls(self) -> list[ToolCall]:
+        """The tool calls the branch ended on, for the caller to execute (see
+        ``AgentLoopConfig.caller_tools``): its last message's calls, when that message is an
+        assistant's; empty otherwise."""
+        last = self.new_messages[-1] if self.new_messages else None
+        return last.tool_calls if isinstance(last, AssistantMessage) else []
 
     @property
     def final_message(self) -> AssistantMessage | None:
