@@ -26,7 +26,7 @@ from ..errors import GatewayError, ProviderError, UserError
 from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
-from ..parallel import ParallelLoopResult, runnable_python
+from ..parallel import ParallelLoopResult
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.registry import get_provider, resolve_model
@@ -348,32 +348,22 @@ class Gateway:
                 if isinstance(item, StreamDone):
                     message = item.message
             return self._passthrough_answer(request, target, message, meter)
-        if request.tools:
-            self._check_tool_race(kind, target)
+        if kind == "race" and request.tools:
+            self._check_tool_race(target)
         if kind == "race":
             return await self._race(request, target, meter)
         return await self._route(request, target, meter)
 
-    def _check_tool_race(self, kind: Kind, profile: str) -> None:
-        """400 when the profile cannot judge a turn of tool calls (it runs the answers' code)."""
-        if kind == "race":
+    def _check_tool_race(self, profile: str) -> None:
+        """400 when the profile's strategy cannot judge a turn of tool calls (exec-vote runs
+        the answers' code). A route's arms are graded by its judge, which reads tool calls."""
+        if not self._judges_tool_calls[profile]:
             strategy = self.race_plans[profile].strategy
-            if not self._judges_tool_calls[profile]:
-                raise GatewayError(
-                    400,
-                    f"race:{profile} decides with the strategy {strategy!r}, which runs each "
-                    "answer's code and cannot judge tool calls. Send `tools` to a profile whose "
-                    "strategy is judge, pairwise, rubric, consensus or vote (or to a "
-                    "`provider:model`).",
-                    param="tools",
-                    code="strategy_cannot_judge_tool_calls",
-                )
-        elif self.routes[profile].race.verify is runnable_python:
             raise GatewayError(
                 400,
-                f"route:{profile} checks every answer with verify = 'python', which runs the "
-                "answer's code and cannot check tool calls. Send `tools` to a profile without "
-                "that check (its judge grades tool calls) or to a `provider:model`.",
+                f"race:{profile} decides with the strategy {strategy!r}, which cannot judge "
+                "tool calls (it runs each answer's code). Send `tools` to a profile whose "
+                "strategy is judge, pairwise, rubric, consensus or vote, or to a `provider:model`.",
                 param="tools",
                 code="strategy_cannot_judge_tool_calls",
             )
