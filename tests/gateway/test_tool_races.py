@@ -268,7 +268,7 @@ async def test_a_route_answers_from_the_whole_conversation(
         assert body["messages"][:4] == conversation
 
 
-async def test_a_strategy_that_cannot_judge_tool_calls_is_a_400(
+async def test_a_strategy_that_cannot_judge_tool_calls_and_unsendable_tools_are_400s(
     strict_loop: Any, upstream: FakeServer
 ) -> None:
     body = {
@@ -279,9 +279,19 @@ async def test_a_strategy_that_cannot_judge_tool_calls_is_a_400(
     async with live_gateway(config(upstream.url)) as url, httpx.AsyncClient() as raw:
         refused = await raw.post(f"{url}/v1/chat/completions", json=body)
         plain = await raw.post(f"{url}/v1/chat/completions", json={**body, "tools": None})
+        bad_tool = {"type": "function", "function": {"name": "get weather"}}
+        unsendable = await raw.post(
+            f"{url}/v1/chat/completions",
+            json={**body, "model": "route:callers", "tools": [WEATHER, bad_tool]},
+        )
     error = refused.json()["error"]
     assert refused.status_code == 400
     assert error["param"] == "tools" and error["code"] == "strategy_cannot_judge_tool_calls"
     assert "'exec-vote'" in error["message"] and "consensus or vote" in error["message"]
     assert not any(r.json.get("tools") for r in upstream.requests)  # refused before any call
     assert plain.status_code == 200  # the same profile races without tools
+    # a tool no provider would accept is the client's mistake, named before any branch runs
+    assert unsendable.status_code == 400 and unsendable.json()["error"]["param"] == "tools"
+    assert unsendable.json()["error"]["message"].startswith(
+        "tools[1] ('get weather'): the tool name"
+    )

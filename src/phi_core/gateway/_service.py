@@ -35,6 +35,7 @@ from ..race import Arm, BanditOptions, BanditRace
 from ..routing.state import open_route_state, state_location
 from ..routing.stores import MemoryPreviewCache, PreviewCache
 from ..runlog import RunLog, RunRecord, RunRecorder
+from ..tools._validate import check_tools
 from ..types import AssistantMessage, TextDelta, ToolCallDelta
 from ._answers import (
     Answer,
@@ -348,16 +349,22 @@ class Gateway:
                 if isinstance(item, StreamDone):
                     message = item.message
             return self._passthrough_answer(request, target, message, meter)
-        if kind == "race" and request.tools:
-            self._check_tool_race(target)
+        if request.tools:
+            self._check_tools(kind, target, request)
         if kind == "race":
             return await self._race(request, target, meter)
         return await self._route(request, target, meter)
 
-    def _check_tool_race(self, profile: str) -> None:
-        """400 when the profile's strategy cannot judge a turn of tool calls (exec-vote runs
-        the answers' code). A route's arms are graded by its judge, which reads tool calls."""
-        if not self._judges_tool_calls[profile]:
+    def _check_tools(self, kind: Kind, profile: str, request: ChatRequest) -> None:
+        """400 for tools no provider would accept (checked here, not by every branch), and when
+        a race's strategy cannot judge a turn of tool calls (exec-vote runs the answers' code;
+        a route's arms are graded by its judge, which reads tool calls)."""
+        try:
+            check_tools((), request.tools)
+        except UserError as exc:
+            raise GatewayError(400, str(exc).replace("caller_tools[", "tools["),
+                               param="tools") from None  # fmt: skip
+        if kind == "race" and not self._judges_tool_calls[profile]:
             strategy = self.race_plans[profile].strategy
             raise GatewayError(
                 400,

@@ -71,7 +71,7 @@ class ChatRequest:
 
     @property
     def prompt_text(self) -> str:
-        """The last user message's text (what a race or a route answers)."""
+        """The last user message's text (a route's router features; the run log's prompt)."""
         for message in reversed(self.messages):
             if isinstance(message, UserMessage):
                 return "".join(c.text for c in message.content if isinstance(c, TextContent))
