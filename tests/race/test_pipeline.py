@@ -457,6 +457,8 @@ async def test_a_conversation_reaches_every_call_and_a_preview_calling_a_tool_is
     assert result.action == "race" and result.winner == "a"
     assert result.text == 'call get_weather({"city": "Paris"})'
     assert result.answer is not None and result.answer.pending_tool_calls[0].name == "get_weather"
+    # the router learns from the tool-call turn: the judge graded the call, read as text
+    assert result.quality == pytest.approx(0.9) and result.rewards["a"].reward > 0
     for request in [*caller.requests, *talker.requests]:
         assert [message_text(m) for m in request.messages[:3]] == [message_text(m) for m in history]
     preview, answer = caller.requests
