@@ -22,6 +22,7 @@ from phi_core.loop import (
     Batched,
     LoopHooks,
     agent_loop,
+    agent_loop_continue,
     agent_loop_stream,
 )
 from phi_core.providers import RetryPolicy
@@ -391,3 +392,65 @@ async def test_emitter_rejects_a_non_sink() -> None:
 def test_tool_result_helpers() -> None:
     assert ToolResult.error("x").is_error
     assert ToolResult.text("y").content == [TextContent(text="y")]
+
+
+async def test_a_turn_calling_a_caller_tool_ends_the_run_on_the_calls(strict_loop: Any) -> None:
+    from phi_core.types import ToolDefinition
+
+    ran: list[str] = []
+
+    @tool
+    def lookup(term: str) -> str:
+        """Look a term up."""
+        ran.append(term)
+        return f"{term}: found"
+
+    weather = ToolDefinition(
+        name="get_weather",
+        description="The weather of a city",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+    )
+    provider = ScriptedProvider(
+        [
+            Reply(tool_calls=[call("lookup", {"term": "Paris"})]),  # the loop's own tool: run
+            Reply("Checking.", tool_calls=[call("get_weather", {"city": "Paris"}, id="w1")]),
+            Reply("never asked"),
+        ]
+    )
+    events: list[Any] = []
+    context = AgentContext(tools=[lookup])
+    result = await agent_loop(
+        "Weather in Paris?", context, cfg(provider, caller_tools=[weather]), events=events.append
+    )
+    assert result.reason == "completed" and result.error is None
+    last = result.messages[-1]
+    assert isinstance(last, AssistantMessage) and last.text == "Checking."
+    assert [(c.id, c.name, c.arguments) for c in last.tool_calls] == [
+        ("w1", "get_weather", {"city": "Paris"})
+    ]
+    assert ran == ["Paris"] and len(provider.requests) == 2  # no result was made up for w1
+    assert [t.name for t in provider.requests[0].tools] == ["lookup", "get_weather"]
+    assert sum(isinstance(e, AgentEnd) for e in events) == 1
+    # the caller sends the result back: the run continues from it
+    context.messages.append(
+        ToolResultMessage(
+            tool_call_id="w1", tool_name="get_weather", content=[TextContent(text="sunny")]
+        )
+    )
+    follow = await agent_loop_continue(context, cfg(provider, caller_tools=[weather]))
+    assert follow.text == "never asked" and provider.requests[2].messages[-1].role == "tool_result"
+
+
+async def test_a_caller_tool_named_like_a_loop_tool_is_refused() -> None:
+    from phi_core.errors import UserError
+    from phi_core.types import ToolDefinition
+
+    @tool
+    def lookup(term: str) -> str:
+        """Look a term up."""
+        return term
+
+    twin = ToolDefinition(name="lookup", description="", parameters={"type": "object"})
+    with pytest.raises(UserError, match=r"tools\[0\] and caller_tools\[0\]"):
+        await agent_loop("hi", AgentContext(tools=[lookup]), cfg(ScriptedProvider(["x"]),
+                                                                 caller_tools=[twin]))  # fmt: skip

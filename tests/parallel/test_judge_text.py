@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from phi_core.parallel import build_judge_prompt
@@ -96,6 +98,56 @@ def test_continue_mode_query_is_last_user_message_and_prior_is_before_it() -> No
     only = [assistant("only")]
     assert extract_query([], only) == ("", only)
     assert extract_query([], []) == ("", [])
+
+
+def test_tool_results_sent_back_continue_the_query_with_the_calls_they_answer() -> None:
+    # a client's follow-up: the question, the assistant's tool call, then the tool's result
+    ask = UserMessage.text("Weather in Paris?")
+    calls = AssistantMessage(
+        content=[ToolCall(id="c1", name="get_weather", arguments={"unit": "C", "city": "Paris"})]
+    )
+    result = ToolResultMessage(
+        tool_call_id="c1", tool_name="get_weather", content=[TextContent(text="sunny")]
+    )
+    earlier = [UserMessage.text("hi"), assistant("hello")]
+    query, prior = extract_query([result], [*earlier, ask, calls])
+    assert query == (
+        'Weather in Paris?\nAssistant: call get_weather({"city": "Paris", "unit": "C"})\n'
+        "Tool [get_weather]: sunny"
+    )
+    assert prior == earlier
+    assert extract_query([], [*earlier, ask, calls, result]) == (query, earlier)
+
+
+def test_a_turn_of_tool_calls_reads_as_canonical_calls_identical_whatever_the_key_order() -> None:
+    def outcome_of(*messages: Any) -> str:
+        from phi_core.loop import AgentContext, AgentLoopConfig
+        from phi_core.parallel import ParallelLoopOutcome
+
+        return ParallelLoopOutcome(
+            config_id="b", config_index=0, loop_id="l", context=AgentContext(),
+            config=AgentLoopConfig(), new_messages=[UserMessage.text("q"), *messages],
+        ).text  # fmt: skip
+
+    one = AssistantMessage(
+        content=[
+            TextContent(text="Let me look."),
+            ToolCall(id="a", name="get_weather", arguments={"city": "Paris", "unit": "C"}),
+            ToolCall(id="b", name="get_time", arguments={}),
+        ]
+    )
+    other = AssistantMessage(
+        content=[
+            TextContent(text="Let me look."),
+            ToolCall(id="x", name="get_weather", arguments={"unit": "C", "city": "Paris"}),
+            ToolCall(id="y", name="get_time", arguments={}),
+        ]
+    )
+    text = 'Let me look.\ncall get_weather({"city": "Paris", "unit": "C"})\ncall get_time({})'
+    assert outcome_of(one) == outcome_of(other) == text
+    # a branch whose loop ran its tools and answered reads as its last text, as before
+    ran = ToolResultMessage(tool_call_id="a", tool_name="get_weather", content=[])
+    assert outcome_of(one, ran, assistant("It is sunny.")) == "It is sunny."
 
 
 def test_transcript_labels_speakers_and_skips_textless_messages() -> None:

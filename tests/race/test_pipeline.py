@@ -433,3 +433,36 @@ async def test_usage_of_every_call_is_counted_once_including_the_judge():
     assert judge.calls == 2  # the preview ranking and the answer's grade
     assert a.calls + b.calls == 3  # two previews and one full answer
     assert result.usage.total == 15 * 3 + 10 * 2
+
+
+async def test_a_conversation_reaches_every_call_and_a_preview_calling_a_tool_is_not_continued():
+    from phi_core.loop import AgentContext
+    from phi_core.testing import call
+    from phi_core.types import AssistantMessage, TextContent, ToolDefinition, UserMessage
+
+    history = [
+        UserMessage.text("My name is Ada."),
+        AssistantMessage(content=[TextContent(text="Hello Ada.")]),
+        UserMessage.text("Weather where I live? I live in Paris."),
+    ]
+    weather = ToolDefinition(name="get_weather", description="", parameters={"type": "object"})
+    caller = ScriptedProvider(  # its preview calls the caller's tool, so does its answer
+        name="a", default=Reply(tool_calls=[call("get_weather", {"city": "Paris"})])
+    )
+    talker = ScriptedProvider(["plan b", "full b"], name="b")
+    arms = [arm("a", caller, caller_tools=[weather]), arm("b", talker, caller_tools=[weather])]
+    r = race(arms, judge_config(judge_preferring("get_weather")), settings=RaceSettings(top_k=2))
+    conversation = AgentContext(messages=list(history))
+    result = await r.run("Weather where I live? I live in Paris.", context=conversation)
+    assert result.action == "race" and result.winner == "a"
+    assert result.text == 'call get_weather({"city": "Paris"})'
+    assert result.answer is not None and result.answer.pending_tool_calls[0].name == "get_weather"
+    # the router learns from the tool-call turn: the judge graded the call, read as text
+    assert result.quality == pytest.approx(0.9) and result.rewards["a"].reward > 0
+    for request in [*caller.requests, *talker.requests]:
+        assert [message_text(m) for m in request.messages[:3]] == [message_text(m) for m in history]
+    preview, answer = caller.requests
+    assert "Give a short preview" in message_text(preview.messages[-1])
+    # the preview ended on a tool call nobody answered: the arm answers from the conversation
+    assert len(answer.messages) == 3 and answer.tools[0].name == "get_weather"
+    assert conversation.messages == history and conversation.session_id is None  # not mutated

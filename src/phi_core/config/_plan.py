@@ -36,7 +36,7 @@ from ..parallel import strategy_from_name as _parallel_strategy
 from ..providers.base import Provider
 from ..race import BanditOptions, BanditRace, BanditRaceResult, build_bandit_race
 from ..routing.stores import RouterStateStore
-from ..types import AgentMessage, ResponseFormat
+from ..types import AgentMessage, ResponseFormat, UserMessage
 from ._race import (
     DEFAULT_BRANCHES,
     DEFAULT_JUDGE,
@@ -131,13 +131,18 @@ class RacePlan:
     ) -> ParallelLoopResult | BanditRaceResult:
         """Race ``prompt``; ``events`` receives every event. A bandit plan loads the router
         state (``store``, default: the user directory's), races once and learns. ``prompt`` may
-        be messages (a tool result, an image) except for a bandit plan, which races text."""
+        be messages (a tool result, an image) except for a bandit plan, which races text;
+        ``context`` holds the earlier turns (for a bandit plan too)."""
         if self.strategy == "bandit":
             if not isinstance(prompt, str):
                 raise UserError("A bandit race answers one text query; pass the prompt as a str.")
             race = bandit_race_from_plan(self, store=store)
             await race.load()
-            return await race.run(prompt, events=events, cancel=cancel)
+            conversation = None
+            if context is not None:  # the earlier turns, then the prompt
+                conversation = context.clone()
+                conversation.messages.append(UserMessage.text(prompt))
+            return await race.run(prompt, context=conversation, events=events, cancel=cancel)
         return await agent_loop_parallel(
             prompt,
             context or AgentContext(),

@@ -19,7 +19,7 @@ from ..parallel import ParallelLoopOutcome, ParallelLoopResult
 from ..race import BanditRaceResult
 from ..runlog import BranchRecord, RunRecord
 from ..types import Usage
-from ._wire import ChatRequest, cut_at_stop, finish_reason, new_completion_id
+from ._wire import ChatRequest, cut_at_stop, finish_reason, new_completion_id, tool_calls_dicts
 
 __all__ = [
     "Answer",
@@ -97,7 +97,7 @@ def race_answer(
     if winner is None:
         raise failure_of(result.outcomes, f"race:{profile}")
     labels = plan.labels
-    text, cut = cut_at_stop(winner.text, request.stop)
+    text, cut, calls = _reply(winner, request)
     branches = [
         {
             "name": labels[o.config_index],
@@ -118,6 +118,7 @@ def race_answer(
         finish=finish_reason(winner.final_message, cut),
         usage=meter.paid_usage,
         cost_usd=meter.spent,
+        tool_calls=calls,
         phi={
             "kind": "race",
             "profile": profile,
@@ -143,6 +144,19 @@ def race_answer(
     )
 
 
+def _reply(
+    outcome: ParallelLoopOutcome, request: ChatRequest
+) -> tuple[str, bool, list[dict[str, Any]]]:
+    """The chosen branch's reply: its text (cut at a stop sequence, and whether it was) and
+    the tool calls it ended on, in OpenAI's shape (the client executes them)."""
+    if outcome.pending_tool_calls:
+        message = outcome.final_message
+        text, cut = cut_at_stop(message.text if message else "", request.stop)
+        return text, cut, tool_calls_dicts(message)
+    text, cut = cut_at_stop(outcome.text, request.stop)
+    return text, cut, []
+
+
 def route_answer(
     request: ChatRequest,
     profile: str,
@@ -156,7 +170,10 @@ def route_answer(
     """The answer of a routed request with the router's facts: its ranking (``ranked``, from
     the ``RouteDecision`` event) and the updates it learned (``updates``, the ``RouteUpdate``
     event's rows: arm, reward, weight, source)."""
-    text, cut = cut_at_stop(result.text, request.stop)
+    if result.answer is not None:
+        text, cut, tool_calls = _reply(result.answer, request)
+    else:
+        (text, cut), tool_calls = cut_at_stop(result.text, request.stop), []
     scores = {a["arm"]: round(a["score"], 4) for a in ranked}
     ranking = result.ranking.explain() if result.ranking is not None else []
     rewards = [
@@ -186,6 +203,7 @@ def route_answer(
         finish=finish_reason(result.answer.final_message if result.answer else None, cut),
         usage=meter.paid_usage,
         cost_usd=meter.spent,
+        tool_calls=tool_calls,
         phi={
             "kind": "route",
             "profile": profile,

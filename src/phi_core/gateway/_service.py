@@ -35,6 +35,7 @@ from ..race import Arm, BanditOptions, BanditRace
 from ..routing.state import open_route_state, state_location
 from ..routing.stores import MemoryPreviewCache, PreviewCache
 from ..runlog import RunLog, RunRecord, RunRecorder
+from ..tools._validate import check_tools
 from ..types import AssistantMessage, TextDelta, ToolCallDelta
 from ._answers import (
     Answer,
@@ -135,6 +136,11 @@ class Gateway:
             except UserError as exc:
                 raise UserError(f"Profile {name!r}: {exc}") from None
             self.race_plans[name] = self._retrying(plan)
+        self._judges_tool_calls = {
+            name: plan.strategy == "bandit"
+            or getattr(plan.build_strategy(), "judges_tool_calls", True)
+            for name, plan in self.race_plans.items()
+        }
         # A profile that cannot be a route (repeated branch labels) is still a race; a client
         # asking for its route is told why.
         self._route_plans: dict[str, RacePlan] = {}
@@ -344,15 +350,30 @@ class Gateway:
                     message = item.message
             return self._passthrough_answer(request, target, message, meter)
         if request.tools:
-            raise GatewayError(
-                400,
-                f"`tools` are passed through on `provider:model` models; {request.model!r} "
-                "races and answers in text. Call a `provider:model` to use tools.",
-                param="tools",
-            )
+            self._check_tools(kind, target, request)
         if kind == "race":
             return await self._race(request, target, meter)
         return await self._route(request, target, meter)
+
+    def _check_tools(self, kind: Kind, profile: str, request: ChatRequest) -> None:
+        """400 for tools no provider would accept (checked here, not by every branch), and when
+        a race's strategy cannot judge a turn of tool calls (exec-vote runs the answers' code;
+        a route's arms are graded by its judge, which reads tool calls)."""
+        try:
+            check_tools((), request.tools)
+        except UserError as exc:
+            raise GatewayError(400, str(exc).replace("caller_tools[", "tools["),
+                               param="tools") from None  # fmt: skip
+        if kind == "race" and not self._judges_tool_calls[profile]:
+            strategy = self.race_plans[profile].strategy
+            raise GatewayError(
+                400,
+                f"race:{profile} decides with the strategy {strategy!r}, which cannot judge "
+                "tool calls (it runs each answer's code). Send `tools` to a profile whose "
+                "strategy is judge, pairwise, rubric, consensus or vote, or to a `provider:model`.",
+                param="tools",
+                code="strategy_cannot_judge_tool_calls",
+            )
 
     def _passthrough_answer(
         self, request: ChatRequest, model: str, message: AssistantMessage | None, meter: Meter
@@ -418,6 +439,9 @@ class Gateway:
                 changes["seed"] = request.seed
             if request.response_format is not None:
                 changes["response_format"] = request.response_format
+            if request.tools:  # the client's tools: a branch's turn ends on calling them
+                changes["caller_tools"] = list(request.tools)
+                changes["extra"] = {**config.extra, **request.tool_settings}
             if request.system_prompt is not None:
                 own = config.system_prompt
                 changes["system_prompt"] = (
@@ -458,8 +482,14 @@ class Gateway:
                                                                  strict=True)}  # fmt: skip
         query = request.prompt_text
         if not query.strip():
-            raise GatewayError(400, "The last message must be a user message with text.",
+            raise GatewayError(400, "The conversation needs a user message with text.",
                                param="messages")  # fmt: skip
+        if isinstance(request.messages[-1], AssistantMessage):
+            raise GatewayError(
+                400, "The last message must be the user's (or a tool result) for a route.",
+                param="messages",
+            )  # fmt: skip
+        conversation = AgentContext(messages=list(request.messages))
         plan = self.race_plans[profile]
         recorder = self._recorder(request, plan=plan)
         decisions: list[RouteDecision] = []
@@ -472,7 +502,7 @@ class Gateway:
                 updates.extend(event.rewards)
 
         with metering(meter):
-            result = await race.run(query, events=tee(recorder, sink))
+            result = await race.run(query, context=conversation, events=tee(recorder, sink))
         await self._log(recorder, result)
         self.metrics.inc("phi_gateway_router_decisions_total", profile=profile,
                          action=result.action)  # fmt: skip

@@ -60,6 +60,7 @@ class ChatRequest:
     include_usage: bool = False
     tools: list[ToolDefinition] = field(default_factory=list)
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -70,7 +71,7 @@ class ChatRequest:
 
     @property
     def prompt_text(self) -> str:
-        """The last user message's text (what a race or a route answers)."""
+        """The last user message's text (a route's router features; the run log's prompt)."""
         for message in reversed(self.messages):
             if isinstance(message, UserMessage):
                 return "".join(c.text for c in message.content if isinstance(c, TextContent))
@@ -84,9 +85,18 @@ class ChatRequest:
             extra["stop"] = list(self.stop)
         if self.user is not None:
             extra["user"] = self.user
+        return {**extra, **self.tool_settings}
+
+    @property
+    def tool_settings(self) -> dict[str, Any]:
+        """``tool_choice`` and ``parallel_tool_calls`` where the client set them (sent as they
+        are to OpenAI-compatible upstreams, by a passthrough call and by every race branch)."""
+        settings: dict[str, Any] = {}
         if self.tool_choice is not None:
-            extra["tool_choice"] = self.tool_choice
-        return extra
+            settings["tool_choice"] = self.tool_choice
+        if self.parallel_tool_calls is not None:
+            settings["parallel_tool_calls"] = self.parallel_tool_calls
+        return settings
 
 
 def _number(body: dict[str, Any], key: str, low: float, high: float) -> float | None:
@@ -137,6 +147,11 @@ def parse_chat_request(body: Any) -> ChatRequest:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise bad_request(f"`seed` must be an integer, got {seed!r}.", "seed")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise bad_request(
+            f"`parallel_tool_calls` must be true or false, got {parallel!r}.", "parallel_tool_calls"
+        )
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise bad_request(f"`user` must be a string, got {user!r}.", "user")
@@ -148,6 +163,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         include_usage=bool(options.get("include_usage", False)),
         tools=_tools(body.get("tools")),
         tool_choice=body.get("tool_choice"),
+        parallel_tool_calls=parallel,
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 0.0, 2.0),
         top_p=_number(body, "top_p", 0.0, 1.0),

@@ -17,7 +17,7 @@ from ..providers.deadlines import CallDeadlines
 from ..providers.retry import RetryPolicy
 from ..tools._approval import Approver
 from ..tools._results import DEFAULT_MAX_RESULT_BYTES
-from ..types import AgentMessage, Message, ResponseFormat, ThinkingLevel, Usage
+from ..types import AgentMessage, Message, ResponseFormat, ThinkingLevel, ToolDefinition, Usage
 
 __all__ = [
     "AgentLoopConfig",
@@ -124,6 +124,10 @@ class AgentLoopConfig:
     the API key per call and is refreshed once on an authentication error.
     ``approver`` answers tool calls that need approval (none: they are refused);
     ``tool_result_max_bytes`` caps the text of each tool result sent to the model (None: no cap).
+    ``caller_tools`` are definitions of tools the *caller* executes (an OpenAI-compatible
+    client's tools): they are sent to the model beside the context's tools, and a turn that
+    calls any of them ends the run there (reason ``completed``, no tool of that turn executed),
+    its assistant message with the tool calls being the run's last message.
     """
 
     model: str | ModelConfig | None = None
@@ -148,6 +152,7 @@ class AgentLoopConfig:
     tool_execution: ToolExecution = "parallel"
     tool_timeout: float | None = None
     approver: Approver | None = None
+    caller_tools: list[ToolDefinition] = field(default_factory=list)
     tool_result_max_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
     hooks: LoopHooks = field(default_factory=LoopHooks)
     input_filters: list[InputFilter] = field(default_factory=list)

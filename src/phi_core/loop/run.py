@@ -224,7 +224,8 @@ class _Run:
         for prompt in (config.system_prompt, context.system_prompt):
             if prompt is not None:
                 check_text(prompt, "The system prompt")
-        self.tool_defs = check_tools(context.tools)
+        self.tool_defs = check_tools(context.tools, config.caller_tools)
+        self.caller_tools = {t.name for t in config.caller_tools}
         self.owns_emitter = not isinstance(events, Emitter)
         self.emitter = Emitter.of(events)
         self.cancel = cancel or CancelToken()
@@ -566,6 +567,15 @@ class _Run:
                     return
 
                 calls = assistant.tool_calls
+                if self.caller_tools and any(c.name in self.caller_tools for c in calls):
+                    # The caller runs these tools: the turn (and the run) ends on the calls.
+                    if self.tracker is not None:
+                        self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
+                    if live:
+                        emit(TurnEnd(loop_id=loop_id, turn_index=this_turn, message=assistant,
+                                     usage=assistant.usage))  # fmt: skip
+                    await self._hook("after_turn", None, (context.messages, assistant.usage))
+                    return
                 results: list[Any] = []
                 steering: list[AgentMessage] = []
                 if calls:

@@ -43,6 +43,8 @@ from ._types import (
     ParallelLoopOutcome,
     ParallelLoopResult,
     RaceStatus,
+    tool_call_text,
+    turn_text,
 )
 from ._verify import (
     Check,
@@ -97,4 +99,6 @@ __all__ = [
     "lexical_similarity",
     "runnable_python",
     "strategy_from_name",
+    "tool_call_text",
+    "turn_text",
 ]

@@ -273,6 +273,7 @@ class ExecVoteEvaluation(BaseEvaluation):
     """
 
     name = "exec-vote"
+    judges_tool_calls = False  # it runs each answer's code; a tool call has none
 
     def __init__(
         self,

@@ -53,6 +53,9 @@ class BaseEvaluation:
     """Shared plumbing of the built-ins: a name and the failure rules in the module docstring."""
 
     name: ClassVar[str] = "custom"
+    judges_tool_calls: ClassVar[bool] = True
+    """Whether a branch that ends on tool calls (read as ``call name({json})``, see
+    :func:`~phi_core.parallel.turn_text`) can be compared with the others."""
 
     def check_race(self, count: int) -> None:
         """Refuse a race this strategy cannot evaluate, before any branch runs."""

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._types import turn_text
+
 __all__ = [
     "JudgeCompaction",
     "compact_for_judge",
@@ -59,25 +61,33 @@ def extract_query(prompts: Sequence[Any], base: Sequence[Any]) -> tuple[str, lis
     ``"\\n"`` and the whole base is prior context. In continue mode (no prompts) the query is the
     last user message of the base and the prior context is everything before it; with no user
     message at all the query is empty and the whole base is prior context.
+
+    Prompts without a user message (tool results a client sends back) continue the base: the
+    query is then the last user message followed by the :func:`transcript` of the turns after
+    it (the tool calls and their results), so the judge reads what the answer builds on.
     """
-    if prompts:
+    if any(getattr(p, "role", None) == "user" for p in prompts):
         query = "\n".join(block_text(p) for p in prompts if getattr(p, "role", None) == "user")
         return query, list(base)
-    for position in range(len(base) - 1, -1, -1):
-        if getattr(base[position], "role", None) == "user":
-            return block_text(base[position]), list(base[:position])
-    return "", list(base)
+    messages = [*base, *prompts]
+    for position in range(len(messages) - 1, -1, -1):
+        if getattr(messages[position], "role", None) == "user":
+            after = transcript(messages[position + 1 :], tool_calls=True)
+            query = block_text(messages[position])
+            return (f"{query}\n{after}" if after else query), messages[:position]
+    return "", messages
 
 
 _SPEAKERS = {"user": "User", "assistant": "Assistant"}
 
 
-def transcript(messages: Sequence[Any]) -> str:
-    """``User: …`` / ``Assistant: …`` / ``Tool [name]: …`` lines; messages without text skipped."""
+def transcript(messages: Sequence[Any], *, tool_calls: bool = False) -> str:
+    """``User: …`` / ``Assistant: …`` / ``Tool [name]: …`` lines; messages without text skipped
+    (with ``tool_calls``, an assistant's calls are lines of their own: :func:`turn_text`)."""
     lines: list[str] = []
     for message in messages:
         role = getattr(message, "role", None)
-        text = block_text(message)
+        text = turn_text(message) if tool_calls and role == "assistant" else block_text(message)
         if not text:
             continue
         if role in _SPEAKERS:

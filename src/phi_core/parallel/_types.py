@@ -4,6 +4,7 @@ protocol every evaluation strategy implements.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -12,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import AllBranchesFailedError, BranchFailure, UserError
 from ..outcome import Outcome, OutcomeStatus, RaceStatus
-from ..types import AgentMessage, AssistantMessage, Usage
+from ..types import AgentMessage, AssistantMessage, ToolCall, Usage
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -28,6 +29,8 @@ __all__ = [
     "ParallelLoopResult",
     "RaceStatus",
     "final_text",
+    "tool_call_text",
+    "turn_text",
 ]
 
 
@@ -46,6 +49,24 @@ def final_text(messages: Sequence[Any]) -> str:
         if text:
             return text
     return ""
+
+
+def tool_call_text(name: str, arguments: Any) -> str:
+    """A tool call as a judge or a vote reads it: ``call get_weather({"city": "Paris"})``, the
+    arguments as canonical JSON (sorted keys), so identical calls read identically."""
+    return f"call {name}({json.dumps(arguments, sort_keys=True, ensure_ascii=False)})"
+
+
+def turn_text(message: Any) -> str:
+    """An assistant message's text followed by its tool calls, one :func:`tool_call_text` a
+    line (what a turn that ends on tool calls the caller executes is judged by)."""
+    lines = [b.text for b in message.content if getattr(b, "type", None) == "text" and b.text]
+    lines += [
+        tool_call_text(b.name, b.arguments if b.raw_arguments is None else b.raw_arguments)
+        for b in message.content
+        if getattr(b, "type", None) == "tool_call"
+    ]
+    return "\n".join(lines)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -72,8 +93,21 @@ class ParallelLoopOutcome(Outcome):
 
     @property
     def text(self) -> str:
-        """The branch's final answer: its last non-empty assistant text."""
+        """The branch's final answer: its last non-empty assistant text; when the branch ended
+        on tool calls for the caller to execute (its last message calls tools), that turn's
+        :func:`turn_text`, so strategies compare a tool call with a text answer."""
+        calls = self.pending_tool_calls
+        if calls:
+            return turn_text(self.new_messages[-1])
         return final_text(self.new_messages)
+
+    @property
+    def pending_tool_calls(self) -> list[ToolCall]:
+        """The tool calls the branch ended on, for the caller to execute (see
+        ``AgentLoopConfig.caller_tools``): its last message's calls, when that message is an
+        assistant's; empty otherwise."""
+        last = self.new_messages[-1] if self.new_messages else None
+        return last.tool_calls if isinstance(last, AssistantMessage) else []
 
     @property
     def final_message(self) -> AssistantMessage | None:

@@ -138,7 +138,7 @@ def _usage(raw: dict[str, Any]) -> Usage:
     )
 
 
-_PASSED_THROUGH = ("stop", "user", "tool_choice")
+_PASSED_THROUGH = ("stop", "user", "tool_choice", "parallel_tool_calls")
 """``StreamRequest.extra`` keys sent to Chat Completions as they are (the gateway sets them)."""
 
 

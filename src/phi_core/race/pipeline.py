@@ -347,8 +347,22 @@ class BanditRace:
         return int(getattr(self.store, "pending", 0))
 
     async def run(
-        self, query: str, *, cancel: CancelToken | None = None, events: Any = None
+        self,
+        query: str,
+        *,
+        context: AgentContext | None = None,
+        cancel: CancelToken | None = None,
+        events: Any = None,
     ) -> BanditRaceResult:
+        """Route ``query`` (and race when unsure), answer, learn.
+
+        ``context`` is the conversation the answer continues (earlier turns, tool results),
+        ending with the input to answer (a user message or tool results); every preview and
+        answer is sent all of it, while ``query`` (usually the last user message's text) is
+        what the router's features, the preview prompt and the grader read. Without
+        ``context`` the conversation is ``query`` alone. A preview that calls a tool is scored
+        like any preview, but its arm then answers from ``context`` rather than continuing it.
+        """
         if not isinstance(query, str) or not query.strip():
             raise UserError("The query is empty; pass the text to race on.")
         caller = cancel or CancelToken()
@@ -366,7 +380,7 @@ class BanditRace:
         failure: BaseException | None = None
         try:
             with metering(meter):
-                await self._race(query, x, result, token, emitter)
+                await self._race(query, x, result, token, emitter, context)
                 result.status = self._status(result, caller, token)
                 if result.status == "ok":
                     result.quality = await self._grade(query, result, token, emitter)
@@ -391,7 +405,13 @@ class BanditRace:
     # ------------------------------------------------------------------ stages
 
     async def _race(
-        self, query: str, x: Any, result: BanditRaceResult, token: CancelToken, emitter: Emitter
+        self,
+        query: str,
+        x: Any,
+        result: BanditRaceResult,
+        token: CancelToken,
+        emitter: Emitter,
+        conversation: AgentContext | None,
     ) -> None:
         settings = self.settings
         names = list(self.arms)
@@ -438,7 +458,7 @@ class BanditRace:
         )
         bases: dict[str, AgentContext] = {}
         if action in ("race", "baseline"):
-            previews = await self._previews(query, contenders, result, token, emitter)
+            previews = await self._previews(query, contenders, result, token, emitter, conversation)
             result.previews = previews
             by_arm = {_arm_of(o): o for o in previews.outcomes}
             for index, score in previews.decision.scores.items():
@@ -449,12 +469,22 @@ class BanditRace:
             rest = [a for a in order if a not in contenders]
             result.order = judged + rest + failed
             for arm in judged:
+                if by_arm[arm].pending_tool_calls:
+                    continue  # tool calls nobody answered: the arm answers from the conversation
                 context = by_arm[arm].context.clone()
                 context.messages.append(UserMessage.text(ANSWER_PROMPT))
                 bases[arm] = context
         else:
             result.order = list(order)
-        await self._answer(query, result, bases, token, emitter)
+        await self._answer(query, result, bases, token, emitter, conversation)
+
+    def _start(self, conversation: AgentContext | None, result: BanditRaceResult) -> AgentContext:
+        """A branch's starting context: a copy of the conversation, in this race's session."""
+        if conversation is None:
+            return AgentContext(session_id=result.session_id)
+        context = conversation.clone()
+        context.session_id = result.session_id
+        return context
 
     async def _previews(
         self,
@@ -463,6 +493,7 @@ class BanditRace:
         result: BanditRaceResult,
         token: CancelToken,
         emitter: Emitter,
+        conversation: AgentContext | None,
     ) -> ParallelLoopResult:
         cap = preview_token_limit(query, self.settings)
         share = token_share(len(contenders))
@@ -475,7 +506,7 @@ class BanditRace:
         assert self._judge is not None
         return await agent_loop_parallel(
             prompt,
-            AgentContext(session_id=result.session_id),
+            self._start(conversation, result),
             configs,
             self._judge,
             events=emitter,
@@ -492,16 +523,17 @@ class BanditRace:
         bases: dict[str, AgentContext],
         token: CancelToken,
         emitter: Emitter,
+        conversation: AgentContext | None,
     ) -> None:
         pending = list(result.order)
         if len(query) >= self.settings.speculative_min_chars and len(pending) >= 2:
             width = max(2, self.settings.contenders(len(self.arms)))
             batch, pending = pending[:width], pending[width:]
-            if await self._attempt(query, batch, result, bases, token, emitter):
+            if await self._attempt(query, batch, result, bases, token, emitter, conversation):
                 return
         while pending and not token.cancelled:
             arm = pending.pop(0)
-            if await self._attempt(query, [arm], result, bases, token, emitter):
+            if await self._attempt(query, [arm], result, bases, token, emitter, conversation):
                 return
         unverified = next((o for o in result.answers if o.status == "unverified"), None)
         if unverified is not None:  # nothing passed the check: the first unverified answer
@@ -515,13 +547,15 @@ class BanditRace:
         bases: dict[str, AgentContext],
         token: CancelToken,
         emitter: Emitter,
+        conversation: AgentContext | None,
     ) -> bool:
         contexts = []
         for arm in arms:
             context = bases.get(arm)
             if context is None:
-                context = AgentContext(session_id=result.session_id)
-                context.messages.append(UserMessage.text(query))
+                context = self._start(conversation, result)
+                if conversation is None:
+                    context.messages.append(UserMessage.text(query))
             contexts.append(context)
         race = await agent_loop_parallel(
             None,

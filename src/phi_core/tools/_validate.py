@@ -59,13 +59,21 @@ def _check_schema(where: str, parameters: Any) -> None:
     _CHECKED[text] = None
 
 
-def check_tools(tools: Sequence[Any]) -> list[ToolDefinition]:
-    """The definitions sent to the model, after checking every tool; raises :class:`UserError`."""
+def check_tools(
+    tools: Sequence[Any], caller_tools: Sequence[ToolDefinition] = ()
+) -> list[ToolDefinition]:
+    """The definitions sent to the model, after checking every tool; raises :class:`UserError`.
+
+    ``caller_tools`` are definitions of tools the caller executes (no ``execute`` method); they
+    follow ``tools`` and their names must differ from every other tool's.
+    """
     seen: dict[str, int] = {}
     definitions: list[ToolDefinition] = []
-    for i, agent_tool in enumerate(tools):
+    every = [(t, "tools", i) for i, t in enumerate(tools)]
+    every += [(t, "caller_tools", i) for i, t in enumerate(caller_tools)]
+    for i, (agent_tool, kind, position) in enumerate(every):
         name = getattr(agent_tool, "name", None)
-        where = f"tools[{i}]" + (f" ({name!r})" if isinstance(name, str) else "")
+        where = f"{kind}[{position}]" + (f" ({name!r})" if isinstance(name, str) else "")
         if not isinstance(name, str) or not TOOL_NAME.match(name):
             raise UserError(
                 f"{where}: the tool name {name!r} is not accepted by model providers: use 1 to "
@@ -73,11 +81,11 @@ def check_tools(tools: Sequence[Any]) -> list[ToolDefinition]:
             )
         if name in seen:
             raise UserError(
-                f"Two tools are named {name!r} (tools[{seen[name]}] and tools[{i}]); tool names "
-                "must be unique within a run. Rename one of them."
+                f"Two tools are named {name!r} ({_where(every[seen[name]])} and {_where(every[i])}); tool "
+                "names must be unique within a run. Rename one of them."
             )
         seen[name] = i
-        if not callable(getattr(agent_tool, "execute", None)):
+        if kind == "tools" and not callable(getattr(agent_tool, "execute", None)):
             raise UserError(f"{where}: a tool needs an async `execute(args, ctx)` method.")
         description = getattr(agent_tool, "description", "")
         if description is None:
@@ -106,3 +114,8 @@ def check_tools(tools: Sequence[Any]) -> list[ToolDefinition]:
             ToolDefinition(name=name, description=description, parameters=parameters)
         )
     return definitions
+
+
+def _where(entry: tuple[Any, str, int]) -> str:
+    _tool, kind, position = entry
+    return f"{kind}[{position}]"
