@@ -447,6 +447,24 @@ class _Run:
 
     # ------------------------------------------------------------------ the turn engine
 
+    async def _end_turn(
+        self, assistant: AssistantMessage, turn_index: int, results: list[Any], live: bool
+    ) -> None:
+        """Count a finished turn, tell observers (``TurnEnd``) and the ``after_turn`` hook."""
+        if self.tracker is not None:
+            self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
+        if live:
+            self.emitter.emit(
+                TurnEnd(
+                    loop_id=self.loop_id,
+                    turn_index=turn_index,
+                    message=assistant,
+                    usage=assistant.usage,
+                    tool_results=results,
+                )
+            )
+        await self._hook("after_turn", None, (self.context.messages, assistant.usage))
+
     async def _run_loop(self) -> None:
         config = self.config
         context = self.context
@@ -569,12 +587,7 @@ class _Run:
                 calls = assistant.tool_calls
                 if self.caller_tools and any(c.name in self.caller_tools for c in calls):
                     # The caller runs these tools: the turn (and the run) ends on the calls.
-                    if self.tracker is not None:
-                        self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
-                    if live:
-                        emit(TurnEnd(loop_id=loop_id, turn_index=this_turn, message=assistant,
-                                     usage=assistant.usage))  # fmt: skip
-                    await self._hook("after_turn", None, (context.messages, assistant.usage))
+                    await self._end_turn(assistant, this_turn, [], live)
                     return
                 results: list[Any] = []
                 steering: list[AgentMessage] = []
@@ -612,19 +625,7 @@ class _Run:
                     self._take_tool_effects(runner, calls, turn_id)
                     if runner.fatal is not None:
                         raise runner.fatal
-                if self.tracker is not None:
-                    self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
-                if live:
-                    emit(
-                        TurnEnd(
-                            loop_id=loop_id,
-                            turn_index=this_turn,
-                            message=assistant,
-                            usage=assistant.usage,
-                            tool_results=results,
-                        )
-                    )
-                await self._hook("after_turn", None, (context.messages, assistant.usage))
+                await self._end_turn(assistant, this_turn, results, live)
                 if steering:
                     filtered = await self._filter(steering)
                     if filtered is None:
