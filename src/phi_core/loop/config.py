@@ -224,6 +224,7 @@ class AgentLoopConfig:
                 if isinstance(self.tool_execution, str)
                 else f"batched:{self.tool_execution.size}"
             ),
+            "caller_tools": [t.name for t in self.caller_tools],
         }
 
 
