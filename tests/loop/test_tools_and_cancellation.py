@@ -12,6 +12,7 @@ from phi_core.cancel import CancelToken
 from phi_core.events import (
     AGENT_EVENT_ADAPTER,
     AgentEnd,
+    AgentStart,
     Emitter,
     ToolExecutionUpdate,
     Warning,
@@ -431,6 +432,9 @@ async def test_a_turn_calling_a_caller_tool_ends_the_run_on_the_calls(strict_loo
     assert ran == ["Paris"] and len(provider.requests) == 2  # no result was made up for w1
     assert [t.name for t in provider.requests[0].tools] == ["lookup", "get_weather"]
     assert sum(isinstance(e, AgentEnd) for e in events) == 1
+    [start] = [e for e in events if isinstance(e, AgentStart)]
+    assert start.config_snapshot is not None
+    assert start.config_snapshot["caller_tools"] == ["get_weather"]
     # the caller sends the result back: the run continues from it
     context.messages.append(
         ToolResultMessage(
