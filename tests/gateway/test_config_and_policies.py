@@ -85,6 +85,18 @@ def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> No
             {"model": "m", "messages": [{"role": "assistant", "tool_calls": ["call"]}]},
             "messages",
         ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "any"},
+            "tool_choice",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "tool_choice": {"type": "function", "function": {}},
+            },
+            "tool_choice",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(body: dict[str, Any], param: str) -> None:

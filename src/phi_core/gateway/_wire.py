@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GatewayError
+from ..providers._common import client_tool_choice
 from ..types import (
     AssistantMessage,
     ImageContent,
@@ -162,7 +163,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         stream=stream,
         include_usage=bool(options.get("include_usage", False)),
         tools=_tools(body.get("tools")),
-        tool_choice=body.get("tool_choice"),
+        tool_choice=_tool_choice(body.get("tool_choice")),
         parallel_tool_calls=parallel,
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 0.0, 2.0),
@@ -182,6 +183,15 @@ def _stop(value: Any) -> list[str]:
     if isinstance(value, list) and all(isinstance(s, str) for s in value) and len(value) <= 4:
         return list(value)
     raise bad_request(f"`stop` must be a string or a list of up to 4 strings, got {value!r}.")
+
+
+def _tool_choice(value: Any) -> Any:
+    """``tool_choice`` as the client sent it, once it is a shape every provider can read."""
+    try:
+        client_tool_choice(value)
+    except ValueError as exc:
+        raise bad_request(str(exc), "tool_choice") from None
+    return value
 
 
 def _tools(value: Any) -> list[ToolDefinition]:

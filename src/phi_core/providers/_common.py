@@ -124,8 +124,10 @@ __all__ = [
     "PerLoop",
     "api_key_for",
     "classify_error",
+    "client_tool_choice",
     "is_context_overflow",
     "parse_retry_after",
+    "stop_sequences",
     "unchained",
 ]
 
@@ -313,6 +315,37 @@ def malformed_stream(provider: str, model: str, exc: BaseException) -> ProviderE
         provider=provider,
         model=model,
     )
+
+
+def client_tool_choice(value: Any) -> tuple[str, str | None] | None:
+    """An OpenAI-style ``tool_choice`` (what a client of the gateway sends) as ``(mode, name)``:
+    mode ``auto``, ``none``, ``required`` or ``tool`` (then ``name`` is the tool's); ``None`` for
+    no choice. The one reading of it for the vendors whose APIs spell it otherwise.
+
+    Raises:
+        ValueError: a value in no shape Chat Completions accepts (the message says which).
+    """
+    if value is None:
+        return None
+    if value in ("auto", "none", "required"):
+        return str(value), None
+    if isinstance(value, Mapping) and value.get("type") == "function":
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(name, str) and name:
+            return "tool", name
+    raise ValueError(
+        f'`tool_choice` must be "auto", "none", "required" or '
+        f'{{"type": "function", "function": {{"name": …}}}}, got {value!r:.80}.'
+    )
+
+
+def stop_sequences(extra: Mapping[str, Any]) -> list[str]:
+    """The caller's stop sequences (``stop``: a string or a list), for vendors that take them."""
+    stop = extra.get("stop")
+    if isinstance(stop, str):
+        return [stop]
+    return [s for s in stop or () if isinstance(s, str) and s]
 
 
 def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:

@@ -44,8 +44,10 @@ from ._common import (
     PerLoop,
     api_key_for,
     classify_error,
+    client_tool_choice,
     malformed_stream,
     network_error,
+    stop_sequences,
     thinking_as_text,
     unchained,
 )
@@ -203,6 +205,24 @@ def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
     return None
 
 
+_CHOICES = {"auto": "auto", "none": "none", "required": "any", "tool": "tool"}
+
+
+def _tool_choice(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """A caller's OpenAI-style ``tool_choice`` / ``parallel_tool_calls`` in Anthropic's shape."""
+    chosen = client_tool_choice(extra.get("tool_choice"))
+    serial = extra.get("parallel_tool_calls") is False
+    if chosen is None and not serial:
+        return None
+    mode, name = chosen or ("auto", None)
+    choice: dict[str, Any] = {"type": _CHOICES[mode]}
+    if name is not None:
+        choice["name"] = name
+    if serial and mode != "none":
+        choice["disable_parallel_tool_use"] = True
+    return choice
+
+
 def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
     """The keyword arguments of ``messages.create`` for ``request``."""
     model = request.model
@@ -243,6 +263,13 @@ def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
         if cache_tools:
             tools[-1] = {**tools[-1], "cache_control": _CACHE}
         params["tools"] = tools
+        if "tool_choice" not in params:  # the caller's choice, unless the JSON tool is forced
+            choice = _tool_choice(request.extra)
+            if choice is not None:
+                params["tool_choice"] = choice
+    stop = stop_sequences(request.extra)
+    if stop:
+        params["stop_sequences"] = stop
     if thinking:
         budget = THINKING_BUDGETS[request.thinking]
         params["thinking"] = {"type": "enabled", "budget_tokens": budget}

@@ -48,7 +48,9 @@ from ._common import (
     TRANSPORT_ERRORS,
     MessageBuilder,
     classify_error,
+    client_tool_choice,
     network_error,
+    stop_sequences,
     thinking_as_text,
     unchained,
 )
@@ -254,6 +256,16 @@ def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
     return None
 
 
+def _tool_choice(value: Any) -> dict[str, Any] | None:
+    """A caller's OpenAI-style ``tool_choice`` as Converse's ``toolChoice``. Converse cannot say
+    "none" (nor switch parallel calls off): the model then decides, as with ``auto``."""
+    chosen = client_tool_choice(value)
+    if chosen is None or chosen[0] in ("auto", "none"):
+        return None
+    mode, name = chosen
+    return {"tool": {"name": name}} if mode == "tool" else {"any": {}}
+
+
 def build_converse_params(request: StreamRequest) -> dict[str, Any]:
     """The keyword arguments of ``converse_stream`` for ``request``."""
     model = request.model
@@ -273,7 +285,7 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
         }
         for t in request.tools
     ]
-    tool_choice: dict[str, Any] | None = None
+    tool_choice = _tool_choice(request.extra.get("tool_choice"))
     fmt = request.response_format
     if fmt is not None:
         tools.append(
@@ -310,6 +322,9 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
             inference["temperature"] = temperature
         if top_p is not None:
             inference["topP"] = top_p
+    stop = stop_sequences(request.extra)
+    if stop:
+        inference["stopSequences"] = stop
     params["inferenceConfig"] = inference
     return params
 

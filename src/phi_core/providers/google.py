@@ -47,8 +47,10 @@ from ._common import (
     PerLoop,
     api_key_for,
     classify_error,
+    client_tool_choice,
     malformed_stream,
     network_error,
+    stop_sequences,
     unchained,
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest
@@ -199,6 +201,10 @@ def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
     return None
 
 
+_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}
+"""A caller's ``tool_choice`` mode as Gemini's function-calling mode (one tool: ANY + its name)."""
+
+
 def build_google_request(request: StreamRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``contents`` and ``config`` of ``generate_content_stream`` for ``request``."""
     model = request.model
@@ -227,6 +233,16 @@ def build_google_request(request: StreamRequest) -> tuple[list[dict[str, Any]], 
                 ]
             }
         ]
+        chosen = client_tool_choice(request.extra.get("tool_choice"))
+        if chosen is not None:  # Gemini has no switch for parallel calls
+            mode, name = chosen
+            calling: dict[str, Any] = {"mode": _MODES[mode]}
+            if name is not None:
+                calling["allowed_function_names"] = [name]
+            config["tool_config"] = {"function_calling_config": calling}
+    stop = stop_sequences(request.extra)
+    if stop:
+        config["stop_sequences"] = stop
     if request.thinking != "off":
         config["thinking_config"] = {
             "thinking_budget": THINKING_BUDGETS[request.thinking],
