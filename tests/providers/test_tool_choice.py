@@ -20,9 +20,11 @@ pytest.importorskip("botocore")
 from phi_core.providers.anthropic import build_anthropic_params
 from phi_core.providers.bedrock import build_converse_params
 from phi_core.providers.google import build_google_request
+from phi_core.providers.openai_responses import build_responses_params
 
 WEATHER = ToolDefinition(name="get_weather", parameters={"type": "object"})
 PICK = {"type": "function", "function": {"name": "get_weather"}}
+PICK_RESPONSES = {"type": "function", "name": "get_weather"}
 
 
 def request(provider: str, api: str, model_id: str, **extra: Any) -> StreamRequest:
@@ -118,3 +120,19 @@ def test_converse_tool_choice(choice: Any, expected: dict[str, Any] | None) -> N
 def test_a_choice_in_no_openai_shape_is_refused_with_the_shapes_that_work(bad: Any) -> None:
     with pytest.raises(ValueError, match='"required"'):
         client_tool_choice(bad)
+
+
+@pytest.mark.parametrize(
+    ("extra", "choice", "parallel"),
+    [
+        ({}, None, None),
+        ({"tool_choice": "required"}, "required", None),
+        ({"tool_choice": PICK, "parallel_tool_calls": False}, PICK_RESPONSES, False),
+    ],
+)
+def test_responses_api_tool_choice(extra: dict[str, Any], choice: Any, parallel: Any) -> None:
+    params = build_responses_params(
+        request("openai-responses", "openai_responses", "gpt-5-mini", **extra)
+    )
+    assert params.get("tool_choice") == choice
+    assert params.get("parallel_tool_calls") == parallel

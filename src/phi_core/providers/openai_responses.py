@@ -31,6 +31,7 @@ from ._common import (
     PerLoop,
     api_key_for,
     classify_error,
+    client_tool_choice,
     network_error,
     thinking_as_text,
     unchained,
@@ -222,6 +223,12 @@ def build_responses_params(request: StreamRequest) -> dict[str, Any]:
             }
             for t in request.tools
         ]
+        chosen = client_tool_choice(request.extra.get("tool_choice"))
+        if chosen is not None:  # Responses names a function at the top level of the choice
+            mode, name = chosen
+            params["tool_choice"] = mode if name is None else {"type": "function", "name": name}
+        if request.extra.get("parallel_tool_calls") is not None:
+            params["parallel_tool_calls"] = bool(request.extra["parallel_tool_calls"])
     if request.thinking != "off":
         params["reasoning"] = {"effort": _EFFORT[request.thinking], "summary": "auto"}
         params["include"] = ["reasoning.encrypted_content"]
