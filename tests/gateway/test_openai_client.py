@@ -338,3 +338,18 @@ def test_stop_cutter_holds_back_a_possible_stop_across_pieces() -> None:
     assert "".join(sent) == "abc ENxyz and " and cutter.stopped and cutter.flush() == ""
     open_end = StopCutter(["END"])
     assert open_end.feed("tail E") + open_end.flush() == "tail E"
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [{"role": "assistant", "content": ""}, {"content": 'quote " slash \\ é 🙂\n'},
+     {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]}],
+)  # fmt: skip
+def test_a_delta_frame_is_the_chunk_it_stands_for(delta: dict[str, Any]) -> None:
+    from phi_core.gateway._wire import chunk, delta_frames
+
+    frame = delta_frames("chatcmpl-1", 'model "x"', 1_700_000_000)(delta)
+    assert frame.startswith("data: ") and frame.endswith("}\n\n")
+    assert json.loads(frame[len("data: ") :]) == chunk(
+        "chatcmpl-1", 'model "x"', 1_700_000_000, delta
+    )

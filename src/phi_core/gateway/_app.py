@@ -38,6 +38,7 @@ from ._wire import (
     StopCutter,
     chunk,
     completion,
+    delta_frames,
     error_body,
     finish_reason,
     new_completion_id,
@@ -309,8 +310,10 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
 
         cutter = StopCutter(chat_request.stop)
 
+        delta = delta_frames(cid, model, created)
+
         async def frames() -> AsyncIterator[str]:
-            yield _sse(chunk(cid, model, created, {"role": "assistant", "content": ""}))
+            yield delta({"role": "assistant", "content": ""})
             item = first
             final = None
             try:
@@ -322,7 +325,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                         piece = cutter.feed(item.text)
                         if piece:
                             text.append(piece)
-                            yield _sse(chunk(cid, model, created, {"content": piece}))
+                            yield delta({"content": piece})
                     elif isinstance(item, ToolCallDelta) and not cutter.stopped:
                         call: dict[str, Any] = {"index": item.index}
                         if item.id:
@@ -331,7 +334,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                         if item.name:
                             function["name"] = item.name
                         call["function"] = function
-                        yield _sse(chunk(cid, model, created, {"tool_calls": [call]}))
+                        yield delta({"tool_calls": [call]})
                     elif isinstance(item, StreamDone):
                         final = item.message
                     item = await anext(stream)
@@ -345,7 +348,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             rest = cutter.flush()
             if rest:
                 text.append(rest)
-                yield _sse(chunk(cid, model, created, {"content": rest}))
+                yield delta({"content": rest})
             finish = "stop" if cutter.stopped else finish_reason(final)
             phi = {"kind": "passthrough", "model": model, "cost_usd": meter.spent}
             yield _sse(chunk(cid, model, created, {}, finish=finish, phi=phi))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -447,6 +448,19 @@ def chunk(
     if phi is not None:
         body["phi"] = phi
     return body
+
+
+def delta_frames(completion_id: str, model: str, created: int) -> Callable[[dict[str, Any]], str]:
+    """``delta → "data: {chunk}\\n\\n"``: the SSE frame of a :func:`chunk` with that delta and no
+    finish reason, the fields every chunk of a stream repeats serialised once (a passthrough
+    sends one frame per upstream chunk)."""
+    head = (
+        f'data: {{"id": {json.dumps(completion_id)}, "object": "chat.completion.chunk", '
+        f'"created": {int(created)}, "model": {json.dumps(model)}, '
+        '"choices": [{"index": 0, "delta": '
+    )
+    tail = ', "finish_reason": null, "logprobs": null}]}\n\n'
+    return lambda delta: head + json.dumps(delta) + tail
 
 
 def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
