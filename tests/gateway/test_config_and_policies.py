@@ -4,6 +4,8 @@ the run log unless configured, health, readiness and metrics."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +262,29 @@ async def test_run_records_are_written_in_batches_and_all_of_them_by_shutdown(
     assert log.batches == [6]
     assert len(log.list_runs()) == 6
     assert all(r.source == "gateway" and r.status == "ok" for r in log.list_runs())
+
+
+async def test_a_body_past_the_limit_is_a_413_whether_its_length_is_declared_or_not(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    config = gateway_config(upstream.url, max_body_bytes=4096)
+    big = {"model": "race:duo", "messages": [{"role": "user", "content": "x" * 10_000}]}
+    payload = json.dumps(big).encode()
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: read until the limit
+        for start in range(0, len(payload), 1000):
+            yield payload[start : start + 1000]
+
+    async with live_gateway(config) as url, httpx.AsyncClient() as client:
+        declared = await client.post(f"{url}/v1/chat/completions", content=payload)
+        streamed = await client.post(f"{url}/v1/chat/completions", content=chunked())
+        small = await client.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "race:duo", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    for reply in (declared, streamed):
+        assert reply.status_code == 413
+        assert reply.json()["error"]["code"] == "request_too_large"
+        assert "4096 bytes" in reply.json()["error"]["message"]
+    assert small.status_code == 200
+    assert len(upstream.requests) == 3  # only the small request raced (two branches + judge)

@@ -220,17 +220,35 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         except Exception as exc:  # the answer is paid for; a limits store failure is logged
             logger.warning("could not charge key %s: %s", caller.name, type(exc).__name__)
 
+    async def json_body(request: Request) -> Any:
+        """The request's JSON body; 413 past ``max_body_bytes`` (read no further), 400 when it
+        is not JSON."""
+        limit = gateway.settings.max_body_bytes
+        too_large = GatewayError(
+            413,
+            f"The request body is larger than this gateway accepts ({limit} bytes; "
+            "`gateway.max_body_bytes` in its config).",
+            code="request_too_large",
+        )
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        raw = bytearray()
+        async for piece in request.stream():
+            raw += piece
+            if len(raw) > limit:
+                raise too_large
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise GatewayError(400, "The request body is not valid JSON.") from None
+
     async def chat(request: Request) -> Response | _EventStream:
         started = time.perf_counter()
         kind = "unknown"
         try:
             caller = gateway.authenticate(request.headers.get("authorization"))
-            raw = await request.body()
-            try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise GatewayError(400, "The request body is not valid JSON.") from None
-            chat_request = parse_chat_request(body)
+            chat_request = parse_chat_request(await json_body(request))
             kind, _ = gateway.resolve(chat_request.model)
             gateway.authorize(caller, chat_request.model)
             await gateway.admit(caller)
@@ -387,10 +405,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
     async def feedback(request: Request) -> Response:
         try:
             gateway.authenticate(request.headers.get("authorization"))
-            try:
-                body = json.loads(await request.body())
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise GatewayError(400, "The request body is not valid JSON.") from None
+            body = await json_body(request)
             if not isinstance(body, dict):
                 raise GatewayError(400, 'The body must be {"id": "chatcmpl-…", "score": 0..1}.')
             result = await gateway.feedback(body.get("id"), body.get("score"))

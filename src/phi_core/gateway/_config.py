@@ -103,6 +103,9 @@ class GatewaySettings(_Section):
     retries: int = Field(default=2, ge=0)
     """Retries of a failed upstream call (rate limits, overload, 5xx, network) before the
     gateway answers with the upstream's error."""
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    """The largest request body accepted (a larger one is a 413, read no further): images sent
+    inline make bodies large, and a worker must not be made to hold any size in memory."""
 
 
 class GatewayConfig(_Section):
