@@ -278,6 +278,7 @@ async def test_a_body_past_the_limit_is_a_413_whether_its_length_is_declared_or_
     async with live_gateway(config) as url, httpx.AsyncClient() as client:
         declared = await client.post(f"{url}/v1/chat/completions", content=payload)
         streamed = await client.post(f"{url}/v1/chat/completions", content=chunked())
+        nested = await client.post(f"{url}/v1/chat/completions", content=b"[" * 3000)
         small = await client.post(
             f"{url}/v1/chat/completions",
             json={"model": "race:duo", "messages": [{"role": "user", "content": "hi"}]},
@@ -286,5 +287,14 @@ async def test_a_body_past_the_limit_is_a_413_whether_its_length_is_declared_or_
         assert reply.status_code == 413
         assert reply.json()["error"]["code"] == "request_too_large"
         assert "4096 bytes" in reply.json()["error"]["message"]
+    assert nested.status_code == 400 and "too deeply" in nested.json()["error"]["message"]
     assert small.status_code == 200
     assert len(upstream.requests) == 3  # only the small request raced (two branches + judge)
+
+
+def test_n_may_be_left_null_or_one_and_nothing_else() -> None:
+    base = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    assert parse_chat_request({**base, "n": None}).model == "m"
+    assert parse_chat_request({**base, "n": 1}).model == "m"
+    with pytest.raises(GatewayError, match="Only `n` = 1"):
+        parse_chat_request({**base, "n": 2})

@@ -242,6 +242,8 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise GatewayError(400, "The request body is not valid JSON.") from None
+        except RecursionError:
+            raise GatewayError(400, "The request body nests JSON too deeply.") from None
 
     async def chat(request: Request) -> Response | _EventStream:
         started = time.perf_counter()

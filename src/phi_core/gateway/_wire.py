@@ -142,8 +142,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_request("`stream_options` must be an object.", "stream_options")
-    n = body.get("n", 1)
-    if n != 1:
+    n = body.get("n")
+    if n is not None and n != 1:
         raise bad_request(f"Only `n` = 1 is supported, got {n!r}.", "n")
     max_tokens = _positive_int(body, "max_completion_tokens") or _positive_int(body, "max_tokens")
     seed = body.get("seed")
