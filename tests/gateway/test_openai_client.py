@@ -43,6 +43,13 @@ async def test_sync_and_async_clients_parse_passthrough_answers(
                 model=model, messages=[{"role": "user", "content": "again"}]
             )
             listed = await client.models.list()
+            one = await client.models.retrieve("route:duo")
+            listed_passthrough = await client.models.retrieve(model)
+            with pytest.raises(openai.NotFoundError) as unknown:
+                await client.models.retrieve("race:nope")
+    assert (one.id, one.owned_by) == ("route:duo", "phi")
+    assert (listed_passthrough.id, listed_passthrough.owned_by) == (model, "openai-compat")
+    assert "race:duo" in unknown.value.message  # the 404 lists the known models
     assert reply.choices[0].message.content == "alpha says: hello"
     assert reply.choices[0].finish_reason == "stop"
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (10, 5)

@@ -399,10 +399,27 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             return _error(exc)
         created = int(gateway_started)
         data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "phi"}
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": name.partition(":")[0] if name in gateway.settings.models else "phi",
+            }
             for name in gateway.model_ids()
         ]
         return _json(200, {"object": "list", "data": data})
+
+    async def model(request: Request) -> Response:
+        """``GET /v1/models/{id}``: the model's object, or the 404 listing the known ones."""
+        name = request.path_params["model"]
+        try:
+            gateway.authenticate(request.headers.get("authorization"))
+            kind, _ = gateway.resolve(name)
+        except GatewayError as exc:
+            return _error(exc)
+        owner = name.partition(":")[0] if kind == "passthrough" else "phi"
+        body = {"id": name, "object": "model", "created": int(gateway_started), "owned_by": owner}
+        return _json(200, body)
 
     async def feedback(request: Request) -> Response:
         try:
@@ -464,6 +481,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/models/{model:path}", model, methods=["GET"]),
             Route("/v1/feedback", feedback, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
