@@ -4,10 +4,12 @@ counted at the fake upstream), and what those calls used is still metered and lo
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
 import httpx
+import openai
 
 from phi_core.runlog import RunLog
 
@@ -23,6 +25,16 @@ def slow_reply(words: int = 200, interval: float = 0.05) -> Stream:
     return Stream(
         chat_stream(*pieces, chunk({}, "stop"), usage_chunk(10, words)), interval=interval
     )
+
+
+def delayed(rule: Any, seconds: float) -> Any:
+    """The fake upstream's rule ``rule``, answering ``seconds`` later."""
+
+    async def slow(record: Any) -> Any:
+        await asyncio.sleep(seconds)
+        return rule(record)
+
+    return slow
 
 
 async def until(condition: Any, within: float = 5.0) -> None:
@@ -84,3 +96,50 @@ async def test_disconnect_during_a_race_cancels_every_branch(
     assert 'phi_gateway_requests_total{kind="race",route="chat",status="499"} 1' in metrics
     [record] = run_log.list_runs()
     assert record.status == "cancelled" and record.output_tokens > 0
+
+
+async def test_a_streamed_race_that_outlasts_keepalive_starts_with_comments_then_answers(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog
+) -> None:
+    """Proxies drop silent connections: a race still deciding after `keepalive_s` starts its
+    stream with SSE comments; the answer follows, and the official client reads it as usual."""
+    upstream.push(slow_reply(words=10), slow_reply(words=10))  # ~0.5 s each; the judge is quick
+    config = gateway_config(upstream.url, keepalive_s=0.1)
+    body = {"model": "race:duo", "stream": True, "messages": [{"role": "user", "content": "q"}]}
+    async with live_gateway(config, run_log) as url:
+        async with httpx.AsyncClient() as client:
+            raw = await client.post(f"{url}/v1/chat/completions", json=body)
+        upstream.push(slow_reply(words=10), slow_reply(words=10))
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as sdk:
+            stream = await sdk.chat.completions.create(
+                model="race:duo", messages=[{"role": "user", "content": "q"}], stream=True
+            )
+            chunks = [c async for c in stream]
+    assert raw.status_code == 200 and raw.headers["x-phi-kind"] == "race"
+    assert "x-phi-winner" not in raw.headers  # decided after the headers went out
+    lines = raw.text.split("\n\n")
+    assert lines[0] == ": phi is still deciding" and lines[-2] == "data: [DONE]"
+    frames = [json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: {")]
+    text = "".join(f["choices"][0]["delta"].get("content") or "" for f in frames if f["choices"])
+    assert text.startswith("word0 word1")
+    assert frames[-1]["phi"]["winner"] in {"alpha", "beta"}  # the facts, in the last chunk
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == text
+
+
+async def test_a_race_that_fails_after_its_stream_started_ends_with_an_error_event(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog
+) -> None:
+    config = gateway_config(upstream.url, keepalive_s=0.05)
+    body = {
+        "model": "race:duo",
+        "stream": True,
+        "messages": [{"role": "user", "content": "status:400 refused"}],  # every branch fails
+    }
+    upstream.default = delayed(upstream.default, 0.3)
+    async with live_gateway(config, run_log) as url, httpx.AsyncClient() as client:
+        raw = await client.post(f"{url}/v1/chat/completions", json=body)
+    events = [e for e in raw.text.split("\n\n") if e]
+    assert raw.status_code == 200 and events[0] == ": phi is still deciding"
+    error = json.loads(events[-2][len("data: ") :])
+    assert error["error"]["message"] and events[-1] == "data: [DONE]"

@@ -94,6 +94,13 @@ async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T] | Awa
     return task.result()
 
 
+async def _cancelled(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it is still running and wait for it (its outcome is not wanted)."""
+    if not task.done():
+        task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -262,24 +269,29 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         if kind == "passthrough" and chat_request.stream:
             return await stream_passthrough(request, chat_request, caller, meter, started)
         gateway.in_flight += 1
+        task = asyncio.ensure_future(gateway.answer(chat_request, caller, meter))
+        patience = gateway.settings.keepalive_s if chat_request.stream else None
         try:
-            answer = await _until_disconnect(
-                request.receive, gateway.answer(chat_request, caller, meter)
-            )
+            await _until_disconnect(request.receive, asyncio.wait({task}, timeout=patience))
         except ClientDisconnected:
+            await _cancelled(task)
+            gateway.in_flight -= 1
             metrics.inc("phi_gateway_disconnects_total", kind=kind)
             observe(kind, 499, started, meter)
             await settle(caller, meter)
             await gateway.write_record(request_record(chat_request, meter, "cancelled", "", wall))
             return _error(ClientDisconnected())
+        if not task.done():  # a streamed race still deciding: start the stream now
+            return early_stream(request, chat_request, task, kind, caller, meter, started, wall)
+        gateway.in_flight -= 1
+        try:
+            answer = task.result()
         except GatewayError as exc:
             observe(kind, exc.status, started, meter)
             await settle(caller, meter)
             if kind == "passthrough":  # a race or route logged its own result
                 await gateway.write_record(request_record(chat_request, meter, "error", "", wall))
             return _error(exc)
-        finally:
-            gateway.in_flight -= 1
         observe(kind, 200, started, meter)
         await settle(caller, meter)
         if kind == "passthrough":
@@ -301,6 +313,50 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             finish=answer.finish, tool_calls=answer.tool_calls, phi=answer.phi,
         )  # fmt: skip
         return _json(200, body, answer.headers)
+
+    def early_stream(
+        request: Request,
+        chat_request: ChatRequest,
+        task: asyncio.Future[Answer],
+        kind: str,
+        caller: Caller,
+        meter: Meter,
+        started: float,
+        wall: float,
+    ) -> _EventStream:
+        """The stream of a race or route that outlasted ``keepalive_s``: an SSE comment every
+        ``keepalive_s`` until it is decided, then its frames (or an error event)."""
+        every = gateway.settings.keepalive_s
+        outcome = {"status": 200}
+
+        async def frames() -> AsyncIterator[str]:
+            while not task.done():
+                yield ": phi is still deciding\n\n"
+                await asyncio.wait({task}, timeout=every)
+            try:
+                answer = task.result()
+            except GatewayError as exc:
+                outcome["status"] = exc.status
+                yield _sse(exc.body())
+                yield _sse("[DONE]")
+                return
+            for frame in _answer_frames(answer, chat_request.include_usage, int(time.time())):
+                yield frame
+
+        async def done(disconnected: bool) -> None:
+            await _cancelled(task)
+            gateway.in_flight -= 1
+            status = 499 if disconnected else outcome["status"]
+            if disconnected:
+                metrics.inc("phi_gateway_disconnects_total", kind=kind)
+            observe(kind, status, started, meter)
+            await settle(caller, meter)
+            if disconnected:
+                record = request_record(chat_request, meter, "cancelled", "", wall)
+                await gateway.write_record(record)
+
+        _, profile = gateway.resolve(chat_request.model)
+        return _EventStream(frames(), {"x-phi-kind": kind, "x-phi-profile": profile}, done)
 
     async def stream_passthrough(
         request: Request, chat_request: ChatRequest, caller: Caller, meter: Meter, started: float

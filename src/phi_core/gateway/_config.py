@@ -103,6 +103,10 @@ class GatewaySettings(_Section):
     retries: int = Field(default=2, ge=0)
     """Retries of a failed upstream call (rate limits, overload, 5xx, network) before the
     gateway answers with the upstream's error."""
+    keepalive_s: float = Field(default=10.0, gt=0)
+    """A streamed race or route still deciding after this long starts its stream with an SSE
+    comment, repeated this often (proxies close silent connections); its ``x-phi-*`` facts are
+    then in the last chunk's ``phi`` field only, and a failure is an error event."""
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     """The largest request body accepted (a larger one is a 413, read no further): images sent
     inline make bodies large, and a worker must not be made to hold any size in memory."""
