@@ -898,7 +898,11 @@ class RedisStateStore:
         try:
             for item in claimed:
                 tried[item.id] = time.time()
-                self._send(item)
+                try:
+                    self._send(item)
+                except UserError:  # another dimension than Redis holds: it can never be applied,
+                    done.add(item.id)  # and kept in the spool it would fail every later run
+                    raise
                 done.add(item.id)
         finally:
             if not self._spooled(release):  # keep what was not confirmed in memory
