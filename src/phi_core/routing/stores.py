@@ -766,6 +766,7 @@ class RedisStateStore:
             where = spool_path(url, self.prefix) if spool is DEFAULT_SPOOL else Path(spool)
             self._spool = _Spool(where)
         self._adopted = 0
+        self._expired: set[str] = set()
         with self._lock:
             self._spooled(self._spool_peek)
         if self._pending:  # left by an earlier process: pushed at the next call Redis answers
@@ -805,7 +806,8 @@ class RedisStateStore:
 
     @property
     def pending(self) -> int:
-        """Updates kept locally until Redis confirms them."""
+        """Updates kept locally until Redis confirms them (with a spool: the spooled ones as
+        last seen, other processes' included)."""
         return len(self._pending)
 
     def _degrade(self, exc: BaseException) -> None:
@@ -913,8 +915,16 @@ class RedisStateStore:
         return len(done)
 
     def _warn_if_expired(self, items: list[_Pending]) -> None:
+        """Warn (once per update) about updates Redis may no longer recognise as applied."""
         now = time.time()
-        old = [i for i in items if i.first_sent is not None and now - i.first_sent > APPLIED_TTL_S]
+        old = [
+            i.id
+            for i in items
+            if i.first_sent is not None
+            and now - i.first_sent > APPLIED_TTL_S
+            and i.id not in self._expired
+        ]
+        self._expired.update(old)
         if old:
             logger.warning(
                 "%d router update(s) in %s were first sent more than %d h ago, longer than Redis "
@@ -982,8 +992,10 @@ class RedisStateStore:
 
     def _local(self, namespace: str) -> dict[str, ArmStats]:
         out = dict(self._seen.get(namespace, {}))
+        mine = self._spool.token if self._spool is not None else None
         for item in self._pending:
-            if item.namespace == namespace:
+            # Another store is pushing the ones it claimed: Redis may hold them already.
+            if item.namespace == namespace and item.claim in (None, mine):
                 current = out.get(item.arm)
                 out[item.arm] = current + item.delta if current is not None else item.delta
         return out
