@@ -20,7 +20,7 @@ import redis
 
 from phi_core._paths import user_path
 from phi_core.errors import UserError
-from phi_core.routing import ArmStats, RedisStateStore
+from phi_core.routing import ArmStats, RedisStateStore, open_route_state
 from phi_core.routing.stores import APPLIED_TTL_S, CLAIM_TTL_S, spool_path
 
 from .test_stores import _delta, running_redis
@@ -327,3 +327,14 @@ def test_a_read_only_or_spool_less_store_writes_no_spool() -> None:
     store.add("ns", "a", ArmStats.of(np.ones(2), 1.0))
     assert store.pending == 1
     assert not user_path("router-spool").exists()
+
+
+def test_open_route_state_passes_the_spool_to_a_redis_store(tmp_path: Path) -> None:
+    url = f"redis://:{PASSWORD}@127.0.0.1:{_free_port()}/0"
+    default = open_route_state(url, preview_cache=False, key_prefix="team-b").store
+    chosen = open_route_state(url, preview_cache=False, spool=tmp_path / "s.json").store
+    memory = open_route_state(url, preview_cache=False, spool=None).store
+    assert isinstance(default, RedisStateStore) and isinstance(chosen, RedisStateStore)
+    assert default.spool_path == spool_path(url, "team-b") != spool_path(url, "phi:router:v1")
+    assert chosen.spool_path == tmp_path / "s.json"
+    assert isinstance(memory, RedisStateStore) and memory.spool_path is None
