@@ -304,17 +304,19 @@ def test_a_spool_that_cannot_be_written_warns_once_and_keeps_updates_in_memory(
 def test_updates_made_while_redis_is_down_are_in_the_spool_when_add_returns(tmp_path: Path) -> None:
     spool = tmp_path / "spool.json"
     store = _unreachable(spool, retry_min_s=60)
-    store.add("ns", "a", ArmStats.of(np.ones(2), 1.0))
-    store.add("ns", "b", ArmStats.of(np.ones(2), 0.5))
-    store.add("ns", "b", ArmStats.of(np.ones(2), 0.25))
+    for arm, reward in [("a", 1.0), ("b", 0.5), ("a", 0.5), ("b", 0.25), ("a", 0.125)]:
+        store.add("ns", arm, ArmStats.of(np.ones(2), reward))
     updates = json.loads(spool.read_text())["updates"]
-    assert [(u["arm"], u["delta"]["n"], u["delta"]["reward_sum"]) for u in updates] == [
-        ("a", 1.0, 1.0),
-        ("b", 2.0, 0.75),
+    # The first was sent (it failed: it keeps its own id); later ones merge per arm.
+    assert [(u["arm"], u["sent"], u["delta"]["n"], u["delta"]["reward_sum"]) for u in updates] == [
+        ("a", True, 1.0, 1.0),
+        ("b", False, 2.0, 0.75),
+        ("a", False, 2.0, 0.625),
     ]
     later = RedisStateStore(store.url, spool=spool, retry_min_s=60)
-    assert later.pending == 2 and later.degraded
-    assert later.load("ns")["b"].n == 2  # answered locally from the spool while Redis is down
+    assert later.pending == 3 and later.degraded
+    # Answered locally from the spool while Redis is down.
+    assert {arm: s.n for arm, s in later.load("ns").items()} == {"a": 3, "b": 2}
 
 
 def test_a_read_only_or_spool_less_store_writes_no_spool() -> None:

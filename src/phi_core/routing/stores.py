@@ -936,21 +936,22 @@ class RedisStateStore:
             )
 
     def _keep(self, item: _Pending) -> None:
-        """Add an update to the pending ones (an unsent one merged into the last one for the
-        same arm while that was never sent nor claimed), in the spool too when there is one."""
+        """Add an update to the pending ones, in the spool too when there is one. An unsent one
+        is merged into the pending update of the same arm that was never sent nor claimed (its
+        id was never applied, so it is still free to grow): a long outage keeps about one
+        entry per arm, not one per update."""
 
         def keep(pending: list[_Pending]) -> None:
-            last = pending[-1] if pending else None
-            if (
-                last is not None
-                and not item.sent
-                and not last.sent
-                and last.claim is None
-                and (last.namespace, last.arm) == (item.namespace, item.arm)
-            ):
-                last.delta = last.delta + item.delta  # never sent: still free to grow
-            else:
-                pending.append(item)
+            if not item.sent:
+                for other in reversed(pending):
+                    if (
+                        not other.sent
+                        and other.claim is None
+                        and (other.namespace, other.arm) == (item.namespace, item.arm)
+                    ):
+                        other.delta = other.delta + item.delta
+                        return
+            pending.append(item)
 
         def spooled(spool: _Spool) -> None:
             with spool.entries() as entries:
