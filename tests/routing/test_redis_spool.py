@@ -222,6 +222,8 @@ def test_the_spool_of_a_password_protected_redis_never_holds_the_password(
                 proc.send_signal(signal.SIGCONT)
             path = store.spool_path
             assert path is not None and path.parent == user_path("router-spool")
+            assert path.parent.stat().st_mode & 0o777 == 0o700
+            assert path.stat().st_mode & 0o777 == 0o600
             files = list(path.parent.iterdir())
             assert path in files
             for f in files:

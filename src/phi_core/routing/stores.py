@@ -658,6 +658,7 @@ class _Spool:
     @contextlib.contextmanager
     def entries(self) -> Iterator[list[_Pending]]:
         """The entries under the lock, to change in place; written back when the block ends."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with file_lock(self.path):
             entries = self._read()
             yield entries
