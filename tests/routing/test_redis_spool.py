@@ -248,7 +248,10 @@ def test_the_default_spool_is_named_by_server_and_prefix_never_by_credentials(
     # Credentials do not change the spool (it is the same server) and never reach the name.
     assert spool_path(f"redis://:{PASSWORD}@10.0.0.5:6380/2", "phi:router:v1") == plain
     assert spool_path(f"redis://bob:{PASSWORD}@10.0.0.5:6380/2", "phi:router:v1") == plain
+    assert spool_path("redis://10.0.0.5:6380?db=2", "phi:router:v1") == plain
+    assert spool_path("redis://h", "p") == spool_path("redis://h:6379/0", "p")
     unix = spool_path(f"unix:///run/redis.sock?db=1&password={PASSWORD}", "phi:router:v1")
+    assert unix.name.startswith("run-redis.sock-1-")
     assert PASSWORD not in str(unix)
     others = {
         spool_path("redis://10.0.0.5:6380/3", "phi:router:v1"),

@@ -599,19 +599,24 @@ behind, and another process takes those updates over once the claim is this old.
 
 def spool_path(url: str, prefix: str) -> Path:
     """The default spool of a Redis router state: ``$PHI_HOME/router-spool/<name>.json``, the
-    name made of the server's host, port and database plus a hash of the URL *without its
-    credentials* and of the key prefix (other servers or prefixes never share a spool; no user
-    name or password reaches the name)."""
+    name made of the server (host and port, or socket) and database plus a hash of them, the
+    scheme and the key prefix — never of the URL's user name or password — so other servers,
+    databases or prefixes never share a spool, and one server written two ways
+    (``redis://h`` and ``redis://h:6379/0``) has one."""
     parts = urlsplit(url)
-    db = parse_qs(parts.query).get("db", [""])[0]
+    query_db = parse_qs(parts.query).get("db", [""])[0]
     try:
         port = parts.port
     except ValueError:  # redis-py rejects such a URL itself; the spool name needs no port
         port = None
-    where = f"{parts.scheme}://{parts.hostname or ''}:{port or ''}{parts.path}?db={db}"
-    digest = hashlib.sha256(f"{where}\n{prefix}".encode()).hexdigest()[:12]
-    readable = re.sub(r"[^A-Za-z0-9.]+", "-", f"{parts.hostname or ''}-{port or ''}{parts.path}")
-    return user_path(SPOOL_DIR) / f"{readable.strip('-.')[:60] or 'redis'}-{digest}.json"
+    if parts.scheme == "unix":
+        server, db = parts.path, query_db or "0"
+    else:
+        server = f"{parts.hostname or 'localhost'}:{port or 6379}"
+        db = parts.path.strip("/") or query_db or "0"
+    digest = hashlib.sha256(f"{parts.scheme}://{server}/{db}\n{prefix}".encode()).hexdigest()
+    readable = re.sub(r"[^A-Za-z0-9.]+", "-", f"{server}-{db}").strip("-.")[:60] or "redis"
+    return user_path(SPOOL_DIR) / f"{readable}-{digest[:12]}.json"
 
 
 class _Spool:
