@@ -345,3 +345,17 @@ def test_open_route_state_passes_the_spool_to_a_redis_store(tmp_path: Path) -> N
     assert default.spool_path == spool_path(url, "team-b") != spool_path(url, "phi:router:v1")
     assert chosen.spool_path == tmp_path / "s.json"
     assert isinstance(memory, RedisStateStore) and memory.spool_path is None
+
+
+@pytest.mark.server
+def test_reset_forgets_the_spooled_updates_of_the_namespace_it_resets(tmp_path: Path) -> None:
+    one = ArmStats.of(np.array([1.0, 2.0]), 1.0)
+    spool = tmp_path / "spool.json"
+    updates = [_entry("x1", one, namespace="x"), _entry("y1", one, namespace="y")]
+    spool.write_text(json.dumps({"version": 1, "updates": updates}))
+    with running_redis(tmp_path) as (url, _proc):
+        store = RedisStateStore(url, spool=spool)
+        store.reset("x")
+        assert [u["id"] for u in json.loads(spool.read_text())["updates"]] == ["y1"]
+        assert store.load("y")["a"].n == 1 and store.load("x") == {}
+        assert RedisStateStore(url, spool=None).namespaces() == ["y"]

@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -787,7 +787,7 @@ class RedisStateStore:
     def _spool_peek(self, spool: _Spool) -> None:
         self._pending = spool.peek()
 
-    def _spooled(self, action: Any) -> bool:
+    def _spooled(self, action: Callable[[_Spool], None]) -> bool:
         """Run ``action(spool)``; on a file-system failure give the spool up with one warning
         (updates are then kept in memory only). Whether it ran."""
         if self._spool is None:
@@ -807,7 +807,8 @@ class RedisStateStore:
 
     @property
     def degraded(self) -> bool:
-        """Whether Redis was unreachable at the last attempt (updates are pending)."""
+        """Whether Redis was unreachable at the last attempt, or updates an earlier process left
+        in the spool wait for the next call (updates are pending)."""
         return self._degraded
 
     @property
