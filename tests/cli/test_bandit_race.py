@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
+from phi_core.routing.stores import spool_path
 
 JUDGE_REPLY = json.dumps(
     {
@@ -166,5 +167,12 @@ def test_a_bandit_race_says_when_router_updates_could_not_reach_redis(
     ]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "router update(s) could not be stored" in result.stderr
     assert "Traceback" not in result.output
+    # The warning names the spool the updates were kept in, and the spool holds them.
+    spool = spool_path(f"redis://127.0.0.1:{port}/0", "phi:router:v1")
+    stderr = " ".join(result.stderr.split())  # the warning may be wrapped
+    assert "router update(s) could not be stored yet" in stderr
+    assert f"kept in {spool}" in stderr and "the next run with this state pushes them" in stderr
+    waiting = int(stderr.split(" router update(s) could not be stored yet")[0].split()[-1])
+    updates = json.loads(spool.read_text())["updates"]
+    assert waiting == len(updates) >= 1 and all(u["delta"]["n"] > 0 for u in updates)

@@ -1,8 +1,10 @@
 """No router update is lost when Redis blinks: a real ``redis-server``, stopped with SIGSTOP for
-5 s while 4 processes make 500 updates each; the final statistics equal the sum of the updates."""
+5 s while 4 processes make 500 updates each (sharing one spool); the final statistics equal the
+sum of the updates."""
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing as mp
 import signal
@@ -12,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phi_core.routing import ArmStats, RedisStateStore
+from phi_core.routing import ArmStats, RedisStateStore, spool_path
 
 from .test_stores import UPDATES, WORKERS, _assert_equal_to_sum, _delta, running_redis
 
@@ -56,6 +58,8 @@ def test_a_five_second_sigstop_during_four_by_500_updates_loses_none(tmp_path: P
         assert [p.exitcode for p in procs] == [0] * WORKERS
         assert all(flushed and pending == 0 for _, _, flushed, pending in reports), reports
         assert any(saw for _, saw, _, _ in reports), "no worker noticed the outage"
+        # The four workers kept the outage's updates in one shared spool; it ends empty.
+        assert json.loads(spool_path(url, "phi:router:v1").read_text())["updates"] == []
         _assert_equal_to_sum(RedisStateStore(url).load("ns")["arm"])
 
 

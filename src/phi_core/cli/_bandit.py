@@ -197,9 +197,19 @@ async def run_bandit(
 
 
 async def flush_router_updates(race: BanditRace) -> None:
-    """Push the updates a Redis state kept while unreachable; warn about any still waiting."""
+    """Push the updates a Redis state kept while unreachable; warn about any still waiting
+    (where they are kept, if the store spools them)."""
     waiting = await race.flush_state()
-    if waiting:
+    if not waiting:
+        return
+    spool = getattr(race.store, "spool_path", None)
+    if spool is not None:
+        warn(
+            f"{waiting} router update(s) could not be stored yet: the router state is "
+            f"unreachable. They are kept in {spool}, and the next run with this state pushes "
+            "them once it answers."
+        )
+    else:
         warn(
             f"{waiting} router update(s) could not be stored: the router state is unreachable, "
             "and they are lost when this command exits."

@@ -45,6 +45,7 @@ from .stores import (
     SQLitePreviewCache,
     SQLiteStateStore,
     open_state_store,
+    spool_path,
 )
 
 __all__ = [
@@ -84,5 +85,6 @@ __all__ = [
     "open_state_store",
     "prompt_key",
     "route_state_summary",
+    "spool_path",
     "state_location",
 ]

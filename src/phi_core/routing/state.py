@@ -20,11 +20,13 @@ from ..providers.call import CachedResponse
 from ..types import AssistantMessage
 from .history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
 from .stores import (
+    DEFAULT_SPOOL,
     PreviewCache,
     RedisPreviewCache,
     RedisStateStore,
     RouterStateStore,
     SQLitePreviewCache,
+    _SpoolDefault,
     open_state_store,
 )
 
@@ -82,15 +84,16 @@ def open_route_state(
     preview_cache: bool = True,
     cache_ttl_s: float = 600.0,
     key_prefix: str | None = None,
+    spool: str | os.PathLike[str] | _SpoolDefault | None = DEFAULT_SPOOL,
 ) -> RouteState:
     """Open the router state at ``location`` (see :func:`state_location`) with its preview
-    cache and latency history beside it; ``key_prefix`` names the router state's keys in Redis."""
+    cache and latency history beside it; ``key_prefix`` names the router state's keys in Redis,
+    ``spool`` where updates Redis has not confirmed are kept (see
+    :class:`~phi_core.routing.RedisStateStore`; default :func:`~phi_core.routing.spool_path`)."""
     where = state_location(location)
     redis = where.startswith(("redis://", "rediss://", "unix://"))
     store = (
-        RedisStateStore(where, prefix=key_prefix)
-        if redis and key_prefix
-        else open_state_store(where)
+        RedisStateStore(where, prefix=key_prefix, spool=spool) if redis else open_state_store(where)
     )
     cache_store: PreviewCache
     history: LatencyHistory

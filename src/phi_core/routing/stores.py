@@ -28,7 +28,9 @@ All calls are synchronous (file, SQLite and Redis client calls); async callers r
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
+import hashlib
 import json
 import logging
 import math
@@ -39,14 +41,16 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
 from .._files import atomic_write, file_lock
+from .._paths import user_path
 from .._sqlite import init_wal, sqlite_failure
 from ..errors import MissingExtraError, StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats
@@ -62,6 +66,7 @@ __all__ = [
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "open_state_store",
+    "spool_path",
     "stats_from_json",
 ]
 
@@ -539,6 +544,157 @@ class _Pending:
     arm: str
     delta: ArmStats
     sent: bool = False
+    first_sent: float | None = None
+    """Wall-clock time of the first attempt (Redis remembers the id ``APPLIED_TTL_S`` after it)."""
+    claim: str | None = None
+    """The store instance pushing it now (spool entries only; see :class:`_Spool`)."""
+    claimed_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "namespace": self.namespace,
+            "arm": self.arm,
+            "delta": self.delta.to_json(),
+            "sent": self.sent,
+            "first_sent": self.first_sent,
+            "claim": self.claim,
+            "claimed_at": self.claimed_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> _Pending:
+        """One spool entry, checked: ``ValueError`` naming ``where`` when of the wrong shape."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where} is {type(data).__name__}, not an object")
+        texts: dict[str, str] = {}
+        for key in ("id", "namespace", "arm"):
+            value = data.get(key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{where}.{key} is {value!r:.40}, not a non-empty string")
+            texts[key] = value
+        claim = data.get("claim")
+        if not isinstance(data.get("sent"), bool) or not isinstance(claim, str | None):
+            raise ValueError(f"{where}.sent/claim are not a boolean and a string or null")
+        first = data.get("first_sent")
+        return cls(
+            id=texts["id"],
+            namespace=texts["namespace"],
+            arm=texts["arm"],
+            delta=stats_from_json(data.get("delta"), f"{where}.delta"),
+            sent=data["sent"],
+            first_sent=None if first is None else _number(first, f"{where}.first_sent"),
+            claim=claim,
+            claimed_at=_number(data.get("claimed_at", 0.0), f"{where}.claimed_at"),
+        )
+
+
+SPOOL_DIR = "router-spool"
+"""Folder of the default spools inside the user directory (``$PHI_HOME``)."""
+
+CLAIM_TTL_S = 120.0
+"""How long a push's claim on spooled updates holds: a process killed mid-push leaves its claim
+behind, and another process takes those updates over once the claim is this old."""
+
+
+def spool_path(url: str, prefix: str) -> Path:
+    """The default spool of a Redis router state: ``$PHI_HOME/router-spool/<name>.json``, the
+    name made of the server (host and port, or socket) and database plus a hash of them, the
+    scheme and the key prefix — never of the URL's user name or password — so other servers,
+    databases or prefixes never share a spool, and one server written two ways
+    (``redis://h`` and ``redis://h:6379/0``) has one."""
+    parts = urlsplit(url)
+    query_db = parse_qs(parts.query).get("db", [""])[0]
+    try:
+        port = parts.port
+    except ValueError:  # redis-py rejects such a URL itself; the spool name needs no port
+        port = None
+    if parts.scheme == "unix":
+        server, db = parts.path, query_db or "0"
+    else:
+        server = f"{parts.hostname or 'localhost'}:{port or 6379}"
+        db = parts.path.strip("/") or query_db or "0"
+    digest = hashlib.sha256(f"{parts.scheme}://{server}/{db}\n{prefix}".encode()).hexdigest()
+    readable = re.sub(r"[^A-Za-z0-9.]+", "-", f"{server}-{db}").strip("-.")[:60] or "redis"
+    return user_path(SPOOL_DIR) / f"{readable}-{digest[:12]}.json"
+
+
+class _Spool:
+    """The pending updates of a Redis router state in a local JSON file, so that they outlive
+    the process that made them: ``{"version": 1, "updates": [entry, ...]}``, read and replaced
+    under :func:`~phi_core._files.file_lock` with :func:`~phi_core._files.atomic_write` (0600).
+
+    Any store instance using the spool may push any entry in it, which is how updates left by a
+    process that exited are taken over. A push first *claims* the entries it sends (its token and
+    the time, written under the lock), sends them without holding the lock, then removes the ones
+    Redis confirmed and releases the rest — so two instances sharing one spool never push one
+    update twice (a claim older than :data:`CLAIM_TTL_S` is taken over: its owner died mid-push)
+    and never lose one. A spool of the wrong shape is moved aside with a warning naming it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.token = uuid.uuid4().hex
+
+    def _read(self) -> list[_Pending]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        try:
+            data = json.loads(raw.decode("utf-8"))
+            if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+                raise ValueError("not a version-1 spool document")
+            updates = data.get("updates")
+            if not isinstance(updates, list):
+                raise ValueError(f"'updates' is {updates!r:.40}, not a list")
+            return [_Pending.from_json(u, f"updates[{i}]") for i, u in enumerate(updates)]
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8 and shape errors
+            _quarantine(self.path, str(exc) or type(exc).__name__, kind="a router update spool")
+            return []
+
+    def peek(self) -> list[_Pending]:
+        """The entries now (nothing is created when there is no spool yet)."""
+        if not self.path.exists():
+            return []
+        with file_lock(self.path):
+            return self._read()
+
+    @contextlib.contextmanager
+    def entries(self) -> Iterator[list[_Pending]]:
+        """The entries under the lock, to change in place; written back when the block ends."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with file_lock(self.path):
+            entries = self._read()
+            yield entries
+            document = {"version": STATE_VERSION, "updates": [e.to_json() for e in entries]}
+            atomic_write(self.path, json.dumps(document).encode("utf-8"), mode=0o600)
+
+    def claim(self, entries: list[_Pending]) -> list[_Pending]:
+        """Claim every entry nobody is pushing (or whose pusher died); the claimed ones."""
+        now = time.time()
+        free = [e for e in entries if e.claim is None or now - e.claimed_at > CLAIM_TTL_S]
+        for entry in free:
+            entry.claim, entry.claimed_at = self.token, now
+        return free
+
+    def release(self, entries: list[_Pending], done: set[str], tried: dict[str, float]) -> None:
+        """Drop the entries Redis confirmed; release this instance's claims on the others."""
+        entries[:] = [e for e in entries if e.id not in done]
+        for entry in entries:
+            if entry.id in tried:
+                entry.sent = True
+                entry.first_sent = entry.first_sent or tried[entry.id]
+            if entry.claim == self.token:
+                entry.claim, entry.claimed_at = None, 0.0
+
+
+class _SpoolDefault(enum.Enum):
+    DEFAULT = "default"
+
+
+DEFAULT_SPOOL = _SpoolDefault.DEFAULT
+"""``RedisStateStore(spool=...)``'s default: :func:`spool_path` of the URL and the prefix."""
 
 
 class RedisStateStore:
@@ -552,6 +708,17 @@ class RedisStateStore:
     addition under its own id, so one that reached Redis before the connection broke is not
     counted twice — and a second warning says so. :meth:`flush` pushes them at once (call it
     before a worker exits); :attr:`pending` counts them.
+
+    Pending updates are also kept in a *spool* file before :meth:`add` returns (``spool``:
+    default :func:`spool_path` — ``$PHI_HOME/router-spool/<server>-<hash>.json``, one per server
+    and key prefix —, a path of your choice, or ``None`` for memory only), so they survive the
+    process: a later instance on the same spool (the next CLI run, a restarted gateway worker)
+    takes them over on construction and pushes them once Redis answers; instances sharing one
+    spool claim what they push (see :class:`_Spool`). Redis remembers an update's id for
+    :data:`APPLIED_TTL_S`: an update first sent longer ago is pushed again with a warning, as it
+    may be counted twice if that first attempt had reached Redis. A spool that cannot be read is
+    moved aside with a warning naming it; one that cannot be written is given up with one warning
+    (updates are then kept in memory only).
 
     With ``read_only`` nothing is written and an unreachable Redis raises
     :class:`StateStoreError` instead of answering from local statistics.
@@ -567,6 +734,7 @@ class RedisStateStore:
         retry_min_s: float = 0.25,
         retry_max_s: float = 30.0,
         socket_timeout: float = 5.0,
+        spool: str | os.PathLike[str] | _SpoolDefault | None = DEFAULT_SPOOL,
     ) -> None:
         redis = _redis_module()
         self._redis = redis
@@ -588,6 +756,8 @@ class RedisStateStore:
         self.retry_min_s = retry_min_s
         self.retry_max_s = retry_max_s
         self._degraded = False
+        self._backoff_started = False
+        """Whether the outage was reported (a warning); pushes then say Redis is back."""
         self._backoff = retry_min_s
         self._next_try = 0.0
         self._pending: list[_Pending] = []
@@ -596,20 +766,61 @@ class RedisStateStore:
         threads at once (two pushes of one update would count it twice)."""
         self._seen: dict[str, dict[str, ArmStats]] = {}
         self._script = self._client.register_script(_ADD_LUA)
+        if read_only or spool is None:
+            self._spool: _Spool | None = None
+        else:
+            where = spool_path(url, self.prefix) if spool is DEFAULT_SPOOL else Path(spool)
+            self._spool = _Spool(where)
+        self._adopted = 0
+        self._expired: set[str] = set()
+        with self._lock:
+            self._spooled(self._spool_peek)
+        if self._pending:  # left by an earlier process: pushed at the next call Redis answers
+            self._adopted = len(self._pending)
+            self._degraded = True
+
+    @property
+    def spool_path(self) -> Path | None:
+        """Where pending updates are kept across processes (``None``: in memory only)."""
+        return self._spool.path if self._spool is not None else None
+
+    def _spool_peek(self, spool: _Spool) -> None:
+        self._pending = spool.peek()
+
+    def _spooled(self, action: Callable[[_Spool], None]) -> bool:
+        """Run ``action(spool)``; on a file-system failure give the spool up with one warning
+        (updates are then kept in memory only). Whether it ran."""
+        if self._spool is None:
+            return False
+        try:
+            action(self._spool)
+        except OSError as exc:
+            logger.warning(
+                "Cannot use the router update spool %s (%s); updates Redis has not confirmed are "
+                "kept in memory only and are lost if this process exits before Redis is back.",
+                self._spool.path,
+                exc.strerror or exc,
+            )
+            self._spool = None
+            return False
+        return True
 
     @property
     def degraded(self) -> bool:
-        """Whether Redis was unreachable at the last attempt (updates are pending)."""
+        """Whether Redis was unreachable at the last attempt, or updates an earlier process left
+        in the spool wait for the next call (updates are pending)."""
         return self._degraded
 
     @property
     def pending(self) -> int:
-        """Updates kept locally until Redis confirms them."""
+        """Updates kept locally until Redis confirms them (with a spool: the spooled ones as
+        last seen, other processes' included)."""
         return len(self._pending)
 
     def _degrade(self, exc: BaseException) -> None:
         now = time.monotonic()
-        if not self._degraded:
+        if not self._backoff_started:
+            self._backoff_started = True
             self._backoff = self.retry_min_s
             logger.warning(
                 "Redis at %s is unreachable (%s); router updates are kept locally and pushed "
@@ -634,28 +845,128 @@ class RedisStateStore:
             return True
         if not force and time.monotonic() < self._next_try:
             return False
+        warned = self._backoff_started
         try:
             pushed = self._push_pending()
         except self._errors as exc:
             self._degrade(exc)
             return False
         self._degraded = False
-        logger.warning(
-            "Redis at %s is reachable again; pushed %d router update(s) kept while it was not.",
-            _safe_url(self.url),
-            pushed,
-        )
+        self._backoff_started = False
+        if warned:
+            logger.warning(
+                "Redis at %s is reachable again; pushed %d router update(s) kept while it was not.",
+                _safe_url(self.url),
+                pushed,
+            )
+        elif self._adopted:
+            logger.info(
+                "Pushed %d router update(s) an earlier process left in %s.",
+                pushed,
+                self.spool_path,
+            )
+        self._adopted = 0
         return True
 
     def _push_pending(self) -> int:
+        if self._spool is not None:
+            pushed = self._push_spooled()
+            if pushed is not None:
+                return pushed
         pushed = 0
         while self._pending:
             item = self._pending[0]
             item.sent = True
+            item.first_sent = item.first_sent or time.time()
             self._send(item)
             self._pending.pop(0)
             pushed += 1
         return pushed
+
+    def _push_spooled(self) -> int | None:
+        """Claim what is in the spool, push it, drop what Redis confirmed (``None``: the spool
+        was given up, the in-memory list is pushed instead)."""
+        claimed: list[_Pending] = []
+
+        def claim(spool: _Spool) -> None:
+            with spool.entries() as entries:
+                claimed.extend(spool.claim(entries))
+                self._pending = list(entries)
+
+        if not self._spooled(claim):
+            return None
+        self._warn_if_expired(claimed)
+        done: set[str] = set()
+        tried: dict[str, float] = {}
+
+        def release(spool: _Spool) -> None:
+            with spool.entries() as entries:
+                spool.release(entries, done, tried)
+                self._pending = list(entries)
+
+        try:
+            for item in claimed:
+                tried[item.id] = time.time()
+                try:
+                    self._send(item)
+                except UserError:  # another dimension than Redis holds: it can never be applied,
+                    done.add(item.id)  # and kept in the spool it would fail every later run
+                    raise
+                done.add(item.id)
+        finally:
+            if not self._spooled(release):  # keep what was not confirmed in memory
+                self._pending = [p for p in self._pending if p.id not in done]
+                for item in self._pending:
+                    item.claim = None
+                    item.sent = item.sent or item.id in tried
+        return len(done)
+
+    def _warn_if_expired(self, items: list[_Pending]) -> None:
+        """Warn (once per update) about updates Redis may no longer recognise as applied."""
+        now = time.time()
+        old = [
+            i.id
+            for i in items
+            if i.first_sent is not None
+            and now - i.first_sent > APPLIED_TTL_S
+            and i.id not in self._expired
+        ]
+        self._expired.update(old)
+        if old:
+            logger.warning(
+                "%d router update(s) in %s were first sent more than %d h ago, longer than Redis "
+                "remembers an update's id: they are pushed again, and one whose first attempt "
+                "had reached Redis is counted twice.",
+                len(old),
+                self.spool_path,
+                APPLIED_TTL_S // 3600,
+            )
+
+    def _keep(self, item: _Pending) -> None:
+        """Add an update to the pending ones, in the spool too when there is one. An unsent one
+        is merged into the pending update of the same arm that was never sent nor claimed (its
+        id was never applied, so it is still free to grow): a long outage keeps about one
+        entry per arm, not one per update."""
+
+        def keep(pending: list[_Pending]) -> None:
+            if not item.sent:
+                for other in reversed(pending):
+                    if (
+                        not other.sent
+                        and other.claim is None
+                        and (other.namespace, other.arm) == (item.namespace, item.arm)
+                    ):
+                        other.delta = other.delta + item.delta
+                        return
+            pending.append(item)
+
+        def spooled(spool: _Spool) -> None:
+            with spool.entries() as entries:
+                keep(entries)
+                self._pending = list(entries)
+
+        if not self._spooled(spooled):
+            keep(self._pending)
 
     def _send(self, item: _Pending) -> None:
         payload = item.delta.to_json()
@@ -689,8 +1000,10 @@ class RedisStateStore:
 
     def _local(self, namespace: str) -> dict[str, ArmStats]:
         out = dict(self._seen.get(namespace, {}))
+        mine = self._spool.token if self._spool is not None else None
         for item in self._pending:
-            if item.namespace == namespace:
+            # Another store is pushing the ones it claimed: Redis may hold them already.
+            if item.namespace == namespace and item.claim in (None, mine):
                 current = out.get(item.arm)
                 out[item.arm] = current + item.delta if current is not None else item.delta
         return out
@@ -726,21 +1039,18 @@ class RedisStateStore:
         with self._lock:
             if self.read_only:
                 raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
-            last = self._pending[-1] if self._pending else None
-            if (
-                last is not None
-                and not last.sent
-                and (last.namespace, last.arm) == (namespace, arm)
-            ):
-                last.delta = last.delta + delta  # never sent: still free to grow
-            else:
-                self._pending.append(_Pending(uuid.uuid4().hex, namespace, arm, delta))
-            if not self._reconnect():
-                return
-            try:
-                self._push_pending()
-            except self._errors as exc:
-                self._degrade(exc)
+            item = _Pending(uuid.uuid4().hex, namespace, arm, delta)
+            if not self._degraded:  # the common case: one round trip, no file touched
+                item.sent, item.first_sent = True, time.time()
+                try:
+                    self._send(item)
+                    return
+                except self._errors as exc:
+                    self._degrade(exc)
+                    self._keep(item)  # under its id: it may have reached Redis
+                    return
+            self._keep(item)
+            self._reconnect()
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Push the pending updates now, retrying until ``timeout``; whether none is left."""
@@ -778,9 +1088,19 @@ class RedisStateStore:
                 ) from None
             for ns in targets:
                 self._seen.pop(ns, None)
-            self._pending = [
-                p for p in self._pending if namespace is not None and p.namespace != namespace
-            ]
+
+            def forget(pending: list[_Pending]) -> None:
+                pending[:] = [
+                    p for p in pending if namespace is not None and p.namespace != namespace
+                ]
+
+            def spooled(spool: _Spool) -> None:
+                with spool.entries() as entries:
+                    forget(entries)
+                    self._pending = list(entries)
+
+            if not self._spooled(spooled):
+                forget(self._pending)
 
     def _namespaces(self) -> list[str]:
         return sorted(n.decode() for n in self._client.smembers(f"{self.prefix}:namespaces"))
