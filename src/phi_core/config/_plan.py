@@ -79,8 +79,8 @@ def default_strategy(branches: Sequence[BranchSpec], judge: object = None) -> st
     branches race (no majority is possible), else :data:`EMBEDDED_DEFAULT_STRATEGY`."""
     if judge is None and len(branches) >= 3 and all(b.model.startswith("local:") for b in branches):
         return EMBEDDED_DEFAULT_STRATEGY
-    # Two answers never have a majority: consensus can only tie (39.8 % right on the benchmark's
-    # two-answer prompts), the embedded judge picks the first shown (57.1 %, the same as "first").
+    # Two answers never have a majority: consensus can only tie (39.3 % right on the benchmark's
+    # two-answer prompts), the embedded judge picks the first shown (55.3 %, the same as "first").
     return "judge"
 
 
