@@ -140,12 +140,18 @@ class PairedRace(SelectionAlgorithm):
         return False
 
 
+def _normal_cdf(t: np.ndarray) -> np.ndarray:
+    """The standard normal CDF elementwise."""
+    out: np.ndarray = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in t]))
+    return out
+
+
 def _expected_excess(mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """``E[max(X, 0)]`` for ``X ~ N(mean, sd^2)`` elementwise (``max(mean, 0)`` where ``sd = 0``)."""
     safe = np.maximum(sd, 1e-15)
     t = mean / safe
     pdf = np.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi)
-    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in t]))
+    cdf = _normal_cdf(t)
     out: np.ndarray = np.where(sd > 0, safe * pdf + mean * cdf, np.maximum(mean, 0.0))
     return out
 
@@ -242,8 +248,12 @@ class RegretRace(SelectionAlgorithm):
         additive_prior: float = 0.0,
         floor: float = 0.5,
         tie_questions: float = 1.0,
+        tie_risk: float = 0.05,
     ) -> None:
         super().__init__()
+        if not 0 <= tie_risk < 1:
+            raise UserError(f"tie_risk must be in [0, 1) (0 = off), got {tie_risk!r}.")
+        self.tie_risk = tie_risk
         if tie_questions < 0:
             raise UserError(f"tie_questions must be >= 0 (0 = off), got {tie_questions!r}.")
         self.tie_questions = tie_questions
@@ -315,10 +325,15 @@ class RegretRace(SelectionAlgorithm):
         if prior is not None:
             mean, sd = self._posterior(x, sd, leader, n, total, prior)
         cost = arena.costs[np.asarray(active, dtype=np.int64), :n].mean(axis=1)
+        level = mean  # before the tie shift: the guard below asks about ending level
         if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
             cheaper = cost < cost[leader] - 1e-12 - 1e-9 * abs(float(cost[leader]))
             mean = mean + self.tie_questions / total * cheaper
         loss = _expected_excess(mean, sd)
+        if self.tie_risk > 0:  # an arm that may still end level with the leader is kept
+            # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
+            reach = (level * total + 0.5) / np.maximum(sd * total, 1e-12)
+            loss = np.where(_normal_cdf(reach) > self.tie_risk, np.inf, loss)
         weight = np.ones(len(active))
         if self.cost_power > 0 and float(cost.mean()) > 0:
             weight = (cost / cost.mean()) ** self.cost_power
