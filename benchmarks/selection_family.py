@@ -51,6 +51,7 @@ FAMILY_SELECTORS = (
     "lm_proposal",
     "paired_race",
     "regret_race_v0",
+    "regret_race_v1",
     "regret_race",
 )
 DEFAULT = "regret_race"

@@ -71,11 +71,15 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     # the additive (planner + solver) prior: near-tie-robust on additive grids, not the default
     "regret_race_additive": ("regret_race", {"eta": 3e-5, "additive_prior": 4.0}),
     # the default before issue 20 (no disagreement floor, no tie protection)
-    "regret_race_v0": ("regret_race", {"floor": 0.0, "tie_questions": 0.0}),
+    "regret_race_v0": ("regret_race", {"floor": 0.0, "tie_questions": 0.0, "tie_risk": 0.0}),
+    # the default of issue 20's first round (floor and tie rule, no tie-risk guard)
+    "regret_race_v1": ("regret_race", {"tie_risk": 0.0}),
     # tuning candidates for the default (issue 20 point 4; see results/selection_family/README.md)
-    "regret_race_f1t1": ("regret_race", {"floor": 1.0}),
-    "regret_race_f1t1_e2": ("regret_race", {"floor": 1.0, "eta": 2e-4}),
-    "regret_race_t1": ("regret_race", {"floor": 0.0}),
+    "regret_race_f1t1": ("regret_race", {"floor": 1.0, "tie_risk": 0.0}),
+    "regret_race_f1t1_e2": ("regret_race", {"floor": 1.0, "eta": 2e-4, "tie_risk": 0.0}),
+    "regret_race_t1": ("regret_race", {"floor": 0.0, "tie_risk": 0.0}),
+    # second round: the tie-risk guard with a larger regret tolerance (cheaper, see the README)
+    "regret_race_e2": ("regret_race", {"eta": 2e-4}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()
