@@ -51,6 +51,7 @@ FAMILY_SELECTORS = (
     "lm_proposal",
     "paired_race",
     "regret_race_v0",
+    "regret_race_v1",
     "regret_race",
 )
 DEFAULT = "regret_race"
@@ -182,6 +183,24 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _candidate(
+    parser: argparse.ArgumentParser, spec: str
+) -> tuple[str, tuple[str, dict[str, Any]]]:
+    """``NAME=ALGO:KEY=VALUE,...`` -> (NAME, (ALGO, {KEY: float(VALUE)}))."""
+    name, _, rest = spec.partition("=")
+    algo, _, params = rest.partition(":")
+    try:
+        values = {
+            key: float(value)
+            for key, value in (item.split("=", 1) for item in params.split(",") if item)
+        }
+    except ValueError:
+        parser.error(f"--candidate {spec!r}: expected NAME=ALGO:KEY=VALUE,... with numeric values")
+    if not name or not algo:
+        parser.error(f"--candidate {spec!r}: expected NAME=ALGO:KEY=VALUE,...")
+    return name, (algo, values)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -191,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="selector seeds per world")
     parser.add_argument("--worlds", default=",".join(FAMILY), help="comma-separated world types")
     parser.add_argument("--selectors", default=",".join(FAMILY_SELECTORS))
+    parser.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="NAME=ALGO:KEY=VALUE,...",
+        help="an extra selector to try (repeatable), e.g. rr_e2=regret_race:eta=2e-4,tie_risk=0.05",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--render", type=Path, default=None, metavar="JSON", help="only rewrite table.md from JSON"
@@ -207,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown world types {sorted(unknown)}; choose from {sorted(WORLDS)}")
     chosen = args.selectors.split(",")
+    for spec in args.candidate:
+        name, algo_params = _candidate(parser, spec)
+        PHI_SELECTORS[name] = algo_params
+        chosen.append(name)
     unknown = set(chosen) - set(PHI_SELECTORS)
     if unknown:
         parser.error(f"unknown selectors {sorted(unknown)}; choose from {sorted(PHI_SELECTORS)}")

@@ -71,11 +71,15 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     # the additive (planner + solver) prior: near-tie-robust on additive grids, not the default
     "regret_race_additive": ("regret_race", {"eta": 3e-5, "additive_prior": 4.0}),
     # the default before issue 20 (no disagreement floor, no tie protection)
-    "regret_race_v0": ("regret_race", {"floor": 0.0, "tie_questions": 0.0}),
+    "regret_race_v0": ("regret_race", {"floor": 0.0, "tie_questions": 0.0, "tie_risk": 0.0}),
+    # the default of issue 20's first round (floor and tie rule, no tie-risk guard)
+    "regret_race_v1": ("regret_race", {"tie_risk": 0.0}),
     # tuning candidates for the default (issue 20 point 4; see results/selection_family/README.md)
-    "regret_race_f1t1": ("regret_race", {"floor": 1.0}),
-    "regret_race_f1t1_e2": ("regret_race", {"floor": 1.0, "eta": 2e-4}),
-    "regret_race_t1": ("regret_race", {"floor": 0.0}),
+    "regret_race_f1t1": ("regret_race", {"floor": 1.0, "tie_risk": 0.0}),
+    "regret_race_f1t1_e2": ("regret_race", {"floor": 1.0, "eta": 2e-4, "tie_risk": 0.0}),
+    "regret_race_t1": ("regret_race", {"floor": 0.0, "tie_risk": 0.0}),
+    # second round: the tie-risk guard with a larger regret tolerance (cheaper, see the README)
+    "regret_race_e2": ("regret_race", {"eta": 2e-4}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()
@@ -487,6 +491,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-agentopt", action="store_true", help="skip the agentopt-py side")
     parser.add_argument("--agentopt-venv", type=Path, default=AGENTOPT_VENV)
     parser.add_argument(
+        "--keep-agentopt",
+        action="store_true",
+        help="with --no-agentopt: carry the agentopt-py rows of OUT/results.json over (same data "
+        "and seeds; the package's side does not change when phi's selectors do)",
+    )
+    parser.add_argument(
         "--resample",
         type=int,
         default=None,
@@ -540,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_agentopt:
         for label, runs in run_agentopt(m, args.seeds, args.agentopt_venv).items():
             selectors[f"agentopt:{label}"] = {**summarise(m, runs), "source": "agentopt"}
+    elif args.keep_agentopt:
+        selectors.update(_previous_agentopt_rows(args))
     best = m.best()
     result = {
         "n_configs": n_combos,
@@ -560,6 +572,25 @@ def main(argv: list[str] | None = None) -> int:
     _print_table(selectors)
     print(f"wrote {args.out / 'results.json'} and {args.out / 'regret_vs_savings.png'}")
     return 0
+
+
+def _previous_agentopt_rows(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The ``agentopt:*`` rows of the previous ``results.json`` in ``--out`` (same data, seeds)."""
+    path = args.out / "results.json"
+    if not path.exists():
+        raise SystemExit(f"--keep-agentopt: no previous {path} to keep the agentopt rows from")
+    previous = json.loads(path.read_text())
+    same = (previous.get("data"), previous.get("seeds"), previous.get("resample")) == (
+        _display_path(args.data),
+        args.seeds,
+        args.resample,
+    )
+    if not same:
+        raise SystemExit(
+            f"--keep-agentopt: {path} was made with other data, seeds or resampling; "
+            "re-run the agentopt side instead (drop --no-agentopt)"
+        )
+    return {k: v for k, v in previous["selectors"].items() if k.startswith("agentopt:")}
 
 
 def run_worlds(args: argparse.Namespace) -> int:

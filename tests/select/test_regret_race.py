@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import numpy as np
@@ -136,6 +137,8 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"additive_prior": -1.0}, "additive_prior"),
         ({"floor": -0.1}, "floor"),
         ({"tie_questions": -1.0}, "tie_questions"),
+        ({"tie_risk": -0.1}, "tie_risk"),
+        ({"tie_risk": 1.0}, "tie_risk"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -182,14 +185,19 @@ async def test_the_additive_prior_is_ignored_on_a_one_step_space() -> None:
 
 async def test_a_perfect_expensive_arm_is_not_dropped_on_a_streak_of_agreement() -> None:
     """Four cheap arms one or two questions behind a perfect, 10x dearer one: without the
-    disagreement floor the race drops the best once the arms have agreed for a while."""
+    disagreement floor the race drops the best once the arms have agreed for a while (the
+    tie-risk guard, which also keeps it, is off to test the floor alone)."""
     space = SearchSpace({"solver": ["best", "a", "b", "c", "d"]})
     scores = bernoulli_world([1.0, 0.995, 0.995, 0.99, 0.99], 200, seed=12)
     costs = np.array([[0.01] * 200] + [[0.001] * 200] * 4)
     found = {}
     for floor in (0.5, 0.0):
         picks = [
-            (await select("regret_race", space, scores, seed=s, costs=costs, floor=floor))[0]
+            (
+                await select(
+                    "regret_race", space, scores, seed=s, costs=costs, floor=floor, tie_risk=0.0
+                )
+            )[0]
             for s in range(20)
         ]
         found[floor] = sum(p == 0 for p in picks)
@@ -217,3 +225,49 @@ async def test_a_cheaper_arm_that_ties_the_leader_is_kept_and_wins_the_tie() -> 
         ]
     assert set(picks[1.0]) == {"solver=cheaper"}
     assert "solver=dear" in picks[0.0]  # without the tie rule a seed drops the cheaper twin
+
+
+async def test_an_arm_one_question_behind_a_streak_is_kept_while_it_may_still_end_level() -> None:
+    """The best (199/200, one early miss, dearer: the tie rule does not cover it) trails a streak
+    (perfect for 175 questions, 198/200 at the end) by one question for most of the race. Without
+    the tie-risk guard the race drops it on that one question; with it, the best is kept while
+    it may still end level (continuity-corrected odds above ``tie_risk``) and wins."""
+    n = 200
+    scores = np.ones((5, n))
+    scores[0, [175, 199]] = 0.0  # the streak
+    scores[1, 10] = 0.0  # the best
+    rng = np.random.default_rng(0)
+    for k in (2, 3, 4):
+        scores[k, rng.choice(n, 12 + 6 * k, replace=False)] = 0.0
+    costs = np.full((5, n), 0.001)
+    costs[1] = 0.002
+    space = SearchSpace({"solver": ["streak", "best", "w1", "w2", "w3"]})
+    names = [space.name(k) for k in range(5)]
+    seen = {}
+    for risk in (0.05, 0.0):
+        arena = Arena(5, n, MatrixEvaluator(scores, costs), seed=0, shuffle=False, names=names)
+        pick = await run_algorithm(RegretRace(tie_risk=risk), arena, space)
+        seen[risk] = (space.name(pick), arena.count(1))
+    assert seen[0.05] == ("solver=best", n)  # kept to the full data, and found
+    assert seen[0.0][0] == "solver=streak"  # without the guard: dropped one question behind
+    assert seen[0.0][1] < 176  # ... before the streak's first miss
+
+
+def test_the_tie_risk_guard_keeps_only_arms_that_may_still_end_level() -> None:
+    """On a prefix of 150 questions: an arm one question behind a perfect leader (one
+    disagreement, 50 questions left) may still end level - kept whatever its expected loss; an
+    arm 12 questions behind is judged by its expected loss alone, guard or not."""
+    n = 200
+    scores = np.ones((3, n))
+    scores[1, 20] = 0.0
+    scores[2, np.arange(0, 144, 12)] = 0.0
+    losses = {}
+    for risk in (0.05, 0.0):
+        arena = Arena(3, n, MatrixEvaluator(scores), seed=0, shuffle=False)
+        asyncio.run(arena.evaluate_prefix(range(3), 150))
+        loss, tolerance, leader = RegretRace(tie_risk=risk)._judge(arena, [0, 1, 2], 150)
+        assert leader == 0
+        losses[risk] = (loss, tolerance)
+    guarded, plain = losses[0.05][0], losses[0.0][0]
+    assert math.isinf(guarded[1]) and plain[1] < losses[0.0][1][1]  # the guard decides
+    assert guarded[2] == plain[2] < losses[0.0][1][2]  # a clear loser is still dropped
