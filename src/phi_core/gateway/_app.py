@@ -231,20 +231,22 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         """The request's JSON body; 413 past ``max_body_bytes`` (read no further), 400 when it
         is not JSON."""
         limit = gateway.settings.max_body_bytes
-        too_large = GatewayError(
-            413,
-            f"The request body is larger than this gateway accepts ({limit} bytes; "
-            "`gateway.max_body_bytes` in its config).",
-            code="request_too_large",
-        )
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise too_large
+        too_large = declared.isdigit() and int(declared) > limit
         raw = bytearray()
-        async for piece in request.stream():
-            raw += piece
-            if len(raw) > limit:
-                raise too_large
+        if not too_large:
+            async for piece in request.stream():
+                raw += piece
+                if len(raw) > limit:
+                    too_large = True
+                    break
+        if too_large:
+            raise GatewayError(
+                413,
+                f"The request body is larger than this gateway accepts ({limit} bytes; "
+                "`gateway.max_body_bytes` in its config).",
+                code="request_too_large",
+            )
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
