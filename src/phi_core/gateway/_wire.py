@@ -481,6 +481,8 @@ class StopCutter:
         self.stopped = False
 
     def feed(self, text: str) -> str:
+        if not self.stop:
+            return text
         if self.stopped:
             return ""
         pending = self._pending + text

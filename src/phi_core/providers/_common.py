@@ -393,9 +393,12 @@ class MessageBuilder:
         return index, self._blocks[index]
 
     def text(self, key: Hashable, text: str) -> TextDelta:
+        if type(text) is not str:  # what a hostile upstream sent: validated (and refused)
+            return TextDelta(index=0, text=text)
         index, block = self._block(key, "text")
         block.parts.append(text)
-        return TextDelta(index=index, text=text)
+        # Built without re-validating an int and a str: one per streamed chunk adds up.
+        return TextDelta.model_construct(index=index, text=text)
 
     def thinking(
         self, key: Hashable, text: str = "", signature: str | None = None, redacted: bool = False
