@@ -177,3 +177,35 @@ async def test_max_duration_cancels_a_tool_that_is_still_running(strict_loop: An
     assert finished == []
     assert sum(e.type == "agent_end" for e in events) == 1
     assert provider.calls == 1, "no turn starts after the deadline"
+
+
+async def test_a_steady_stream_longer_than_the_idle_deadline_is_not_cut_and_a_late_stall_is(
+    strict_loop: Any,
+) -> None:
+    """The timer is re-armed lazily: chunks every 50 ms for about 1.5 s pass an idle deadline
+    of 0.3 s (the first arming's moment goes by many times), and the silence after them trips
+    it — counted from the last chunk, not from the first."""
+    pieces = [chunk({"role": "assistant", "content": ""})]
+    pieces += [chunk({"content": f"w{i} "}) for i in range(30)]
+    steady = Stream(chat_stream(*pieces, chunk({}, "stop")), interval=0.05)
+    stalling = Stream(chat_stream(*pieces, chunk({}, "stop")), interval=0.05, stall_after=25)
+    async with FakeServer([steady, stalling]) as server:
+        whole = await _call(server.url, CallDeadlines(idle=0.3, total=30.0), Meter())
+        started = time.monotonic()
+        with pytest.raises(CallTimeoutError) as caught:
+            await _call(server.url, CallDeadlines(idle=0.3, total=30.0), Meter())
+        elapsed = time.monotonic() - started
+    assert whole.message is not None and whole.message.text.startswith("w0 w1")
+    assert whole.message.text.count("w") == 30
+    assert caught.value.deadline == "idle"
+    assert 25 * 0.05 < elapsed < 10.0  # after the 25 chunks that came, not at 0.3 s
+
+
+async def test_a_cancellation_from_outside_stays_a_cancellation(strict_loop: Any) -> None:
+    """The deadline timer turns only its own cancellation into CallTimeoutError."""
+    async with FakeServer([Stream(_partial_then_more(), stall_after=2)]) as server:
+        task = asyncio.create_task(_call(server.url, CallDeadlines(idle=0.5, total=30.0), Meter()))
+        await asyncio.sleep(0.2)  # the stream is waiting for its third chunk
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
