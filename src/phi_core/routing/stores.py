@@ -805,6 +805,18 @@ class RedisStateStore:
             return False
         return True
 
+    def _edit_pending(self, edit: Callable[[list[_Pending]], None]) -> None:
+        """Apply ``edit`` to the pending updates: the spool's, under its lock (then also this
+        store's), or the in-memory list when there is no usable spool."""
+
+        def spooled(spool: _Spool) -> None:
+            with spool.entries() as entries:
+                edit(entries)
+                self._pending = list(entries)
+
+        if not self._spooled(spooled):
+            edit(self._pending)
+
     @property
     def degraded(self) -> bool:
         """Whether Redis was unreachable at the last attempt, or updates an earlier process left
@@ -960,13 +972,7 @@ class RedisStateStore:
                         return
             pending.append(item)
 
-        def spooled(spool: _Spool) -> None:
-            with spool.entries() as entries:
-                keep(entries)
-                self._pending = list(entries)
-
-        if not self._spooled(spooled):
-            keep(self._pending)
+        self._edit_pending(keep)
 
     def _send(self, item: _Pending) -> None:
         payload = item.delta.to_json()
@@ -1094,13 +1100,7 @@ class RedisStateStore:
                     p for p in pending if namespace is not None and p.namespace != namespace
                 ]
 
-            def spooled(spool: _Spool) -> None:
-                with spool.entries() as entries:
-                    forget(entries)
-                    self._pending = list(entries)
-
-            if not self._spooled(spooled):
-                forget(self._pending)
+            self._edit_pending(forget)
 
     def _namespaces(self) -> list[str]:
         return sorted(n.decode() for n in self._client.smembers(f"{self.prefix}:namespaces"))
