@@ -315,6 +315,31 @@ async def test_every_error_status_in_openai_format(strict_loop: Any, upstream: F
         assert "sk-team-secret" not in json.dumps(body)
 
 
+async def test_a_streamed_passthrough_the_upstream_refuses_answers_with_its_status(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog
+) -> None:
+    """The stream starts with the upstream's first chunk: a refusal before it is an ordinary
+    HTTP error (status, Retry-After), not a 200 stream carrying an error event."""
+    async with (
+        live_gateway(gateway_config(upstream.url, retries=0), run_log) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        with pytest.raises(openai.RateLimitError) as limited:
+            await client.chat.completions.create(
+                model=passthrough(upstream),
+                messages=[{"role": "user", "content": "status:429 slow down"}],
+                stream=True,
+            )
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(
+                model=passthrough(upstream),
+                messages=[{"role": "user", "content": "status:400 no"}],
+                stream=True,
+            )
+    assert limited.value.response.headers["retry-after"] == "7"
+    assert sorted(r.status for r in run_log.list_runs()) == ["error", "error"]
+
+
 async def test_stop_sequences_cut_a_stream_even_when_the_upstream_ignores_them(
     strict_loop: Any, upstream: FakeServer
 ) -> None:

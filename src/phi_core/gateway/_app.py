@@ -111,13 +111,18 @@ def _error(exc: GatewayError) -> Response:
 
 class _EventStream:
     """An SSE response whose producer is cancelled when the client disconnects (the ASGI
-    receive channel is watched while the body is sent), so no upstream call is orphaned."""
+    receive channel is watched from the start), so no upstream call is orphaned.
+
+    The response starts with the first frame: frames that fail with a :class:`GatewayError`
+    before it (an upstream refusing the call) answer that error with its own status instead.
+    ``on_end(disconnected, refused)`` is told how it ended (``refused``: that error, or a 500
+    when the frames failed otherwise)."""
 
     def __init__(
         self,
         frames: AsyncIterator[str],
         headers: dict[str, str],
-        on_end: Callable[[bool], Awaitable[None]],
+        on_end: Callable[[bool, GatewayError | None], Awaitable[None]],
     ) -> None:
         self.frames = frames
         self.headers = headers
@@ -131,8 +136,9 @@ class _EventStream:
             *[(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()],
         ]
 
+        refused: list[GatewayError] = []
+
         async def produce() -> None:
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
             # Frames that are ready together leave in one write (an upstream's network read
             # often holds many chunks); a frame that has to wait for the upstream goes at once.
             # The queue is bounded: a slow client slows the upstream read, as before.
@@ -150,6 +156,7 @@ class _EventStream:
                 await ready.put(None)
 
             puller = asyncio.ensure_future(pull())
+            opened = False
             try:
                 while True:
                     batch = [await ready.get()]
@@ -157,6 +164,17 @@ class _EventStream:
                         batch.append(ready.get_nowait())
                     end = batch[-1] is None
                     body = "".join(f for f in batch if f is not None).encode()
+                    if not opened:
+                        if not body and end:  # over before its first frame: a refusal?
+                            try:
+                                await puller
+                            except GatewayError as exc:
+                                refused.append(exc)
+                                await _error(exc)(scope, receive, send)
+                                return
+                        await send({"type": "http.response.start", "status": 200,
+                                    "headers": headers})  # fmt: skip
+                        opened = True
                     if body:
                         await send({"type": "http.response.body", "body": body,
                                     "more_body": True})  # fmt: skip
@@ -176,11 +194,14 @@ class _EventStream:
             disconnected = True
         except OSError:  # the transport went away while writing
             disconnected = True
+        except Exception:  # a bug: uvicorn logs it (and answers 500 if nothing was sent yet)
+            refused.append(GatewayError(500, "The gateway failed.", type_="server_error"))
+            raise
         finally:
             aclose = getattr(self.frames, "aclose", None)
             if aclose is not None:
                 await aclose()
-            await self.on_end(disconnected)
+            await self.on_end(disconnected, refused[0] if refused else None)
 
 
 def _sse(data: Any) -> str:
@@ -305,7 +326,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                 for frame in frames:
                     yield frame
 
-            async def done(disconnected: bool) -> None:
+            async def done(disconnected: bool, refused: GatewayError | None) -> None:
                 if disconnected:
                     metrics.inc("phi_gateway_disconnects_total", kind=kind)
 
@@ -345,7 +366,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             for frame in _answer_frames(answer, chat_request.include_usage, int(time.time())):
                 yield frame
 
-        async def done(disconnected: bool) -> None:
+        async def done(disconnected: bool, refused: GatewayError | None) -> None:
             await _cancelled(task)
             gateway.in_flight -= 1
             status = 499 if disconnected else outcome["status"]
@@ -362,26 +383,10 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
 
     async def stream_passthrough(
         request: Request, chat_request: ChatRequest, caller: Caller, meter: Meter, started: float
-    ) -> Response | _EventStream:
+    ) -> _EventStream:
         stream = gateway.passthrough(chat_request, meter)
         wall = time.time()
         gateway.in_flight += 1
-        try:
-            first: Any = await _until_disconnect(request.receive, anext(stream))
-        except (GatewayError, StopAsyncIteration) as exc:
-            gateway.in_flight -= 1
-            await stream.aclose()
-            await settle(caller, meter)
-            error = (
-                exc
-                if isinstance(exc, GatewayError)
-                else GatewayError(502, "upstream: the stream ended without a reply",
-                                  type_="upstream_error")
-            )  # fmt: skip
-            observe("passthrough", error.status, started, meter)
-            state = "cancelled" if isinstance(error, ClientDisconnected) else "error"
-            await gateway.write_record(request_record(chat_request, meter, state, "", wall))
-            return _error(error)
         cid, model, created = new_completion_id(), chat_request.model, int(time.time())
         text: list[str] = []
         outcome = {"status": 200}
@@ -391,8 +396,12 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         delta = delta_frames(cid, model, created)
 
         async def frames() -> AsyncIterator[str]:
+            try:  # an upstream that refuses the call: the client gets its status
+                item = await anext(stream)
+            except StopAsyncIteration:
+                raise GatewayError(502, "upstream: the stream ended without a reply",
+                                   type_="upstream_error") from None  # fmt: skip
             yield delta({"role": "assistant", "content": ""})
-            item = first
             final = None
             try:
                 while True:
@@ -434,10 +443,10 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
                 yield _sse(chunk(cid, model, created, None, usage=meter.paid_usage))
             yield _sse("[DONE]")
 
-        async def done(disconnected: bool) -> None:
+        async def done(disconnected: bool, refused: GatewayError | None) -> None:
             await stream.aclose()
             gateway.in_flight -= 1
-            status = 499 if disconnected else outcome["status"]
+            status = 499 if disconnected else refused.status if refused else outcome["status"]
             if disconnected:
                 metrics.inc("phi_gateway_disconnects_total", kind="passthrough")
             observe("passthrough", status, started, meter)
