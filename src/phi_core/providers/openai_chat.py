@@ -78,12 +78,10 @@ class OpenAIChatProvider:
             # objects was most of a gateway passthrough's CPU (benchmarks/gateway_load.py).
             # `post` is the SDK's documented call for a body it need not transform: ours is
             # plain JSON already, and the typed `create` re-walked every message of it.
-            body = {k: v for k, v in params.items() if k != "extra_body"}
-            body.update(params.get("extra_body") or {})
             chunks = await self._clients.get().post(
                 "/chat/completions",
                 cast_to=object,
-                body=body,
+                body=params,
                 options={"timeout": request_timeout()},
                 stream=True,
                 stream_cls=_RAW_CHUNKS,
@@ -143,7 +141,8 @@ _PASSED_THROUGH = ("stop", "user", "tool_choice", "parallel_tool_calls")
 
 
 def build_chat_params(request: StreamRequest, compat: OpenAICompat) -> dict[str, Any]:
-    """The keyword arguments of ``chat.completions.create`` for ``request``."""
+    """The JSON body of ``POST /chat/completions`` for ``request`` (vendor fields such as
+    OpenRouter's ``reasoning`` at its top level, where the API reads them)."""
     model = request.model
     params: dict[str, Any] = {
         "model": model.id,
@@ -188,9 +187,9 @@ def build_chat_params(request: StreamRequest, compat: OpenAICompat) -> dict[str,
     if request.thinking != "off":
         effort = _EFFORT[request.thinking]
         if compat.thinking_format == "openrouter":
-            params["extra_body"] = {"reasoning": {"effort": effort}}
+            params["reasoning"] = {"effort": effort}
         elif compat.thinking_format == "qwen":
-            params["extra_body"] = {"enable_thinking": True}
+            params["enable_thinking"] = True
         elif compat.supports_reasoning_effort and compat.thinking_format in ("openai", "xai"):
             if compat.thinking_format == "xai":
                 effort = "high" if effort == "high" else "low"
