@@ -27,6 +27,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ._callables import is_async_callable
 from .types import (
     AgentMessage,
     AssistantMessage,
@@ -464,9 +465,7 @@ class Emitter:
             return
         if isinstance(sink, asyncio.Queue):
             self._queue = sink
-        elif inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(
-            getattr(sink, "__call__", None)  # noqa: B004 - callable objects with async __call__
-        ):
+        elif is_async_callable(sink):
             self._async_fn = sink
         elif callable(sink):
             self._sync_fn = sink

@@ -449,3 +449,68 @@ async def test_a_seeded_run_gives_every_sampled_call_the_same_seed_again() -> No
     assert first == again and None not in first and len(set(first)) == len(DATASET)
     assert first != other
     assert unseeded == [None] * len(DATASET)
+
+
+def test_async_callable_objects_and_partials_are_awaited_not_sent_to_a_thread() -> None:
+    import functools
+
+    from phi_core._callables import is_async_callable
+
+    class CallableAgent:
+        async def __call__(self, models: dict[str, Any], question: str) -> str:
+            return question
+
+    class SyncCallable:
+        def __call__(self, models: dict[str, Any], question: str) -> str:
+            return question
+
+    async def tagged(tag: str, models: dict[str, Any], question: str) -> str:
+        return tag
+
+    assert is_async_callable(CallableAgent())
+    assert is_async_callable(functools.partial(tagged, "x"))
+    assert is_async_callable(functools.partial(functools.partial(tagged), "x"))
+    assert not is_async_callable(SyncCallable())
+    assert not is_async_callable(exact)
+    assert not is_async_callable(CallableAgent)  # a class is built per combination, then run
+
+
+async def test_cancelling_a_sync_agent_that_returns_a_coroutine_leaves_none_unawaited(
+    strict_loop: Any,
+) -> None:
+    import gc
+    import threading
+    import warnings
+
+    started = threading.Event()
+    release = threading.Event()
+
+    async def answer() -> str:
+        return "right"
+
+    def slow_sync_agent(models: dict[str, Any], question: str) -> Any:
+        started.set()
+        release.wait(5)
+        return answer()  # an awaitable handed back from the thread
+
+    good, _ = scripted("good", "right")
+    selector = ModelSelector(
+        slow_sync_agent,
+        {"solver": [good]},
+        DATASET[:1],
+        exact,
+        algorithm="brute_force",
+        cache=False,
+        model_handles=False,
+    )
+    task = asyncio.create_task(selector.select_best())
+    await asyncio.to_thread(started.wait, 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        release.set()
+        await asyncio.sleep(0.2)  # the thread finishes and hands back its coroutine
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]

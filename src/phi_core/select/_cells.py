@@ -17,9 +17,10 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
+from .._callables import is_async_callable
 from ..errors import UserError, redact
 from ..metering import Meter, metering
 from ..outcome import ErrorKind
@@ -161,10 +162,10 @@ class CellRunner:
             factory: Callable[..., Any] = agent
             instance: Any = factory(models)
             run: Any = instance.run
-            if inspect.iscoroutinefunction(run):
+            if is_async_callable(run):
                 return await run(inputs)
             result = await _in_thread(executor, run, inputs)
-        elif inspect.iscoroutinefunction(agent):
+        elif is_async_callable(agent):
             return await agent(models, inputs)
         else:
             result = await _in_thread(executor, agent, models, inputs)
@@ -174,9 +175,22 @@ class CellRunner:
 
 
 async def _in_thread(executor: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Any:
-    loop = asyncio.get_running_loop()
     ctx = contextvars.copy_context()
-    return await loop.run_in_executor(executor, lambda: ctx.run(fn, *args))
+    job = executor.submit(ctx.run, fn, *args)
+    try:
+        return await asyncio.wrap_future(job)
+    except asyncio.CancelledError:
+        # the thread cannot be stopped; if it hands back an awaitable nobody will await, close it
+        job.add_done_callback(_close_orphan)
+        raise
+
+
+def _close_orphan(job: Future[Any]) -> None:
+    if job.cancelled() or job.exception() is not None:
+        return
+    result = job.result()
+    if inspect.iscoroutine(result):
+        result.close()
 
 
 async def run_cells(
