@@ -360,10 +360,9 @@ class Gateway:
         a race's strategy cannot judge a turn of tool calls (exec-vote runs the answers' code;
         a route's arms are graded by its judge, which reads tool calls)."""
         try:
-            check_tools((), request.tools)
+            check_tools((), request.tools, caller_label="tools")
         except UserError as exc:
-            raise GatewayError(400, str(exc).replace("caller_tools[", "tools["),
-                               param="tools") from None  # fmt: skip
+            raise GatewayError(400, str(exc), param="tools") from None
         if kind == "race" and not self._judges_tool_calls[profile]:
             strategy = self.race_plans[profile].strategy
             raise GatewayError(

@@ -60,17 +60,21 @@ def _check_schema(where: str, parameters: Any) -> None:
 
 
 def check_tools(
-    tools: Sequence[Any], caller_tools: Sequence[ToolDefinition] = ()
+    tools: Sequence[Any],
+    caller_tools: Sequence[ToolDefinition] = (),
+    *,
+    caller_label: str = "caller_tools",
 ) -> list[ToolDefinition]:
     """The definitions sent to the model, after checking every tool; raises :class:`UserError`.
 
     ``caller_tools`` are definitions of tools the caller executes (no ``execute`` method); they
-    follow ``tools`` and their names must differ from every other tool's.
+    follow ``tools`` and their names must differ from every other tool's. Errors name them
+    ``caller_label[i]`` (the gateway's clients know them as ``tools[i]``).
     """
     seen: dict[str, int] = {}
     definitions: list[ToolDefinition] = []
     every = [(t, "tools", i) for i, t in enumerate(tools)]
-    every += [(t, "caller_tools", i) for i, t in enumerate(caller_tools)]
+    every += [(t, caller_label, i) for i, t in enumerate(caller_tools)]
     for i, (agent_tool, kind, position) in enumerate(every):
         name = getattr(agent_tool, "name", None)
         where = f"{kind}[{position}]" + (f" ({name!r})" if isinstance(name, str) else "")
@@ -85,7 +89,7 @@ def check_tools(
                 "names must be unique within a run. Rename one of them."
             )
         seen[name] = i
-        if kind == "tools" and not callable(getattr(agent_tool, "execute", None)):
+        if i < len(tools) and not callable(getattr(agent_tool, "execute", None)):
             raise UserError(f"{where}: a tool needs an async `execute(args, ctx)` method.")
         description = getattr(agent_tool, "description", "")
         if description is None:
