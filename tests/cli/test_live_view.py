@@ -138,3 +138,45 @@ def test_the_bandit_view_starts_each_race_without_a_stale_verdict(tmp_path: Path
     assert view.evaluation_line(3.0) is not None  # the preview race was decided
     view(ParallelLoopStart(loop_id="s", session_id="s", loop_ids=["s.a.2"], label="answer"))
     assert view.evaluation_line(3.0) is None  # the answer race has no verdict yet
+
+
+@pytest.mark.parametrize("live", [True, False])
+async def test_the_verdict_wraps_at_words_on_a_terminal_and_stays_whole_when_piped(
+    live: bool,
+) -> None:
+    plan = plan_race(
+        models=["scripted:a", "scripted:b"],
+        judge="scripted:judge",
+        providers={
+            "scripted:a": scripted("a", "Answer from A."),
+            "scripted:b": scripted("b", "Answer from B."),
+            "scripted:judge": scripted("judge", "2"),
+        },
+    )
+    result = await plan.run("Which?")
+    out = io.StringIO()
+    width = 40
+    view = RaceView(
+        Console(file=out, width=width, force_terminal=live, color_system=None),
+        [(b.label, b.model) for b in plan.branches],
+        judge="scripted:judge",
+        strategy=plan.strategy,
+        live=live,
+    )
+    view.print_verdict(result, [b.label for b in plan.branches])
+    lines = out.getvalue().splitlines()
+    why_at = next(i for i, line in enumerate(lines) if line.startswith("Why: "))
+    trust_at = next(i for i, line in enumerate(lines) if line.startswith("Trust: "))
+    why = " ".join(line.strip() for line in lines[why_at:trust_at])
+    assert len(why) > width  # long enough to need wrapping
+    if live:
+        assert trust_at - why_at > 1 and all(len(line) <= width for line in lines[why_at:trust_at])
+        # wrapped between words: every line ends on a whole word of the one-line text
+        piped = io.StringIO()
+        RaceView(Console(file=piped, width=width), [], live=False).print_verdict(
+            result, [b.label for b in plan.branches]
+        )
+        whole = next(line for line in piped.getvalue().splitlines() if line.startswith("Why: "))
+        assert why == whole
+    else:
+        assert trust_at - why_at == 1  # one line, however wide

@@ -351,10 +351,12 @@ class RaceView:
         else:
             console.print(Text.assemble(("No winner", "bold red"), f" ({decision.strategy})"))
         why = _why(decision, labels)
+        # a terminal gets word-wrapped lines; piped output keeps each line whole
+        soft = not self.live_mode
         if why:
-            console.print(Text("Why: " + why), soft_wrap=True)
+            console.print(Text("Why: " + why), soft_wrap=soft)
         if winner is not None:
-            console.print(Text("Trust: " + trust_line(decision.trust())), soft_wrap=True)
+            console.print(Text("Trust: " + trust_line(decision.trust())), soft_wrap=soft)
         for message in self.warnings:
             console.print(Text("warning: " + message, style="yellow"))
         if winner is not None and self.live_mode:
