@@ -99,7 +99,8 @@ async def test_curl_and_llm_against_phi_serve(
     assert json.loads(payload)["choices"][0]["message"]["content"] == "alpha says: hi"
     assert '"content": "alpha says: hi"' in streamed and streamed.rstrip().endswith("data: [DONE]")
     assert denied.rstrip().endswith("401") and KEY not in denied
-    assert [m["id"] for m in json.loads(models)["data"]] == ["race:duo", "route:duo", alpha, beta]
+    served = [m["id"] for m in json.loads(models)["data"]]
+    assert served[:4] == ["race:duo", "route:duo", alpha, beta]  # then what passthrough can serve
     assert llm_code == 0, llm_err
     assert llm_out.strip() == "alpha says: hello llm"
     assert llm_stream_code == 0, llm_streamed

@@ -298,3 +298,34 @@ def test_n_may_be_left_null_or_one_and_nothing_else() -> None:
     assert parse_chat_request({**base, "n": 1}).model == "m"
     with pytest.raises(GatewayError, match="Only `n` = 1"):
         parse_chat_request({**base, "n": 2})
+
+
+async def test_the_model_list_shows_what_the_caller_can_be_served(
+    strict_loop: Any, upstream: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Profiles, listed models and — with passthrough on — the catalogue models whose key this
+    process holds; a key limited to some models sees only those."""
+    for env in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY"):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-test")
+    keys = [
+        {"name": "all", "key": "sk-all"},
+        {"name": "narrow", "key": "sk-narrow", "models": ["race:duo", "openai:gpt-4o-mini"]},
+    ]
+    listings: dict[str, list[dict[str, Any]]] = {}
+    for passthrough_on in (True, False):
+        config = gateway_config(upstream.url, keys=keys, passthrough=passthrough_on)
+        async with live_gateway(config) as url, httpx.AsyncClient(base_url=url) as client:
+            for key in ("sk-all", "sk-narrow"):
+                reply = await client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+                assert reply.status_code == 200
+                listings[f"{key}/{passthrough_on}"] = reply.json()["data"]
+    everything = {m["id"]: m["owned_by"] for m in listings["sk-all/True"]}
+    assert everything["race:duo"] == "phi" and everything["route:first"] == "phi"
+    assert everything["openai:gpt-4o-mini"] == "openai"  # OPENAI_API_KEY is set
+    assert not any(name.startswith(("anthropic:", "google:")) for name in everything)  # no key
+    assert not any(name.startswith("openai-responses:") for name in everything)
+    assert [m["id"] for m in listings["sk-narrow/True"]] == ["race:duo", "openai:gpt-4o-mini"]
+    closed = [m["id"] for m in listings["sk-all/False"]]
+    assert closed == [n for n in everything if n.startswith(("race:", "route:", "openai-compat:"))]
+    assert [m["id"] for m in listings["sk-narrow/False"]] == ["race:duo"]

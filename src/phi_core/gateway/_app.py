@@ -461,18 +461,13 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
 
     async def models(request: Request) -> Response:
         try:
-            gateway.authenticate(request.headers.get("authorization"))
+            caller = gateway.authenticate(request.headers.get("authorization"))
         except GatewayError as exc:
             return _error(exc)
         created = int(gateway_started)
         data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": created,
-                "owned_by": name.partition(":")[0] if name in gateway.settings.models else "phi",
-            }
-            for name in gateway.model_ids()
+            {"id": name, "object": "model", "created": created, "owned_by": owner}
+            for name, owner in gateway.listed_models(caller)
         ]
         return _json(200, {"object": "list", "data": data})
 

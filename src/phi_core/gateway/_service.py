@@ -29,7 +29,7 @@ from ..metering import Meter, metering
 from ..parallel import ParallelLoopResult
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
-from ..providers.registry import get_provider, resolve_model
+from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace
 from ..routing.state import open_route_state, state_location
@@ -125,6 +125,7 @@ class Gateway:
         self.in_flight = 0
         self._redis: Any = None
         self._models: dict[str, ModelConfig] = {}
+        self._servable: list[tuple[str, str]] | None = None
         self._unwritten: list[RunRecord] = []
         self._writer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
@@ -230,6 +231,26 @@ class Gateway:
     def model_ids(self) -> list[str]:
         ids = [f"race:{p}" for p in self.race_plans] + [f"route:{p}" for p in self.routes]
         return ids + list(self.settings.models)
+
+    def listed_models(self, caller: Caller) -> list[tuple[str, str]]:
+        """``(id, owner)`` of every model ``GET /v1/models`` shows ``caller``: the profiles,
+        ``gateway.models`` and, with passthrough on, the catalogue models this process can
+        serve now (their provider's key is in its environment, or the embedded model is
+        installed) — only those the caller's key may call."""
+        rows = [(name, "phi") for name in self.model_ids() if name not in self.settings.models]
+        rows += [(name, name.partition(":")[0]) for name in self.settings.models]
+        if self.settings.passthrough:
+            if self._servable is None:
+                self._servable = servable_models()
+            rows += [(name, owner) for name, owner in self._servable]
+        allowed = caller.key.models if caller.key is not None else None
+        seen: set[str] = set()
+        out: list[tuple[str, str]] = []
+        for name, owner in rows:
+            if name not in seen and (allowed is None or name in allowed):
+                seen.add(name)
+                out.append((name, owner))
+        return out
 
     def resolve(self, name: str) -> tuple[Kind, str]:
         """``(kind, profile or model)``; an unknown name is a 404 listing the known ones."""

@@ -31,6 +31,7 @@ __all__ = [
     "register_protocol",
     "register_provider",
     "resolve_model",
+    "servable_models",
     "split_model_settings",
 ]
 
@@ -100,6 +101,41 @@ def model_listing(stored: Collection[str] = ()) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def servable_models() -> list[tuple[str, str]]:
+    """``(provider:model, provider)`` of every catalogue model this process can call now: its
+    provider's key is set (environment or stored) or, for ``local``, the GGUF and llama-cpp are
+    installed. Endpoints without a key to check (Bedrock's AWS chain, Ollama, vLLM) and a
+    vendor's second API (``openai-responses``) are not listed."""
+    out: list[tuple[str, str]] = []
+    for spec in known_providers():
+        if spec.name == "scripted" or spec.variant_of is not None:
+            continue
+        if spec.key_env is None and spec.name != "local":
+            continue
+        for name in spec.models:
+            try:
+                model = resolve_model(f"{spec.name}:{name}")
+            except PhiError:
+                continue
+            if _local_ready(model) if spec.key_env is None else _effective_key(model):
+                out.append((f"{spec.name}:{name}", spec.name))
+    return out
+
+
+def _local_ready(model: ModelConfig) -> bool:
+    import importlib.util
+
+    from .local import gguf_path_for
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return False
+    try:
+        gguf_path_for(model)
+    except PhiError:
+        return False
+    return True
 
 
 def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
