@@ -99,12 +99,47 @@ def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> No
             },
             "tool_choice",
         ),
+        *[
+            ({"model": "m", "messages": [{"role": "user", "content": "x"}], key: value}, key)
+            for key, value in [
+                ("logprobs", True),
+                ("top_logprobs", 3),
+                ("logit_bias", {"50256": -100}),
+                ("audio", {"voice": "alloy", "format": "wav"}),
+                ("modalities", ["text", "audio"]),
+                ("prediction", {"type": "content", "content": "x"}),
+                ("reasoning_effort", "extreme"),
+                ("frequency_penalty", 3),
+            ]
+        ],
     ],
 )
 def test_bad_requests_name_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(GatewayError) as caught:
         parse_chat_request(body)
     assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_default_values_of_unsupported_fields_pass_and_settings_are_read() -> None:
+    request = parse_chat_request(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}],
+            "logprobs": False,
+            "top_logprobs": None,
+            "logit_bias": {},
+            "modalities": ["text"],
+            "frequency_penalty": 0,
+            "presence_penalty": 0.5,
+            "reasoning_effort": "none",
+        }
+    )
+    assert request.thinking == "off"
+    assert request.extra == {"presence_penalty": 0.5}  # a zero penalty is not sent
+    high = parse_chat_request(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high"}
+    )
+    assert high.thinking == "high"
 
 
 async def test_daily_spend_limit_refuses_a_key_that_spent_its_dollars(

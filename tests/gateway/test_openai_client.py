@@ -187,6 +187,32 @@ async def test_stop_sequences_cut_a_race_answer(strict_loop: Any, upstream: Fake
     assert reply.choices[0].message.content == "alpha"
 
 
+async def test_race_branches_get_the_clients_stop_penalties_and_reasoning_effort(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        for model in ("race:duo", passthrough(upstream)):
+            await client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": "a"}],
+                stop=["END"],
+                frequency_penalty=0.4,
+                reasoning_effort="low",
+                user="u-1",
+            )
+    answers = [b for b in chat_bodies(upstream) if b["messages"][-1]["content"] == "a"]
+    assert len(answers) == 3  # two branches, then the passthrough
+    for body in answers:
+        assert body["stop"] == ["END"] and body["frequency_penalty"] == 0.4
+        assert body["user"] == "u-1"
+        # the effort reaches each provider as thinking, in its upstream's own spelling (a
+        # generic OpenAI-compatible server takes Qwen's switch; OpenAI's own reasoning_effort)
+        assert body["enable_thinking"] is True
+
+
 async def test_race_facts_in_headers_and_extra_field_and_usage_sums_every_call(
     strict_loop: Any, upstream: FakeServer
 ) -> None:

@@ -100,6 +100,12 @@ def test_gemini_without_a_choice_sends_no_tool_config() -> None:
     assert "tool_config" not in gemini()
 
 
+def test_gemini_takes_the_clients_penalties() -> None:
+    config = gemini(frequency_penalty=0.4, presence_penalty=-0.2)
+    assert (config["frequency_penalty"], config["presence_penalty"]) == (0.4, -0.2)
+    assert "frequency_penalty" not in gemini()
+
+
 @pytest.mark.parametrize(
     ("choice", "expected"),
     [

@@ -424,6 +424,7 @@ class Gateway:
             top_p=request.top_p,
             seed=request.seed,
             response_format=request.response_format,
+            thinking=request.thinking or "off",
             extra=request.extra,
         )
 
@@ -459,9 +460,12 @@ class Gateway:
                 changes["seed"] = request.seed
             if request.response_format is not None:
                 changes["response_format"] = request.response_format
+            if request.thinking is not None:
+                changes["thinking"] = request.thinking
             if request.tools:  # the client's tools: a branch's turn ends on calling them
                 changes["caller_tools"] = list(request.tools)
-                changes["extra"] = {**config.extra, **request.tool_settings}
+            if request.extra:  # stop, user, penalties, tool settings
+                changes["extra"] = {**config.extra, **request.extra}
             if request.system_prompt is not None:
                 own = config.system_prompt
                 changes["system_prompt"] = (

@@ -22,6 +22,7 @@ from ..types import (
     Message,
     ResponseFormat,
     TextContent,
+    ThinkingLevel,
     ToolCall,
     ToolDefinition,
     ToolResultMessage,
@@ -70,6 +71,10 @@ class ChatRequest:
     stop: list[str] = field(default_factory=list)
     user: str | None = None
     response_format: ResponseFormat | None = None
+    thinking: ThinkingLevel | None = None
+    """``reasoning_effort`` in phi-core's terms ("none" is "off")."""
+    penalties: dict[str, float] = field(default_factory=dict)
+    """``frequency_penalty`` / ``presence_penalty`` where non-zero (OpenAI-compatible upstreams)."""
 
     @property
     def prompt_text(self) -> str:
@@ -87,7 +92,7 @@ class ChatRequest:
             extra["stop"] = list(self.stop)
         if self.user is not None:
             extra["user"] = self.user
-        return {**extra, **self.tool_settings}
+        return {**extra, **self.penalties, **self.tool_settings}
 
     @property
     def tool_settings(self) -> dict[str, Any]:
@@ -157,6 +162,12 @@ def parse_chat_request(body: Any) -> ChatRequest:
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise bad_request(f"`user` must be a string, got {user!r}.", "user")
+    _refuse_unsupported(body)
+    penalties = {
+        key: value
+        for key in ("frequency_penalty", "presence_penalty")
+        if (value := _number(body, key, -2.0, 2.0))
+    }
     return ChatRequest(
         model=model.strip(),
         messages=messages,
@@ -173,7 +184,52 @@ def parse_chat_request(body: Any) -> ChatRequest:
         stop=_stop(body.get("stop")),
         user=user,
         response_format=_response_format(body.get("response_format")),
+        thinking=_reasoning_effort(body.get("reasoning_effort")),
+        penalties=penalties,
     )
+
+
+_EFFORTS: dict[str, ThinkingLevel] = {
+    "none": "off",
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+}
+
+# Fields the gateway cannot honour: set to anything but their default, they are a 400 rather
+# than an answer that silently lacks what was asked for.
+_UNSUPPORTED: dict[str, str] = {
+    "logprobs": "token log-probabilities are not returned",
+    "top_logprobs": "token log-probabilities are not returned",
+    "logit_bias": "token biases cannot be applied across vendors",
+    "audio": "audio output is not supported",
+    "prediction": "predicted outputs are not supported",
+}
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for key, why in _UNSUPPORTED.items():
+        value = body.get(key)
+        if value not in (None, False, 0, {}):
+            raise bad_request(f"`{key}` is not supported here: {why}. Remove it.", key)
+    modalities = body.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise bad_request(
+            f'Only text output is supported: `modalities` must be ["text"], got {modalities!r}.',
+            "modalities",
+        )
+
+
+def _reasoning_effort(value: Any) -> ThinkingLevel | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in _EFFORTS:
+        raise bad_request(
+            f"`reasoning_effort` must be one of {', '.join(_EFFORTS)}, got {value!r}.",
+            "reasoning_effort",
+        )
+    return _EFFORTS[value]
 
 
 def _stop(value: Any) -> list[str]:

@@ -243,6 +243,9 @@ def build_google_request(request: StreamRequest) -> tuple[list[dict[str, Any]], 
     stop = stop_sequences(request.extra)
     if stop:
         config["stop_sequences"] = stop
+    for key in ("frequency_penalty", "presence_penalty"):  # the gateway's client settings
+        if request.extra.get(key) is not None:
+            config[key] = request.extra[key]
     if request.thinking != "off":
         config["thinking_config"] = {
             "thinking_budget": THINKING_BUDGETS[request.thinking],

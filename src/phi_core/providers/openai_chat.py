@@ -136,7 +136,14 @@ def _usage(raw: dict[str, Any]) -> Usage:
     )
 
 
-_PASSED_THROUGH = ("stop", "user", "tool_choice", "parallel_tool_calls")
+_PASSED_THROUGH = (
+    "stop",
+    "user",
+    "tool_choice",
+    "parallel_tool_calls",
+    "frequency_penalty",
+    "presence_penalty",
+)
 """``StreamRequest.extra`` keys sent to Chat Completions as they are (the gateway sets them)."""
 
 
