@@ -432,6 +432,52 @@ async def test_cost_budget_stops_after_the_turn_that_exceeded_it() -> None:
     assert result.messages[-1].content[0].text.startswith("[Agent stopped: Max cost reached")  # type: ignore[union-attr]
 
 
+async def test_a_turn_cannot_spend_past_max_cost_or_max_total_tokens() -> None:
+    # $10 per million output tokens; $0.01 left allows at most 1000 output tokens
+    model = ModelConfig(
+        provider="scripted", id="m", api="scripted", pricing=Pricing(input=0.0, output=10.0)
+    )
+    provider = ScriptedProvider(default=Reply("word " * 4000, usage=Usage(input=5, output=0)))
+    result = await agent_loop(
+        "go",
+        AgentContext(),
+        config_for(provider, model=model, limits=ExecutionLimits(max_cost=0.01)),
+    )
+    assert provider.requests[0].max_tokens == 1000  # lowered from the model's 4096
+    assert result.messages[-1].stop_reason == "length"  # type: ignore[union-attr]
+
+    tokens = ScriptedProvider(default=Reply("word " * 4000))
+    await agent_loop(
+        "go",
+        AgentContext(),
+        config_for(tokens, max_tokens=300, limits=ExecutionLimits(max_total_tokens=200)),
+    )
+    sent = tokens.requests[0]
+    assert sent.max_tokens is not None and 0 < sent.max_tokens < 200  # minus the input estimate
+
+    roomy = ScriptedProvider(default=Reply("ok"))
+    await agent_loop("go", AgentContext(), config_for(roomy, limits=ExecutionLimits()))
+    assert roomy.requests[0].max_tokens is None  # far from every limit: nothing is changed
+
+
+async def test_a_turn_whose_input_alone_passes_the_limits_is_not_sent() -> None:
+    usage = Usage(input=150, output=10)
+    provider = ScriptedProvider(
+        [Reply(tool_calls=[call("add", {"a": 1, "b": 1})], usage=usage), "never"]
+    )
+    events: list[Any] = []
+    result = await agent_loop(
+        "x " * 200,  # ~134 input tokens by the cautious estimate
+        AgentContext(tools=[add]),
+        config_for(provider, limits=ExecutionLimits(max_total_tokens=300)),
+        events=events.append,
+    )
+    assert provider.calls == 1  # the second turn (160 used + ~140 input) was refused unsent
+    assert result.reason == "limit"
+    assert "does not fit the run's limits" in (result.error or "")
+    assert kinds(events).count("agent_end") == 1
+
+
 async def test_max_turns_limit_appends_a_stop_message() -> None:
     provider = ScriptedProvider(default=Reply(tool_calls=[call("add", {"a": 1, "b": 1})]))
     result = await agent_loop(

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..types import Pricing
 
 __all__ = ["ExecutionLimits", "ExecutionTracker"]
 
@@ -12,7 +17,10 @@ __all__ = ["ExecutionLimits", "ExecutionTracker"]
 class ExecutionLimits:
     """Runaway protection; ``None`` switches a limit off.
 
-    Turns, tokens and cost are checked before every turn. ``max_duration`` is also a deadline
+    Turns, tokens and cost are checked before every turn, and a turn's output limit is lowered
+    so that it cannot pass ``max_total_tokens`` or ``max_cost`` (its input estimated cautiously,
+    :func:`~phi_core.metering.estimate_tokens`); a turn whose input alone would pass them is
+    not sent and the run ends on the limit. ``max_duration`` is also a deadline
     for everything inside the run: a model call still streaming when it passes ends with a
     ``timeout`` error, and tools still running are cancelled; the run then ends on the limit.
     """
@@ -37,6 +45,18 @@ class ExecutionTracker:
 
     def record_cost(self, dollars: float) -> None:
         self.cost += dollars
+
+    def output_allowance(self, input_tokens: int, pricing: Pricing | None) -> int | None:
+        """The most output tokens the next call may produce without passing ``max_total_tokens``
+        or ``max_cost`` (``None``: no cap; ``< 1``: its input alone would pass them)."""
+        limits = self.limits
+        caps: list[int] = []
+        if limits.max_total_tokens is not None:
+            caps.append(limits.max_total_tokens - self.tokens_used - input_tokens)
+        if limits.max_cost is not None and pricing is not None and pricing.output > 0:
+            left = limits.max_cost - self.cost - input_tokens * pricing.input / 1_000_000
+            caps.append(math.floor(left / pricing.output * 1_000_000))
+        return min(caps) if caps else None
 
     def deadline(self) -> float | None:
         """When ``max_duration`` runs out, as a ``time.monotonic()`` value (``None``: never)."""

@@ -34,7 +34,13 @@ from ..context.compaction import CompactionReport
 from ..context.limits import ExecutionTracker
 from ..context.prun import PrunRecord, apply_prunes, pruned_turns
 from ..context.window import ContextWindow
-from ..errors import CallTimeoutError, ContextOverflowError, ProviderError, UserError
+from ..errors import (
+    BudgetExceededError,
+    CallTimeoutError,
+    ContextOverflowError,
+    ProviderError,
+    UserError,
+)
 from ..events import (
     AgentEnd,
     AgentStart,
@@ -55,6 +61,7 @@ from ..events import (
     TurnTrigger,
     Warning,
 )
+from ..metering import estimate_request_tokens
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
 from ..providers.call import ModelCall
 from ..providers.credentials import stream_with_credentials
@@ -830,13 +837,16 @@ class _Run:
         self.call = None
         request = await self._build_request()
         assert request is not None
+        final: AssistantMessage | None = None
+        refused = self._fit_limits(request)
+        if refused is not None:
+            final = self._error_message(refused)
         if live:
             emit(self._turn_request(turn_index, request))
             placeholder = AssistantMessage(model=self.model.id, provider=self.model.provider)
             emit(MessageStart(loop_id=loop_id, message=placeholder))
         texts: dict[int, list[str]] = {}
         thinking: dict[int, list[str]] = {}
-        final: AssistantMessage | None = None
         construct = MessageUpdate.model_construct
         recovered = False
         while final is None:
@@ -869,6 +879,10 @@ class _Run:
                     final = self._error_message(exc)
                     break
                 request = retry
+                refused = self._fit_limits(request)
+                if refused is not None:
+                    final = self._error_message(refused)
+                    break
                 if live:
                     emit(self._turn_request(turn_index, request))
             except ProviderError as exc:
@@ -908,6 +922,30 @@ class _Run:
         if live:
             emit(MessageEnd(loop_id=loop_id, message=final))
         return final
+
+    def _fit_limits(self, request: StreamRequest) -> BudgetExceededError | None:
+        """Lower ``request``'s output limit so the call cannot pass ``max_total_tokens`` or
+        ``max_cost``; the refusal when even its (estimated) input would pass them."""
+        if self.tracker is None:
+            return None
+        needed = estimate_request_tokens(request.system_prompt, request.messages, request.tools)
+        allowance = self.tracker.output_allowance(needed, self.model.pricing)
+        if allowance is None:
+            return None
+        if allowance < 1:
+            limits = self.tracker.limits
+            return BudgetExceededError(
+                f"the next turn does not fit the run's limits (max_total_tokens "
+                f"{limits.max_total_tokens}, max_cost {limits.max_cost}; "
+                f"{self.tracker.tokens_used} tokens and ${self.tracker.cost:.4f} used, "
+                f"~{needed} input tokens needed)",
+                limit="limits",
+            )
+        # only ever lowered: a request that sets no limit keeps the provider's default while the
+        # model's maximum output fits
+        if allowance < (request.max_tokens or self.model.max_tokens):
+            request.max_tokens = allowance
+        return None
 
     def _provider_name(self) -> str:
         return self.provider.name if self.provider is not None else self.model.provider
