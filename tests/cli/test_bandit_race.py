@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
-from phi_core.routing.stores import spool_path
+from phi_core.routing import spool_path
 
 JUDGE_REPLY = json.dumps(
     {

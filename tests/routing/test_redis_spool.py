@@ -21,7 +21,7 @@ import redis
 from phi_core._paths import user_path
 from phi_core.errors import UserError
 from phi_core.routing import ArmStats, RedisStateStore, open_route_state
-from phi_core.routing.stores import APPLIED_TTL_S, CLAIM_TTL_S, spool_path
+from phi_core.routing._redis import APPLIED_TTL_S, CLAIM_TTL_S, spool_path
 
 from .test_stores import _delta, running_redis
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import redis
 
+from phi_core.routing import RedisStateStore
 from phi_core.routing.bandits import ArmStats
-from phi_core.routing.stores import RedisStateStore
 from phi_core.view import ViewData
 
 from ..routing.test_stores import redis_url  # noqa: F401  (the redis-server fixture)

@@ -7,6 +7,7 @@ Redis) and a replay
 provider of recorded answers. It knows nothing of the CLI, the racing pipeline or ``parallel/``.
 """
 
+from ._redis import RedisPreviewCache, RedisStateStore, spool_path
 from .bandits import (
     ArmStats,
     EpsilonGreedyRouter,
@@ -39,13 +40,10 @@ from .stores import (
     MemoryPreviewCache,
     MemoryStateStore,
     PreviewCache,
-    RedisPreviewCache,
-    RedisStateStore,
     RouterStateStore,
     SQLitePreviewCache,
     SQLiteStateStore,
     open_state_store,
-    spool_path,
 )
 
 __all__ = [

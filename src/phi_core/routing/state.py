@@ -18,17 +18,9 @@ from typing import Any
 from .._paths import user_path
 from ..providers.call import CachedResponse
 from ..types import AssistantMessage
+from ._redis import DEFAULT_SPOOL, RedisPreviewCache, RedisStateStore, _SpoolDefault
 from .history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
-from .stores import (
-    DEFAULT_SPOOL,
-    PreviewCache,
-    RedisPreviewCache,
-    RedisStateStore,
-    RouterStateStore,
-    SQLitePreviewCache,
-    _SpoolDefault,
-    open_state_store,
-)
+from .stores import PreviewCache, RouterStateStore, SQLitePreviewCache, open_state_store
 
 __all__ = [
     "DEFAULT_STATE",
