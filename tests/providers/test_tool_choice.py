@@ -11,7 +11,15 @@ import pytest
 from phi_core.providers import ModelConfig
 from phi_core.providers._common import client_tool_choice
 from phi_core.providers.base import StreamRequest
-from phi_core.types import ResponseFormat, ToolDefinition, UserMessage
+from phi_core.types import (
+    AssistantMessage,
+    ResponseFormat,
+    TextContent,
+    ToolCall,
+    ToolDefinition,
+    ToolResultMessage,
+    UserMessage,
+)
 
 pytest.importorskip("anthropic")
 pytest.importorskip("google.genai")
@@ -111,7 +119,6 @@ def test_gemini_takes_the_clients_penalties() -> None:
     [
         (None, None),
         ("auto", None),
-        ("none", None),  # Converse cannot say "none"
         ("required", {"any": {}}),
         (PICK, {"tool": {"name": "get_weather"}}),
     ],
@@ -120,6 +127,25 @@ def test_converse_tool_choice(choice: Any, expected: dict[str, Any] | None) -> N
     params = converse(tool_choice=choice, stop=["END"])
     assert params["toolConfig"].get("toolChoice") == expected
     assert params["inferenceConfig"]["stopSequences"] == ["END"]
+
+
+def test_converse_says_none_by_leaving_the_tools_out_unless_calls_are_in_the_conversation() -> None:
+    params = converse(tool_choice="none", stop=["END"])
+    assert "toolConfig" not in params and params["inferenceConfig"]["stopSequences"] == ["END"]
+    sent = request("bedrock", "bedrock_converse_stream", "anthropic.claude-3-haiku")
+    sent.extra = {"tool_choice": "none"}
+    sent.messages = [
+        UserMessage.text("Weather?"),
+        AssistantMessage(content=[ToolCall(id="c1", name="get_weather", arguments={})]),
+        ToolResultMessage(
+            tool_call_id="c1", tool_name="get_weather", content=[TextContent(text="sun")]
+        ),
+        UserMessage.text("And tomorrow?"),
+    ]
+    with_calls = build_converse_params(sent)
+    # Converse requires the tools of earlier calls declared: there the model decides
+    assert [t["toolSpec"]["name"] for t in with_calls["toolConfig"]["tools"]] == ["get_weather"]
+    assert "toolChoice" not in with_calls["toolConfig"]
 
 
 @pytest.mark.parametrize("bad", ["any", {"type": "function"}, {"type": "tool", "name": "x"}, 3])

@@ -258,7 +258,8 @@ def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
 
 def _tool_choice(value: Any) -> dict[str, Any] | None:
     """A caller's OpenAI-style ``tool_choice`` as Converse's ``toolChoice``. Converse cannot say
-    "none" (nor switch parallel calls off): the model then decides, as with ``auto``."""
+    "none" (nor switch parallel calls off): :func:`build_converse_params` then leaves the tools
+    out, unless the conversation already holds tool calls (Converse requires them declared)."""
     chosen = client_tool_choice(value)
     if chosen is None or chosen[0] in ("auto", "none"):
         return None
@@ -266,10 +267,19 @@ def _tool_choice(value: Any) -> dict[str, Any] | None:
     return {"tool": {"name": name}} if mode == "tool" else {"any": {}}
 
 
+def _has_tool_blocks(messages: list[dict[str, Any]]) -> bool:
+    return any(
+        "toolUse" in block or "toolResult" in block
+        for message in messages
+        for block in message.get("content", ())
+    )
+
+
 def build_converse_params(request: StreamRequest) -> dict[str, Any]:
     """The keyword arguments of ``converse_stream`` for ``request``."""
     model = request.model
-    params: dict[str, Any] = {"modelId": model.id, "messages": _messages(request)}
+    messages = _messages(request)
+    params: dict[str, Any] = {"modelId": model.id, "messages": messages}
     system: list[dict[str, Any]] = []
     if request.system_prompt:
         system.append({"text": request.system_prompt})
@@ -285,6 +295,9 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
         }
         for t in request.tools
     ]
+    chosen = client_tool_choice(request.extra.get("tool_choice"))
+    if chosen is not None and chosen[0] == "none" and not _has_tool_blocks(messages):
+        tools = []  # "none" in the only way Converse can say it
     tool_choice = _tool_choice(request.extra.get("tool_choice"))
     fmt = request.response_format
     if fmt is not None:
