@@ -212,6 +212,7 @@ async def test_health_readiness_and_metrics(strict_loop: Any, upstream: FakeServ
     assert 'phi_gateway_request_duration_seconds_count{kind="route"} 1' in text
     assert 'phi_gateway_tokens_total{direction="output",model="openai-compat:alpha"}' in text
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert "POST /v1/chat/completions" in missing.json()["error"]["message"]  # where to go
 
 
 async def test_a_sure_router_skips_the_race_and_counts_it(

@@ -512,8 +512,9 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return _json(404, error_body(f"Unknown path {request.url.path!r}.", "invalid_request_error",
-                                     "not_found"))  # fmt: skip
+        served = "POST /v1/chat/completions, GET /v1/models, POST /v1/feedback"
+        message = f"Unknown path {request.url.path!r}; this gateway serves {served}."
+        return _json(404, error_body(message, "invalid_request_error", "not_found"))
 
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         return _json(405, error_body(f"{request.method} is not allowed on {request.url.path!r}.",
