@@ -156,6 +156,74 @@ def _expected_excess(mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
     return out
 
 
+def _beta_binomial(trials: np.ndarray, a: np.ndarray, b: np.ndarray, top: int) -> np.ndarray:
+    """``P(K = k)`` for ``K ~ BetaBinomial(trials, a, b)``, ``k = 0..top``, one row per entry of
+    the (broadcast) parameter arrays; zero for ``k > trials``. Built by the ratio recursion
+    ``p(k + 1) / p(k) = (t - k) (k + a) / ((k + 1) (t - k - 1 + b))`` from
+    ``p(0) = prod_{j < t} (b + j) / (a + b + j)``, so no log-gamma is needed."""
+    t, a, b = np.broadcast_arrays(
+        np.asarray(trials, dtype=float), np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    )
+    k = np.arange(top + 1, dtype=float)
+    j = k[:-1]
+    # p(0): the product over j < t of (b + j) / (a + b + j)
+    steps = np.where(j < t[..., None], (b[..., None] + j) / (a[..., None] + b[..., None] + j), 1.0)
+    p0 = np.prod(steps, axis=-1)
+    live = j < t[..., None]
+    ratio = np.where(
+        live,
+        (t[..., None] - j) * (j + a[..., None])
+        / ((j + 1) * np.maximum(t[..., None] - j - 1 + b[..., None], 1e-300)),
+        0.0,
+    )
+    pmf = np.concatenate([p0[..., None], p0[..., None] * np.cumprod(ratio, axis=-1)], axis=-1)
+    out: np.ndarray = pmf
+    return out
+
+
+def _end_game(
+    wins: np.ndarray,
+    losses: np.ndarray,
+    n: int,
+    total: int,
+    direction: tuple[float, float],
+    shift: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact end game of 0/1 scores: the expected final margin excess and ``P(margin >= 0)``.
+
+    Against the leader, arm ``i`` has ``wins`` (it right, the leader wrong) and ``losses`` on
+    the prefix of ``n`` of ``total`` questions. Its final margin in questions is
+    ``wins - losses + W - L`` over the ``R = total - n`` questions left, where the number of
+    future disagreements ``M = W + L`` is beta-binomial under the Jeffreys posterior of the
+    disagreement rate, ``Beta(d + 1/2, n - d + 1/2)``, and the future wins ``W`` given ``M`` are
+    beta-binomial under the posterior of the direction, ``Beta(wins + a, losses + b)`` with the
+    prior ``direction = (a, b)``. Beta-binomial predictives are exact for a finite population
+    (the Polya urn), so no normal approximation, floor or continuity correction is involved.
+
+    Returns ``E[max(margin + shift, 0)] / total`` (accuracy units) and ``P(margin >= 0)``."""
+    rest = total - n
+    # arms with the same record and shift share their end game: compute each record once
+    keys = np.stack([wins, losses, shift], axis=1)
+    unique, back = np.unique(keys, axis=0, return_inverse=True)
+    wins, losses, shift = unique[:, 0], unique[:, 1], unique[:, 2]
+    d = wins + losses
+    m_pmf = _beta_binomial(np.full(len(d), rest), d + 0.5, n - d + 0.5, rest)  # (arms, R+1)
+    tail = np.cumsum(m_pmf[:, ::-1], axis=1)[:, ::-1].max(axis=0)  # P(M >= m), worst arm
+    top = int(np.flatnonzero(tail > 1e-12).max()) if (tail > 1e-12).any() else 0
+    m_pmf = m_pmf[:, : top + 1]
+    m = np.arange(top + 1, dtype=float)
+    a = (wins + direction[0])[:, None]
+    b = (losses + direction[1])[:, None]
+    w_pmf = _beta_binomial(m[None, :], a, b, top)  # (arms, M, W)
+    joint = m_pmf[:, :, None] * w_pmf
+    margin = (wins - losses)[:, None, None] + 2 * m[None, None, :] - m[None, :, None]
+    excess = np.maximum(margin + shift[:, None, None], 0.0)
+    loss: np.ndarray = (joint * excess).sum(axis=(1, 2)) / total
+    level: np.ndarray = (joint * (margin >= 0)).sum(axis=(1, 2))
+    back = back.reshape(-1)
+    return loss[back], level[back]
+
+
 def _main_effects_design(space: SearchSpace) -> np.ndarray:
     """One-hot design (intercept + one column per step candidate) of every combination."""
     coords = np.array([space.coords(k) for k in range(len(space))], dtype=np.int64)
@@ -262,8 +330,16 @@ class RegretRace(SelectionAlgorithm):
         floor: float = 0.5,
         tie_questions: float = 1.0,
         tie_risk: float = 0.05,
+        exact: bool = False,
+        direction_prior: float = 0.0,
     ) -> None:
         super().__init__()
+        if direction_prior < 0:
+            raise UserError(
+                f"direction_prior must be >= 0 pseudo-disagreements (0 = off), got {direction_prior!r}."
+            )
+        self.exact = bool(exact)
+        self.direction_prior = direction_prior
         if not 0 <= tie_risk < 1:
             raise UserError(f"tie_risk must be in [0, 1) (0 = off), got {tie_risk!r}.")
         self.tie_risk = tie_risk
@@ -338,18 +414,35 @@ class RegretRace(SelectionAlgorithm):
         if prior is not None:
             mean, sd = self._posterior(x, sd, leader, n, total, prior)
         cost = arena.costs[np.asarray(active, dtype=np.int64), :n].mean(axis=1)
+        cheaper = cost < cost[leader] - 1e-12 - 1e-9 * abs(float(cost[leader]))
+        weight = np.ones(len(active))
+        if self.cost_power > 0 and float(cost.mean()) > 0:
+            weight = (cost / cost.mean()) ** self.cost_power
+        if self.exact and prior is None and bool(np.all((x == 0.0) | (x == 1.0))):
+            wins = ((x == 1.0) & (x[leader] == 0.0)).sum(axis=1).astype(float)
+            losses = ((x == 0.0) & (x[leader] == 1.0)).sum(axis=1).astype(float)
+            direction = (0.5, 0.5)
+            if self.direction_prior > 0:  # the survivors' pooled share of won disagreements
+                others = np.arange(len(active)) != leader
+                share = (wins[others].sum() + 0.5) / (wins[others].sum() + losses[others].sum() + 1)
+                direction = (
+                    0.5 + self.direction_prior * float(share),
+                    0.5 + self.direction_prior * (1 - float(share)),
+                )
+            shift = self.tie_questions * cheaper.astype(float)
+            loss, ends_level = _end_game(wins, losses, n, total, direction, shift)
+            if self.tie_risk > 0:
+                loss = np.where(ends_level > self.tie_risk, np.inf, loss)
+            loss[leader] = 0.0
+            return loss, self.eta * weight, leader
         level = mean  # before the tie shift: the guard below asks about ending level
         if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
-            cheaper = cost < cost[leader] - 1e-12 - 1e-9 * abs(float(cost[leader]))
             mean = mean + self.tie_questions / total * cheaper
         loss = _expected_excess(mean, sd)
         if self.tie_risk > 0:  # an arm that may still end level with the leader is kept
             # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
             reach = (level * total + 0.5) / np.maximum(sd * total, 1e-12)
             loss = np.where(_normal_cdf(reach) > self.tie_risk, np.inf, loss)
-        weight = np.ones(len(active))
-        if self.cost_power > 0 and float(cost.mean()) > 0:
-            weight = (cost / cost.mean()) ** self.cost_power
         return loss, self.eta * weight, leader
 
     def _posterior(
