@@ -330,7 +330,7 @@ class RegretRace(SelectionAlgorithm):
         floor: float = 0.5,
         tie_questions: float = 1.0,
         tie_risk: float = 0.05,
-        exact: bool = False,
+        exact: float = 0,
         direction_prior: float = 0.0,
     ) -> None:
         super().__init__()
@@ -339,6 +339,7 @@ class RegretRace(SelectionAlgorithm):
                 f"direction_prior must be >= 0 pseudo-disagreements (0 = off), got {direction_prior!r}."
             )
         self.exact = bool(exact)
+        self.exact_mode = int(exact)
         self.direction_prior = direction_prior
         if not 0 <= tie_risk < 1:
             raise UserError(f"tie_risk must be in [0, 1) (0 = off), got {tie_risk!r}.")
@@ -418,31 +419,32 @@ class RegretRace(SelectionAlgorithm):
         weight = np.ones(len(active))
         if self.cost_power > 0 and float(cost.mean()) > 0:
             weight = (cost / cost.mean()) ** self.cost_power
-        if self.exact and prior is None and bool(np.all((x == 0.0) | (x == 1.0))):
-            wins = ((x == 1.0) & (x[leader] == 0.0)).sum(axis=1).astype(float)
-            losses = ((x == 0.0) & (x[leader] == 1.0)).sum(axis=1).astype(float)
-            direction = (0.5, 0.5)
-            if self.direction_prior > 0:  # the survivors' pooled share of won disagreements
-                others = np.arange(len(active)) != leader
-                share = (wins[others].sum() + 0.5) / (wins[others].sum() + losses[others].sum() + 1)
-                direction = (
-                    0.5 + self.direction_prior * float(share),
-                    0.5 + self.direction_prior * (1 - float(share)),
-                )
-            shift = self.tie_questions * cheaper.astype(float)
-            loss, ends_level = _end_game(wins, losses, n, total, direction, shift)
-            if self.tie_risk > 0:
-                loss = np.where(ends_level > self.tie_risk, np.inf, loss)
-            loss[leader] = 0.0
-            return loss, self.eta * weight, leader
         level = mean  # before the tie shift: the guard below asks about ending level
         if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
             mean = mean + self.tie_questions / total * cheaper
         loss = _expected_excess(mean, sd)
+        # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
+        ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
+        if self.exact and prior is None and bool(np.all((x == 0.0) | (x == 1.0))):
+            wins = ((x == 1.0) & (x[leader] == 0.0)).sum(axis=1).astype(float)
+            losses = ((x == 0.0) & (x[leader] == 1.0)).sum(axis=1).astype(float)
+            shift = self.tie_questions * cheaper.astype(float)
+            jeffreys = (0.5, 0.5)
+            if self.exact_mode in (1, 3):
+                _, ends_level = _end_game(wins, losses, n, total, jeffreys, shift)
+            if self.exact_mode in (1, 2):
+                direction = jeffreys
+                if self.direction_prior > 0:  # the survivors' pooled share of won disagreements
+                    others = np.arange(len(active)) != leader
+                    won, lost = float(wins[others].sum()), float(losses[others].sum())
+                    share = (won + 0.5) / (won + lost + 1)
+                    direction = (
+                        0.5 + self.direction_prior * share,
+                        0.5 + self.direction_prior * (1 - share),
+                    )
+                loss, _ = _end_game(wins, losses, n, total, direction, shift)
         if self.tie_risk > 0:  # an arm that may still end level with the leader is kept
-            # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
-            reach = (level * total + 0.5) / np.maximum(sd * total, 1e-12)
-            loss = np.where(_normal_cdf(reach) > self.tie_risk, np.inf, loss)
+            loss = np.where(ends_level > self.tie_risk, np.inf, loss)
         return loss, self.eta * weight, leader
 
     def _posterior(
