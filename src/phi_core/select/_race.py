@@ -332,8 +332,10 @@ class RegretRace(SelectionAlgorithm):
         tie_risk: float = 0.05,
         exact: float = 0,
         direction_prior: float = 0.0,
+        look_power: float = 0.0,
     ) -> None:
         super().__init__()
+        self.look_power = look_power
         if direction_prior < 0:
             raise UserError(
                 f"direction_prior must be >= 0 pseudo-disagreements (0 = off), got {direction_prior!r}."
@@ -419,6 +421,8 @@ class RegretRace(SelectionAlgorithm):
         weight = np.ones(len(active))
         if self.cost_power > 0 and float(cost.mean()) > 0:
             weight = (cost / cost.mean()) ** self.cost_power
+        if self.look_power:  # tolerance spent over the looks: (n / (N/2)) ** -look_power
+            weight = weight * (2.0 * n / total) ** (-self.look_power)
         level = mean  # before the tie shift: the guard below asks about ending level
         if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
             mean = mean + self.tie_questions / total * cheaper
