@@ -181,47 +181,32 @@ def _beta_binomial(trials: np.ndarray, a: np.ndarray, b: np.ndarray, top: int) -
     return out
 
 
-def _end_game(
-    wins: np.ndarray,
-    losses: np.ndarray,
-    n: int,
-    total: int,
-    direction: tuple[float, float],
-    shift: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact end game of 0/1 scores: the expected final margin excess and ``P(margin >= 0)``.
+def _ends_level(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.ndarray:
+    """``P(final margin >= 0)`` of 0/1-scored challengers against the leader, exactly.
 
-    Against the leader, arm ``i`` has ``wins`` (it right, the leader wrong) and ``losses`` on
-    the prefix of ``n`` of ``total`` questions. Its final margin in questions is
-    ``wins - losses + W - L`` over the ``R = total - n`` questions left, where the number of
-    future disagreements ``M = W + L`` is beta-binomial under the Jeffreys posterior of the
-    disagreement rate, ``Beta(d + 1/2, n - d + 1/2)``, and the future wins ``W`` given ``M`` are
-    beta-binomial under the posterior of the direction, ``Beta(wins + a, losses + b)`` with the
-    prior ``direction = (a, b)``. Beta-binomial predictives are exact for a finite population
-    (the Polya urn), so no normal approximation, floor or continuity correction is involved.
-
-    Returns ``E[max(margin + shift, 0)] / total`` (accuracy units) and ``P(margin >= 0)``."""
+    On the prefix of ``n`` of ``total`` questions challenger ``i`` has ``wins[i]`` (it right,
+    the leader wrong) and ``losses[i]``; its final margin in questions is
+    ``wins - losses + W - L`` over the ``R = total - n`` questions left. The number of future
+    disagreements ``M = W + L`` is beta-binomial under the Jeffreys posterior of the
+    disagreement rate, ``Beta(d + 1/2, n - d + 1/2)`` with ``d = wins + losses``, and ``W``
+    given ``M`` is beta-binomial under the Jeffreys posterior of the direction,
+    ``Beta(wins + 1/2, losses + 1/2)``. Beta-binomial predictives are exact for a finite
+    population (the Polya urn): no normal approximation, floor or continuity correction."""
     rest = total - n
-    # arms with the same record and shift share their end game: compute each record once
-    keys = np.stack([wins, losses, shift], axis=1)
-    unique, back = np.unique(keys, axis=0, return_inverse=True)
-    wins, losses, shift = unique[:, 0], unique[:, 1], unique[:, 2]
+    # arms with the same record share their end game: compute each record once
+    unique, back = np.unique(np.stack([wins, losses], axis=1), axis=0, return_inverse=True)
+    wins, losses = unique[:, 0], unique[:, 1]
     d = wins + losses
-    m_pmf = _beta_binomial(np.full(len(d), rest), d + 0.5, n - d + 0.5, rest)  # (arms, R+1)
-    tail = np.cumsum(m_pmf[:, ::-1], axis=1)[:, ::-1].max(axis=0)  # P(M >= m), worst arm
+    m_pmf = _beta_binomial(np.full(len(d), rest), d + 0.5, n - d + 0.5, rest)  # (records, R+1)
+    tail = np.cumsum(m_pmf[:, ::-1], axis=1)[:, ::-1].max(axis=0)  # P(M >= m), widest record
     top = int(np.flatnonzero(tail > 1e-12).max()) if (tail > 1e-12).any() else 0
     m_pmf = m_pmf[:, : top + 1]
     m = np.arange(top + 1, dtype=float)
-    a = (wins + direction[0])[:, None]
-    b = (losses + direction[1])[:, None]
-    w_pmf = _beta_binomial(m[None, :], a, b, top)  # (arms, M, W)
-    joint = m_pmf[:, :, None] * w_pmf
+    w_pmf = _beta_binomial(m[None, :], (wins + 0.5)[:, None], (losses + 0.5)[:, None], top)
     margin = (wins - losses)[:, None, None] + 2 * m[None, None, :] - m[None, :, None]
-    excess = np.maximum(margin + shift[:, None, None], 0.0)
-    loss: np.ndarray = (joint * excess).sum(axis=(1, 2)) / total
-    level: np.ndarray = (joint * (margin >= 0)).sum(axis=(1, 2))
-    back = back.reshape(-1)
-    return loss[back], level[back]
+    level: np.ndarray = (m_pmf[:, :, None] * w_pmf * (margin >= 0)).sum(axis=(1, 2))
+    out: np.ndarray = level[back.reshape(-1)]
+    return out
 
 
 def _main_effects_design(space: SearchSpace) -> np.ndarray:
@@ -330,19 +315,10 @@ class RegretRace(SelectionAlgorithm):
         floor: float = 0.5,
         tie_questions: float = 1.0,
         tie_risk: float = 0.05,
-        exact: float = 0,
-        direction_prior: float = 0.0,
-        look_power: float = 0.0,
+        exact_guard: bool = True,
     ) -> None:
         super().__init__()
-        self.look_power = look_power
-        if direction_prior < 0:
-            raise UserError(
-                f"direction_prior must be >= 0 pseudo-disagreements (0 = off), got {direction_prior!r}."
-            )
-        self.exact = bool(exact)
-        self.exact_mode = int(exact)
-        self.direction_prior = direction_prior
+        self.exact_guard = bool(exact_guard)
         if not 0 <= tie_risk < 1:
             raise UserError(f"tie_risk must be in [0, 1) (0 = off), got {tie_risk!r}.")
         self.tie_risk = tie_risk
@@ -421,34 +397,20 @@ class RegretRace(SelectionAlgorithm):
         weight = np.ones(len(active))
         if self.cost_power > 0 and float(cost.mean()) > 0:
             weight = (cost / cost.mean()) ** self.cost_power
-        if self.look_power:  # tolerance spent over the looks: (n / (N/2)) ** -look_power
-            weight = weight * (2.0 * n / total) ** (-self.look_power)
         level = mean  # before the tie shift: the guard below asks about ending level
         if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
             mean = mean + self.tie_questions / total * cheaper
         loss = _expected_excess(mean, sd)
-        # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
-        ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
-        if self.exact and prior is None and bool(np.all((x == 0.0) | (x == 1.0))):
+        if self.tie_risk <= 0:
+            return loss, self.eta * weight, leader
+        if self.exact_guard and prior is None and bool(np.all((x == 0.0) | (x == 1.0))):
             wins = ((x == 1.0) & (x[leader] == 0.0)).sum(axis=1).astype(float)
             losses = ((x == 0.0) & (x[leader] == 1.0)).sum(axis=1).astype(float)
-            shift = self.tie_questions * cheaper.astype(float)
-            jeffreys = (0.5, 0.5)
-            if self.exact_mode in (1, 3):
-                _, ends_level = _end_game(wins, losses, n, total, jeffreys, shift)
-            if self.exact_mode in (1, 2):
-                direction = jeffreys
-                if self.direction_prior > 0:  # the survivors' pooled share of won disagreements
-                    others = np.arange(len(active)) != leader
-                    won, lost = float(wins[others].sum()), float(losses[others].sum())
-                    share = (won + 0.5) / (won + lost + 1)
-                    direction = (
-                        0.5 + self.direction_prior * share,
-                        0.5 + self.direction_prior * (1 - share),
-                    )
-                loss, _ = _end_game(wins, losses, n, total, direction, shift)
-        if self.tie_risk > 0:  # an arm that may still end level with the leader is kept
-            loss = np.where(ends_level > self.tie_risk, np.inf, loss)
+            ends_level = _ends_level(wins, losses, n, total)
+        else:  # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
+            ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
+        # an arm that may still end level with the leader is kept
+        loss = np.where(ends_level > self.tie_risk, np.inf, loss)
         return loss, self.eta * weight, leader
 
     def _posterior(
