@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -354,3 +355,15 @@ async def test_the_race_stops_paying_for_an_arm_that_can_no_longer_end_level() -
         assert pick == 0
         counts[exact] = arena.count(1)
     assert counts[True] < counts[False] == 180
+
+
+def test_long_end_games_are_left_to_the_normal_tail() -> None:
+    """5000 questions: an arm with 610 disagreements in 1000 has thousands still to come (the
+    normal tail is accurate there and the exact sum would cost millions of terms): NaN, the
+    caller's cue for the normal tail; a one-loss record is still summed exactly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warnings leak out of the sums
+        got = _ends_level(np.array([0.0, 300.0]), np.array([1.0, 310.0]), 1000, 5000)
+    assert 0 < got[0] < 1
+    assert math.isnan(got[1])
+    assert len(_ends_level(np.array([]), np.array([]), 150, 200)) == 0

@@ -166,20 +166,28 @@ def _beta_binomial(trials: np.ndarray, a: np.ndarray, b: np.ndarray, top: int) -
     )
     k = np.arange(top + 1, dtype=float)
     j = k[:-1]
-    # p(0): the product over j < t of (b + j) / (a + b + j)
-    steps = np.where(j < t[..., None], (b[..., None] + j) / (a[..., None] + b[..., None] + j), 1.0)
-    p0 = np.prod(steps, axis=-1)
     live = j < t[..., None]
-    ratio = np.where(
-        live,
-        (t[..., None] - j)
-        * (j + a[..., None])
-        / ((j + 1) * np.maximum(t[..., None] - j - 1 + b[..., None], 1e-300)),
-        0.0,
-    )
-    pmf = np.concatenate([p0[..., None], p0[..., None] * np.cumprod(ratio, axis=-1)], axis=-1)
-    out: np.ndarray = pmf
-    return out
+    # over- and underflow (thousands of trials) leave rows that do not sum to 1: callers check
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        # p(0): the product over j < t of (b + j) / (a + b + j)
+        p0 = np.prod(
+            np.where(live, (b[..., None] + j) / (a[..., None] + b[..., None] + j), 1.0), -1
+        )
+        ratio = np.where(
+            live,
+            (t[..., None] - j)
+            * (j + a[..., None])
+            / ((j + 1) * np.maximum(t[..., None] - j - 1 + b[..., None], 1e-300)),
+            0.0,
+        )
+        pmf: np.ndarray = np.concatenate(
+            [p0[..., None], p0[..., None] * np.cumprod(ratio, axis=-1)], axis=-1
+        )
+    return pmf
+
+
+_EXACT_SUPPORT = 256
+"""Most future disagreements the exact end game sums over; beyond, the normal tail is used."""
 
 
 def _ends_level(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.ndarray:
@@ -192,21 +200,37 @@ def _ends_level(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.
     disagreement rate, ``Beta(d + 1/2, n - d + 1/2)`` with ``d = wins + losses``, and ``W``
     given ``M`` is beta-binomial under the Jeffreys posterior of the direction,
     ``Beta(wins + 1/2, losses + 1/2)``. Beta-binomial predictives are exact for a finite
-    population (the Polya urn): no normal approximation, floor or continuity correction."""
+    population (the Polya urn): no normal approximation, floor or continuity correction.
+
+    NaN where the sum is not worth it or not representable: ``M`` may exceed
+    ``_EXACT_SUPPORT`` (many disagreements still to come, where the normal tail is accurate
+    and the sum would cost ``M^2`` per arm) or the probabilities underflow (very large
+    datasets); the caller uses the normal tail there."""
     rest = total - n
+    out = np.full(len(wins), np.nan)
     # arms with the same record share their end game: compute each record once
     unique, back = np.unique(np.stack([wins, losses], axis=1), axis=0, return_inverse=True)
+    back = back.reshape(-1)
     wins, losses = unique[:, 0], unique[:, 1]
     d = wins + losses
     m_pmf = _beta_binomial(np.full(len(d), rest), d + 0.5, n - d + 0.5, rest)  # (records, R+1)
-    tail = np.cumsum(m_pmf[:, ::-1], axis=1)[:, ::-1].max(axis=0)  # P(M >= m), widest record
-    top = int(np.flatnonzero(tail > 1e-12).max()) if (tail > 1e-12).any() else 0
+    tail = np.cumsum(m_pmf[:, ::-1], axis=1)[:, ::-1]  # P(M >= m) per record
+    support = (tail > 1e-12).sum(axis=1) - 1
+    ok = (support <= _EXACT_SUPPORT) & (np.abs(m_pmf.sum(axis=1) - 1.0) < 1e-9)
+    if not ok.any():
+        return out
+    wins, losses, m_pmf = wins[ok], losses[ok], m_pmf[ok]
+    top = int(support[ok].max())
     m_pmf = m_pmf[:, : top + 1]
     m = np.arange(top + 1, dtype=float)
     w_pmf = _beta_binomial(m[None, :], (wins + 0.5)[:, None], (losses + 0.5)[:, None], top)
+    joint = m_pmf[:, :, None] * w_pmf
     margin = (wins - losses)[:, None, None] + 2 * m[None, None, :] - m[None, :, None]
-    level: np.ndarray = (m_pmf[:, :, None] * w_pmf * (margin >= 0)).sum(axis=(1, 2))
-    out: np.ndarray = level[back.reshape(-1)]
+    level = (joint * (margin >= 0)).sum(axis=(1, 2))
+    level[~(np.abs(joint.sum(axis=(1, 2)) - 1.0) < 1e-9)] = np.nan  # underflow: no exact sum
+    exact = np.full(len(unique), np.nan)
+    exact[ok] = level
+    out = exact[back]
     return out
 
 
@@ -414,12 +438,16 @@ class RegretRace(SelectionAlgorithm):
         loss = _expected_excess(mean, sd)
         if self.tie_risk <= 0:
             return loss, self.eta * weight, leader
+        # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
+        ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
         if self.exact_guard and prior is None and bool(np.all((x == 0.0) | (x == 1.0))):
-            wins = ((x == 1.0) & (x[leader] == 0.0)).sum(axis=1).astype(float)
-            losses = ((x == 0.0) & (x[leader] == 1.0)).sum(axis=1).astype(float)
-            ends_level = _ends_level(wins, losses, n, total)
-        else:  # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
-            ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
+            # only the arms the expected-cost rule would drop need the guard's verdict
+            asked = np.flatnonzero(loss < self.eta * weight)
+            y, top = x[asked], x[leader]
+            wins = ((y == 1.0) & (top == 0.0)).sum(axis=1).astype(float)
+            losses = ((y == 0.0) & (top == 1.0)).sum(axis=1).astype(float)
+            exact = _ends_level(wins, losses, n, total)
+            ends_level[asked] = np.where(np.isnan(exact), ends_level[asked], exact)
         # an arm that may still end level with the leader is kept
         loss = np.where(ends_level > self.tie_risk, np.inf, loss)
         return loss, self.eta * weight, leader
