@@ -52,6 +52,7 @@ FAMILY_SELECTORS = (
     "paired_race",
     "regret_race_v0",
     "regret_race_v1",
+    "regret_race_v2",
     "regret_race",
 )
 DEFAULT = "regret_race"

@@ -79,7 +79,11 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "regret_race_f1t1_e2": ("regret_race", {"floor": 1.0, "eta": 2e-4, "tie_risk": 0.0}),
     "regret_race_t1": ("regret_race", {"floor": 0.0, "tie_risk": 0.0}),
     # second round: the tie-risk guard with a larger regret tolerance (cheaper, see the README)
-    "regret_race_e2": ("regret_race", {"eta": 2e-4}),
+    # (the round-2 guard, as in the family README's figures)
+    "regret_race_e2": ("regret_race", {"eta": 2e-4, "exact_guard": False}),
+    # the default of issue 20's second round: the tie-risk guard under the normal approximation
+    # (third round: the exact beta-binomial end game for 0/1 scores, see the family README)
+    "regret_race_v2": ("regret_race", {"exact_guard": False}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

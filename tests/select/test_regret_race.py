@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from phi_core.select import (
     make_algorithm,
     run_algorithm,
 )
-from phi_core.select._race import _expected_excess
+from phi_core.select._race import _beta_binomial, _ends_level, _expected_excess
 
 from .select_worlds import MatrixEvaluator, bernoulli_world, select
 
@@ -271,3 +272,98 @@ def test_the_tie_risk_guard_keeps_only_arms_that_may_still_end_level() -> None:
     guarded, plain = losses[0.05][0], losses[0.0][0]
     assert math.isinf(guarded[1]) and plain[1] < losses[0.0][1][1]  # the guard decides
     assert guarded[2] == plain[2] < losses[0.0][1][2]  # a clear loser is still dropped
+
+
+def test_the_beta_binomial_pmf_matches_its_closed_form() -> None:
+    def closed(k: int, t: int, a: float, b: float) -> float:
+        def log_beta(x: float, y: float) -> float:
+            return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+
+        return math.comb(t, k) * math.exp(log_beta(k + a, t - k + b) - log_beta(a, b))
+
+    got = _beta_binomial(np.array([5.0, 3.0]), np.array([1.5, 0.7]), np.array([2.0, 3.3]), 6)
+    assert got[0, :6] == pytest.approx([closed(k, 5, 1.5, 2.0) for k in range(6)])
+    assert got[1, :4] == pytest.approx([closed(k, 3, 0.7, 3.3) for k in range(4)])
+    assert got[0, 6] == 0 and (got[1, 4:] == 0).all()  # nothing beyond the number of trials
+
+
+def test_the_exact_end_game_matches_the_closed_form_with_one_question_left() -> None:
+    """With one question left the margin moves by at most one: an arm one question behind ends
+    level only if the last question splits the pair (Jeffreys: (d + 1/2) / (n + 1)) in its
+    favour ((w + 1/2) / (d + 1)); a level arm stays level unless it loses that question."""
+    n, total = 199, 200
+    wins = np.array([0.0, 2.0, 3.0, 1.0, 0.0])
+    losses = np.array([1.0, 3.0, 3.0, 0.0, 2.0])
+    got = _ends_level(wins, losses, n, total)
+    d = wins + losses
+    split = (d + 0.5) / (n + 1)
+    won = (wins + 0.5) / (d + 1)
+    assert got[0] == pytest.approx(split[0] * won[0])  # one behind: must win the last one
+    assert got[1] == pytest.approx(split[1] * won[1])
+    assert got[2] == pytest.approx(1 - split[2] * (1 - won[2]))  # level: must not lose it
+    assert got[3] == pytest.approx(1.0)  # one ahead: level at worst
+    assert got[4] == pytest.approx(0.0)  # two behind: cannot catch up
+
+
+def _one_miss_behind_a_perfect_leader(n: int, partial: bool = False) -> Arena:
+    """Two arms, 200 questions in order: the leader perfect, the other wrong on question 20."""
+    scores = np.ones((2, 200))
+    scores[1, 20] = 0.0
+    if partial:  # one partial-credit answer: the scores are no longer 0/1
+        scores[0, 30] = 0.9
+    arena = Arena(2, 200, MatrixEvaluator(scores), seed=0, shuffle=False)
+    asyncio.run(arena.evaluate_prefix(range(2), n))
+    return arena
+
+
+def test_the_exact_guard_lets_an_arm_go_that_the_normal_tail_would_keep() -> None:
+    """One loss, no win, 20 questions left: the arm ends level only if the pair splits again
+    (about one chance in ten) and the arm wins that split - 3.5 % exactly, under ``tie_risk``;
+    the normal approximation with its floor and continuity correction says 7.8 % and keeps it.
+    Its expected loss is far below the tolerance, so the exact guard drops it."""
+    arena = _one_miss_behind_a_perfect_leader(180)
+    exact, tolerance, leader = RegretRace()._judge(arena, [0, 1], 180)
+    normal, _, _ = RegretRace(exact_guard=False)._judge(arena, [0, 1], 180)
+    assert leader == 0
+    level = _ends_level(np.array([0.0]), np.array([1.0]), 180, 200)[0]
+    assert 0.02 < level < 0.05
+    assert exact[1] < tolerance[1]  # dropped
+    assert math.isinf(normal[1])  # kept by the normal guard
+    # earlier, with 50 questions left, the exact guard keeps it too (7.7 % > 5 %)
+    early, _, _ = RegretRace()._judge(_one_miss_behind_a_perfect_leader(150), [0, 1], 150)
+    assert math.isinf(early[1])
+
+
+def test_the_exact_guard_falls_back_to_the_normal_tail_for_partial_credit() -> None:
+    arena = _one_miss_behind_a_perfect_leader(180, partial=True)
+    exact, _, _ = RegretRace()._judge(arena, [0, 1], 180)
+    normal, _, _ = RegretRace(exact_guard=False)._judge(arena, [0, 1], 180)
+    assert np.array_equal(exact, normal)
+
+
+async def test_the_race_stops_paying_for_an_arm_that_can_no_longer_end_level() -> None:
+    """180 questions, one miss behind a perfect leader: at the look at n = 159 (21 questions
+    left) the exact end game lets the arm go; the normal guard pays for it to the end."""
+    space = SearchSpace({"solver": ["perfect", "one_miss"]})
+    scores = np.ones((2, 180))
+    scores[1, 25] = 0.0
+    counts = {}
+    for exact in (True, False):
+        names = [space.name(k) for k in range(2)]
+        arena = Arena(2, 180, MatrixEvaluator(scores), seed=0, shuffle=False, names=names)
+        pick = await run_algorithm(RegretRace(exact_guard=exact), arena, space)
+        assert pick == 0
+        counts[exact] = arena.count(1)
+    assert counts[True] < counts[False] == 180
+
+
+def test_long_end_games_are_left_to_the_normal_tail() -> None:
+    """5000 questions: an arm with 610 disagreements in 1000 has thousands still to come (the
+    normal tail is accurate there and the exact sum would cost millions of terms): NaN, the
+    caller's cue for the normal tail; a one-loss record is still summed exactly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warnings leak out of the sums
+        got = _ends_level(np.array([0.0, 300.0]), np.array([1.0, 310.0]), 1000, 5000)
+    assert 0 < got[0] < 1
+    assert math.isnan(got[1])
+    assert len(_ends_level(np.array([]), np.array([]), 150, 200)) == 0
