@@ -502,7 +502,8 @@ class BadRequestError(ProviderError):
 
 class BudgetExceededError(ProviderError):
     """A budget refused a call before it was sent; ``limit`` names which one (``tokens``,
-    ``cost``, ``wall`` or ``calls``). Never retried."""
+    ``cost``, ``wall`` or ``calls`` of a :class:`~phi_core.metering.Budget`, or ``limits``: an
+    agent's :class:`~phi_core.context.ExecutionLimits`). Never retried."""
 
     kind = "budget"
 
