@@ -484,6 +484,7 @@ async def test_cancelling_a_sync_agent_that_returns_a_coroutine_leaves_none_unaw
 
     started = threading.Event()
     release = threading.Event()
+    made: list[Any] = []
 
     async def answer() -> str:
         return "right"
@@ -491,7 +492,8 @@ async def test_cancelling_a_sync_agent_that_returns_a_coroutine_leaves_none_unaw
     def slow_sync_agent(models: dict[str, Any], question: str) -> Any:
         started.set()
         release.wait(5)
-        return answer()  # an awaitable handed back from the thread
+        made.append(answer())  # an awaitable handed back from the thread
+        return made[-1]
 
     good, _ = scripted("good", "right")
     selector = ModelSelector(
@@ -511,6 +513,11 @@ async def test_cancelling_a_sync_agent_that_returns_a_coroutine_leaves_none_unaw
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         release.set()
-        await asyncio.sleep(0.2)  # the thread finishes and hands back its coroutine
+        for _ in range(500):  # the thread hands back its coroutine, which must then be closed
+            if made and made[0].cr_frame is None:
+                break
+            await asyncio.sleep(0.01)
+        assert made and made[0].cr_frame is None  # closed, not left for the collector
+        made.clear()
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]
