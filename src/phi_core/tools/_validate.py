@@ -75,9 +75,10 @@ def check_tools(
     definitions: list[ToolDefinition] = []
     every = [(t, "tools", i) for i, t in enumerate(tools)]
     every += [(t, caller_label, i) for i, t in enumerate(caller_tools)]
-    for i, (agent_tool, kind, position) in enumerate(every):
+    for i, entry in enumerate(every):
+        agent_tool = entry[0]
         name = getattr(agent_tool, "name", None)
-        where = f"{kind}[{position}]" + (f" ({name!r})" if isinstance(name, str) else "")
+        where = _where(entry) + (f" ({name!r})" if isinstance(name, str) else "")
         if not isinstance(name, str) or not TOOL_NAME.match(name):
             raise UserError(
                 f"{where}: the tool name {name!r} is not accepted by model providers: use 1 to "
@@ -85,7 +86,7 @@ def check_tools(
             )
         if name in seen:
             raise UserError(
-                f"Two tools are named {name!r} ({_where(every[seen[name]])} and {_where(every[i])}); tool "
+                f"Two tools are named {name!r} ({_where(every[seen[name]])} and {_where(entry)}); tool "
                 "names must be unique within a run. Rename one of them."
             )
         seen[name] = i
