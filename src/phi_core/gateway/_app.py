@@ -32,7 +32,7 @@ from ..providers.base import StreamDone
 from ..types import TextDelta, ToolCallDelta
 from ._answers import Answer, request_record
 from ._config import GatewayConfig, env_keys, exposure_warning, load_gateway_config
-from ._service import Caller, Gateway
+from ._service import Caller, Gateway, model_owner
 from ._wire import (
     ChatRequest,
     StopCutter,
@@ -466,8 +466,8 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             return _error(exc)
         created = int(gateway_started)
         data = [
-            {"id": name, "object": "model", "created": created, "owned_by": owner}
-            for name, owner in gateway.listed_models(caller)
+            {"id": name, "object": "model", "created": created, "owned_by": model_owner(name)}
+            for name in gateway.listed_models(caller)
         ]
         return _json(200, {"object": "list", "data": data})
 
@@ -476,11 +476,15 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         name = request.path_params["model"]
         try:
             gateway.authenticate(request.headers.get("authorization"))
-            kind, _ = gateway.resolve(name)
+            gateway.resolve(name)
         except GatewayError as exc:
             return _error(exc)
-        owner = name.partition(":")[0] if kind == "passthrough" else "phi"
-        body = {"id": name, "object": "model", "created": int(gateway_started), "owned_by": owner}
+        body = {
+            "id": name,
+            "object": "model",
+            "created": int(gateway_started),
+            "owned_by": model_owner(name),
+        }
         return _json(200, body)
 
     async def feedback(request: Request) -> Response:

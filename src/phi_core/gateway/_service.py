@@ -58,7 +58,7 @@ from ._wire import (
     tool_calls_dicts,
 )
 
-__all__ = ["Answer", "Caller", "Gateway"]
+__all__ = ["Answer", "Caller", "Gateway", "model_owner"]
 
 logger = logging.getLogger("phi_core.gateway")
 
@@ -73,6 +73,12 @@ MODELS_KEPT = 1024
 RECORD_BATCH_S = 0.1
 """How long a run record waits for others to be written with it (one thread hop and one
 transaction a batch); at close, what is queued is written at once."""
+
+
+def model_owner(name: str) -> str:
+    """``owned_by`` of a model the gateway serves: ``phi`` for a profile, else its provider."""
+    head = name.partition(":")[0]
+    return "phi" if head in ("race", "route") else head
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ class Gateway:
         self.in_flight = 0
         self._redis: Any = None
         self._models: dict[str, ModelConfig] = {}
-        self._servable: list[tuple[str, str]] | None = None
+        self._servable: list[str] | None = None
         self._unwritten: list[RunRecord] = []
         self._writer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
@@ -229,28 +235,21 @@ class Gateway:
     # ------------------------------------------------------------------ models
 
     def model_ids(self) -> list[str]:
+        """The profiles' names (``race:…``, ``route:…``), then ``gateway.models``."""
         ids = [f"race:{p}" for p in self.race_plans] + [f"route:{p}" for p in self.routes]
         return ids + list(self.settings.models)
 
-    def listed_models(self, caller: Caller) -> list[tuple[str, str]]:
-        """``(id, owner)`` of every model ``GET /v1/models`` shows ``caller``: the profiles,
-        ``gateway.models`` and, with passthrough on, the catalogue models this process can
-        serve now (their provider's key is in its environment, or the embedded model is
-        installed) — only those the caller's key may call."""
-        rows = [(name, "phi") for name in self.model_ids() if name not in self.settings.models]
-        rows += [(name, name.partition(":")[0]) for name in self.settings.models]
+    def listed_models(self, caller: Caller) -> list[str]:
+        """What ``GET /v1/models`` shows ``caller``: :meth:`model_ids` and, with passthrough
+        on, the catalogue models this process can serve now (their provider's key is set, or
+        the embedded model is installed) — only those the caller's key may call."""
+        names = self.model_ids()
         if self.settings.passthrough:
             if self._servable is None:
                 self._servable = servable_models()
-            rows += [(name, owner) for name, owner in self._servable]
+            names += [n for n in self._servable if n not in self.settings.models]
         allowed = caller.key.models if caller.key is not None else None
-        seen: set[str] = set()
-        out: list[tuple[str, str]] = []
-        for name, owner in rows:
-            if name not in seen and (allowed is None or name in allowed):
-                seen.add(name)
-                out.append((name, owner))
-        return out
+        return [n for n in names if allowed is None or n in allowed]
 
     def resolve(self, name: str) -> tuple[Kind, str]:
         """``(kind, profile or model)``; an unknown name is a 404 listing the known ones."""

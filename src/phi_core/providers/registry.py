@@ -103,12 +103,12 @@ def model_listing(stored: Collection[str] = ()) -> list[dict[str, Any]]:
     return rows
 
 
-def servable_models() -> list[tuple[str, str]]:
-    """``(provider:model, provider)`` of every catalogue model this process can call now: its
+def servable_models() -> list[str]:
+    """``provider:model`` of every catalogue model this process can call now: its
     provider's key is set (environment or stored) or, for ``local``, the GGUF and llama-cpp are
     installed. Endpoints without a key to check (Bedrock's AWS chain, Ollama, vLLM) and a
     vendor's second API (``openai-responses``) are not listed."""
-    out: list[tuple[str, str]] = []
+    out: list[str] = []
     for spec in known_providers():
         if spec.name == "scripted" or spec.variant_of is not None:
             continue
@@ -120,7 +120,7 @@ def servable_models() -> list[tuple[str, str]]:
             except PhiError:
                 continue
             if _local_ready(model) if spec.key_env is None else _effective_key(model):
-                out.append((f"{spec.name}:{name}", spec.name))
+                out.append(f"{spec.name}:{name}")
     return out
 
 
