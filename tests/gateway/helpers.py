@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import openai
 import uvicorn
 
 from phi_core.gateway import Gateway, GatewayConfig, create_app
@@ -18,7 +19,7 @@ from phi_core.runlog import RunLog
 from ..providers.fakes import Recorded, Respond, Stream
 from ..providers.fakes.openai_wire import chat_stream, chunk, error_body, text_reply, usage_chunk
 
-__all__ = ["gateway_config", "live_gateway", "reply_rule", "tool_call_reply"]
+__all__ = ["gateway_client", "gateway_config", "live_gateway", "reply_rule", "tool_call_reply"]
 
 
 def _text(content: Any) -> str:
@@ -114,3 +115,15 @@ async def live_gateway(
     finally:
         server.should_exit = True
         await task
+
+
+@asynccontextmanager
+async def gateway_client(
+    gateway: Gateway | GatewayConfig, log: RunLog | None = None
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official ``openai`` client (no retries of its own) of a :func:`live_gateway`."""
+    async with (
+        live_gateway(gateway, log) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
+    ):
+        yield client

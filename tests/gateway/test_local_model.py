@@ -6,12 +6,11 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-import openai
 import pytest
 
 from phi_core.gateway import GatewayConfig
 
-from .helpers import live_gateway
+from .helpers import gateway_client
 
 pytestmark = [
     pytest.mark.local_model,
@@ -42,10 +41,7 @@ async def test_embedded_model_answers_through_the_gateway(
             },
         }
     )
-    async with (
-        live_gateway(config) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(config) as client:
         direct = await client.chat.completions.create(
             model="local:smollm2",
             messages=[{"role": "user", "content": "Say hello."}],

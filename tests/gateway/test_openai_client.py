@@ -15,7 +15,7 @@ from phi_core.runlog import RunLog
 
 from ..providers.fakes import FakeServer, Stream
 from ..providers.fakes.openai_wire import text_reply
-from .helpers import gateway_config, live_gateway
+from .helpers import gateway_client, gateway_config, live_gateway
 
 
 def passthrough(upstream: FakeServer, model: str = "alpha") -> str:
@@ -101,10 +101,7 @@ async def test_tools_and_tool_results_pass_through(strict_loop: Any, upstream: F
             },
         }
     ]
-    async with (
-        live_gateway(gateway_config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(gateway_config(upstream.url)) as client:
         model = passthrough(upstream)
         first = await client.chat.completions.create(
             model=model,
@@ -146,10 +143,7 @@ async def test_tools_and_tool_results_pass_through(strict_loop: Any, upstream: F
 
 
 async def test_request_settings_reach_the_upstream(strict_loop: Any, upstream: FakeServer) -> None:
-    async with (
-        live_gateway(gateway_config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(gateway_config(upstream.url)) as client:
         await client.chat.completions.create(
             model=passthrough(upstream),
             messages=[
@@ -177,10 +171,7 @@ async def test_request_settings_reach_the_upstream(strict_loop: Any, upstream: F
 
 
 async def test_stop_sequences_cut_a_race_answer(strict_loop: Any, upstream: FakeServer) -> None:
-    async with (
-        live_gateway(gateway_config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(gateway_config(upstream.url)) as client:
         reply = await client.chat.completions.create(
             model="race:first", messages=[{"role": "user", "content": "a"}], stop=[" says"]
         )
@@ -190,10 +181,7 @@ async def test_stop_sequences_cut_a_race_answer(strict_loop: Any, upstream: Fake
 async def test_race_branches_get_the_clients_stop_penalties_and_reasoning_effort(
     strict_loop: Any, upstream: FakeServer
 ) -> None:
-    async with (
-        live_gateway(gateway_config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(gateway_config(upstream.url)) as client:
         for model in ("race:duo", passthrough(upstream)):
             await client.chat.completions.create(
                 model=model,
@@ -216,10 +204,7 @@ async def test_race_branches_get_the_clients_stop_penalties_and_reasoning_effort
 async def test_race_facts_in_headers_and_extra_field_and_usage_sums_every_call(
     strict_loop: Any, upstream: FakeServer
 ) -> None:
-    async with (
-        live_gateway(gateway_config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(gateway_config(upstream.url)) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model="race:duo", messages=[{"role": "user", "content": "which?"}]
         )
@@ -347,10 +332,7 @@ async def test_a_streamed_passthrough_the_upstream_refuses_answers_with_its_stat
 ) -> None:
     """The stream starts with the upstream's first chunk: a refusal before it is an ordinary
     HTTP error (status, Retry-After), not a 200 stream carrying an error event."""
-    async with (
-        live_gateway(gateway_config(upstream.url, retries=0), run_log) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(gateway_config(upstream.url, retries=0), run_log) as client:
         with pytest.raises(openai.RateLimitError) as limited:
             await client.chat.completions.create(
                 model=passthrough(upstream),
@@ -373,10 +355,7 @@ async def test_stop_sequences_cut_a_stream_even_when_the_upstream_ignores_them(
     # the fake upstream ignores `stop` (as the embedded model or a vendor API may): the gateway
     # cuts the stream itself, across chunk boundaries, and ends it with finish_reason "stop"
     upstream.push(Stream(text_reply("one two three four")))
-    async with (
-        live_gateway(gateway_config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(gateway_config(upstream.url)) as client:
         stream = await client.chat.completions.create(
             model=passthrough(upstream),
             messages=[{"role": "user", "content": "count"}],

@@ -14,14 +14,13 @@ import re
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from phi_core.gateway import GatewayConfig
 
 from ..providers.fakes import FakeServer, Recorded, Respond, Stream
 from ..providers.fakes.openai_wire import text_reply
-from .helpers import live_gateway, reply_rule, tool_call_reply
+from .helpers import gateway_client, live_gateway, reply_rule, tool_call_reply
 
 WEATHER = {
     "type": "function",
@@ -125,10 +124,7 @@ async def test_a_race_answers_with_the_tool_call_two_of_three_branches_make(
     strict_loop: Any, upstream: FakeServer, profile: str
 ) -> None:
     user = [{"role": "user", "content": "Weather in Paris?"}]
-    async with (
-        live_gateway(config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(config(upstream.url)) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model=f"race:{profile}",
             messages=user,
@@ -178,10 +174,7 @@ async def test_a_race_answers_with_the_tool_call_two_of_three_branches_make(
 async def test_the_judge_decides_between_a_text_answer_and_a_tool_call(
     strict_loop: Any, upstream: FakeServer
 ) -> None:
-    async with (
-        live_gateway(config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(config(upstream.url)) as client:
         called = await client.chat.completions.with_raw_response.create(
             model="race:judged",
             messages=[{"role": "user", "content": "Weather in Paris?"}],
@@ -215,10 +208,7 @@ async def test_the_judge_decides_between_a_text_answer_and_a_tool_call(
 async def test_a_route_returns_the_arm_tool_call_and_answers_the_tool_result(
     strict_loop: Any, upstream: FakeServer
 ) -> None:
-    async with (
-        live_gateway(config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(config(upstream.url)) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model="route:callers",
             messages=[{"role": "user", "content": "Weather in Paris?"}],
@@ -254,10 +244,7 @@ async def test_a_route_answers_from_the_whole_conversation(
         {"role": "assistant", "content": "Hello Ada."},
         {"role": "user", "content": "What is my name?"},
     ]
-    async with (
-        live_gateway(config(upstream.url)) as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client,
-    ):
+    async with gateway_client(config(upstream.url)) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model="route:callers", messages=conversation
         )
