@@ -248,6 +248,15 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         except Exception as exc:  # the answer is paid for; a limits store failure is logged
             logger.warning("could not charge key %s: %s", caller.name, type(exc).__name__)
 
+    async def finish(
+        kind: str, status: int, started: float, caller: Caller, meter: Meter, disconnected: bool
+    ) -> None:
+        """A request is over: count it (and the client's disconnect), charge the caller's key."""
+        if disconnected:
+            metrics.inc("phi_gateway_disconnects_total", kind=kind)
+        observe(kind, status, started, meter)
+        await settle(caller, meter)
+
     async def json_body(request: Request) -> Any:
         """The request's JSON body; 413 past ``max_body_bytes`` (read no further), 400 when it
         is not JSON."""
@@ -299,9 +308,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         except ClientDisconnected:
             await _cancelled(task)
             gateway.in_flight -= 1
-            metrics.inc("phi_gateway_disconnects_total", kind=kind)
-            observe(kind, 499, started, meter)
-            await settle(caller, meter)
+            await finish(kind, 499, started, caller, meter, disconnected=True)
             await gateway.write_record(request_record(chat_request, meter, "cancelled", "", wall))
             return _error(ClientDisconnected())
         if not task.done():  # a streamed race still deciding: start the stream now
@@ -310,13 +317,11 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
         try:
             answer = task.result()
         except GatewayError as exc:
-            observe(kind, exc.status, started, meter)
-            await settle(caller, meter)
+            await finish(kind, exc.status, started, caller, meter, disconnected=False)
             if kind == "passthrough":  # a race or route logged its own result
                 await gateway.write_record(request_record(chat_request, meter, "error", "", wall))
             return _error(exc)
-        observe(kind, 200, started, meter)
-        await settle(caller, meter)
+        await finish(kind, 200, started, caller, meter, disconnected=False)
         if kind == "passthrough":
             await gateway.write_record(request_record(chat_request, meter, "ok", answer.text, wall))
         if chat_request.stream:
@@ -370,10 +375,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             await _cancelled(task)
             gateway.in_flight -= 1
             status = 499 if disconnected else outcome["status"]
-            if disconnected:
-                metrics.inc("phi_gateway_disconnects_total", kind=kind)
-            observe(kind, status, started, meter)
-            await settle(caller, meter)
+            await finish(kind, status, started, caller, meter, disconnected)
             if disconnected:
                 record = request_record(chat_request, meter, "cancelled", "", wall)
                 await gateway.write_record(record)
@@ -447,10 +449,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             await stream.aclose()
             gateway.in_flight -= 1
             status = 499 if disconnected else refused.status if refused else outcome["status"]
-            if disconnected:
-                metrics.inc("phi_gateway_disconnects_total", kind="passthrough")
-            observe("passthrough", status, started, meter)
-            await settle(caller, meter)
+            await finish("passthrough", status, started, caller, meter, disconnected)
             state = {200: "ok", 499: "cancelled"}.get(status, "error")
             await gateway.write_record(
                 request_record(chat_request, meter, state, "".join(text), wall)
