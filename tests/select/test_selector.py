@@ -193,6 +193,46 @@ async def test_a_run_that_raises_scores_zero_and_is_reported() -> None:
     assert by_name["solver=scripted:flaky"].failures == 4
     assert {f.datapoint for f in result.failures} == {1, 3, 5, 7}
     assert all("tool crashed" in f.error for f in result.failures)
+    # the caller is told, in the warnings and in the summary's "failed" column
+    (warning,) = [w for w in result.warnings if "failed" in w]
+    assert warning.startswith("4 of 16 evaluations failed and scored 0 (RuntimeError x4; first: ")
+    assert "tool crashed on q" in warning
+    header, *rows = result.summary().splitlines()[:3]
+    assert header.split()[:5] == ["#", "combination", "accuracy", "n", "failed"]
+    assert {tuple(r.split()[1:5]) for r in rows} == {
+        ("solver=scripted:steady", "75.0%", "8", "0"),
+        ("solver=scripted:flaky", "37.5%", "8", "4"),
+    }
+
+
+async def test_a_run_where_every_evaluation_failed_says_its_ranking_means_nothing() -> None:
+    good, _ = scripted("good", "right")
+
+    def broken_scorer(expected: str, actual: str) -> float:
+        raise KeyError("answer")
+
+    result = await ModelSelector(
+        solver_agent,
+        {"solver": [good]},
+        DATASET,
+        broken_scorer,
+        algorithm="brute_force",
+        cache=False,
+    ).select_best()
+    assert result.best.failures == 8
+    (warning,) = [w for w in result.warnings if "failed" in w]
+    assert warning.startswith("Every evaluation failed (scorer raised KeyError x8; first: ")
+    assert "fix the agent or the scorer" in warning
+    assert "warning: Every evaluation failed" in result.summary()
+
+
+async def test_a_clean_run_has_no_failure_warning_or_column() -> None:
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        solver_agent, {"solver": [good]}, DATASET, exact, algorithm="brute_force", cache=False
+    ).select_best()
+    assert not [w for w in result.warnings if "failed" in w]
+    assert "failed" not in result.summary().splitlines()[0]
 
 
 async def test_an_async_scorer_is_awaited_and_a_bad_score_is_a_user_error() -> None:
@@ -248,6 +288,10 @@ def test_construction_errors_say_what_is_wrong() -> None:
         )
     with pytest.raises(UserError, match="no candidate"):
         ModelSelector(solver_agent, {"solver": []}, DATASET, exact, cache=False)
+    with pytest.raises(UserError, match="`models` must map each step of the agent to its"):
+        ModelSelector(solver_agent, [good], DATASET, exact, cache=False)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="A step's name must be a string, got 0"):
+        ModelSelector(solver_agent, {0: [good]}, DATASET, exact, cache=False)  # type: ignore[dict-item]
     with pytest.raises(UserError, match="budget"):
         ModelSelector(solver_agent, {"solver": [good]}, DATASET, exact, budget="lots", cache=False)  # type: ignore[arg-type]
 

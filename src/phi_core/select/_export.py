@@ -113,7 +113,9 @@ def _secs(value: float | None) -> str:
 def summary_text(result: SelectionResult, limit: int | None = 20) -> str:
     """The ranking as plain text: best first, the Pareto front marked, then totals and warnings."""
     shown: list[CombinationResult] = result.evaluated()[:limit] if limit else result.evaluated()
-    rows = [["#", "combination", "accuracy", "n", "$/item", "latency", ""]]
+    failed = any(c.failures for c in shown)  # the column only when something failed
+    rows = [["#", "combination", "accuracy", "n", *(["failed"] if failed else []), "$/item"]]
+    rows[0] += ["latency", ""]
     for rank, c in enumerate(shown, 1):
         marks = " ".join(
             m
@@ -126,6 +128,7 @@ def summary_text(result: SelectionResult, limit: int | None = 20) -> str:
                 c.name,
                 _pct(c.accuracy),
                 str(c.evaluations),
+                *([str(c.failures)] if failed else []),
                 _money(c.cost_per_datapoint),
                 _secs(c.latency_mean),
                 marks,

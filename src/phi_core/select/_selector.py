@@ -184,7 +184,14 @@ class ModelSelector:
         self._handles: dict[str, dict[str, MeteredModel]] = {}
         self._candidates: dict[str, dict[str, Any]] = {}
         steps: dict[str, list[str]] = {}
+        if not isinstance(models, Mapping):
+            raise UserError(
+                "`models` must map each step of the agent to its candidates, e.g. "
+                f"{{'solver': ['openai:gpt-4o-mini', 'openai:gpt-4o']}}; got {models!r}."
+            )
         for step, candidates in models.items():
+            if not isinstance(step, str):
+                raise UserError(f"A step's name must be a string, got {step!r} in `models`.")
             if isinstance(candidates, str | bytes) or not isinstance(candidates, Sequence):
                 raise UserError(
                     f"models[{step!r}] must be a list of candidates, got {candidates!r}."
@@ -463,6 +470,8 @@ def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
     out: list[str] = []
     if arena.evaluations and int(arena.calls[arena.observed].sum()) == 0:
         out.append(NO_CALLS_WARNING)
+    if arena.errors:
+        out.append(_failure_warning(arena))
     if unpriced:
         out.append(
             f"No price for {', '.join(sorted(unpriced))}: their calls count as $0. Pass "
@@ -470,6 +479,27 @@ def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
             "million tokens) to price them."
         )
     return out
+
+
+def _failure_warning(arena: Arena) -> str:
+    """How many evaluations failed (and scored 0), grouped by what raised, with the first one."""
+    kinds: dict[str, int] = {}
+    for message in arena.errors.values():
+        kind = message.split(":", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    grouped = ", ".join(f"{kind} x{count}" for kind, count in sorted(kinds.items()))
+    (k, p), first = min(arena.errors.items())
+    where = f"first: {arena.names[k]} on dataset item {arena.order[p]}: {first}"
+    failed = len(arena.errors)
+    if failed == arena.evaluations:
+        return (
+            f"Every evaluation failed ({grouped}; {where}), so the ranking and the best mean "
+            "nothing: fix the agent or the scorer and run again."
+        )
+    return (
+        f"{failed} of {arena.evaluations} evaluations failed and scored 0 ({grouped}; {where}). "
+        "Each one is in the result's `failures`."
+    )
 
 
 def _budget(
