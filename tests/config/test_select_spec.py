@@ -117,6 +117,14 @@ def test_each_mistake_is_a_located_config_error(
     assert info.value.key == key and info.value.line is not None
 
 
+def test_a_misspelt_built_in_scorer_lists_the_built_in_ones(tmp_path: Path) -> None:
+    path = write(tmp_path, SPEC.replace('scorer = "contains"', 'scorer = "contain"'))
+    with pytest.raises(ConfigError, match="unknown scorer 'contain': use a built-in one") as info:
+        load_select_spec(path).selector()
+    assert "'exact', 'contains'" in str(info.value)
+    assert info.value.key == "scorer" and info.value.line is not None
+
+
 def test_an_agent_file_that_fails_to_import_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text("def broken(:\n")
     path = write(tmp_path, SPEC.replace("[prompts]", 'agent = "agent.py:run"\n[prompts]', 1))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import typer
@@ -79,6 +82,36 @@ def test_phi_select_json_output_and_algorithm_override(tmp_path: Path) -> None:
     payload = json.loads(result.stdout)
     assert payload["algorithm"] == "paired_race"
     assert payload["best"]["name"] == "solver=scripted:b"
+
+
+def test_failed_evaluations_are_reported_once_with_what_raised(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        agent.read_text().replace(
+            "    skill = QUALITY",
+            '    if question == "q7" and models["solver"].spec == "scripted:c":\n'
+            '        raise ValueError("no answer for q7")\n'
+            "    skill = QUALITY",
+        )
+    )
+    # a real process: Python's last-resort log handler (which pytest's own handlers replace
+    # in-process) would print the library's warning a second time
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    run = subprocess.run(
+        [sys.executable, "-c", "from phi_core.cli import main; main()", "select", str(spec)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "best: solver=scripted:b" in run.stdout
+    output = run.stdout + run.stderr
+    assert output.count("1 of 120 evaluations failed") == 1, output
+    assert "(ValueError x1; first: solver=scripted:c on dataset item 7:" in run.stderr
+    assert "no answer for q7" in run.stderr
 
 
 def test_a_bad_spec_names_the_file_and_key(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ async def test_a_run_where_every_evaluation_failed_says_its_ranking_means_nothin
     assert result.best.failures == 8
     (warning,) = [w for w in result.warnings if "failed" in w]
     assert warning.startswith("Every evaluation failed (scorer raised KeyError x8; first: ")
-    assert "fix the agent or the scorer" in warning
+    assert "so the ranking and the best mean nothing: fix what raised" in warning
     assert "warning: Every evaluation failed" in result.summary()
 
 

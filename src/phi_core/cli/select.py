@@ -10,6 +10,7 @@ re-run answers the calls already made from the response cache (free and instant)
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Annotated
@@ -122,6 +123,11 @@ def command(
 ) -> None:
     """Find the best model per agent step on a dataset, with a fraction of a grid search."""
     console = Console(stderr=True, highlight=False)
+    # the run's warnings are printed below from the result, once: not by Python's last-resort
+    # log handler as well
+    quiet = logging.getLogger("phi_core.select")
+    if not any(isinstance(h, logging.NullHandler) for h in quiet.handlers):
+        quiet.addHandler(logging.NullHandler())
     try:
         loaded = load_select_spec(
             spec,
@@ -187,12 +193,6 @@ def command(
     out = Console()
     print_table(out, result_table(result))
     out.print(f"best: [bold]{result.best.name}[/bold]", highlight=False)
-    if result.failures:
-        first = result.failures[0]
-        out.print(
-            f"[yellow]{len(result.failures)} failed evaluations (scored 0), e.g. "
-            f"{first.combination} on item {first.datapoint}: {first.error}"
-        )
 
 
 class _Tally:

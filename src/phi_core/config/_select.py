@@ -112,7 +112,16 @@ class SelectSpec(_Section):
         """The :class:`ModelSelector` this spec describes, checked before any model call."""
         source = self._source
         dataset, row_keys = _read_dataset(source.base_dir / self.dataset, source)
-        scorer = BUILTIN_SCORERS.get(self.scorer) or _import(self.scorer, "scorer", source)
+        scorer = BUILTIN_SCORERS.get(self.scorer)
+        if scorer is None:
+            if ":" not in self.scorer:  # not a reference: a misspelt built-in
+                raise source.error(
+                    f"unknown scorer {self.scorer!r}: use a built-in one "
+                    f"({', '.join(map(repr, BUILTIN_SCORERS))}) or `module:function` / "
+                    "`file.py:function`.",
+                    ("scorer",),
+                )
+            scorer = _import(self.scorer, "scorer", source)
         if self.agent is not None:
             agent = _import(self.agent, "agent", source)
         else:

@@ -494,7 +494,7 @@ def _failure_warning(arena: Arena) -> str:
     if failed == arena.evaluations:
         return (
             f"Every evaluation failed ({grouped}; {where}), so the ranking and the best mean "
-            "nothing: fix the agent or the scorer and run again."
+            "nothing: fix what raised and run again."
         )
     return (
         f"{failed} of {arena.evaluations} evaluations failed and scored 0 ({grouped}; {where}). "
