@@ -91,9 +91,13 @@ async def test_a_finished_run_resumes_for_free_and_other_settings_start_over(
     again = Counting()
     replayed = await selector(again, journal).select_best(resume=True)
     assert again.runs == [] and replayed.resumed == replayed.evaluations
+    assert not [w for w in replayed.warnings if "Nothing was resumed" in w]
     other_seed = Counting()
     fresh = await selector(other_seed, journal, seed=4).select_best(resume=True)
     assert fresh.resumed == 0 and len(other_seed.runs) == fresh.evaluations
+    # a resume that finds nothing says so (a changed setting starts over)
+    (warning,) = [w for w in fresh.warnings if "Nothing was resumed" in w]
+    assert "same combinations, dataset, agent, scorer, seed" in warning
 
 
 async def test_resume_needs_the_journal() -> None:

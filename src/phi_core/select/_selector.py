@@ -403,6 +403,8 @@ class ModelSelector:
         self.last_scope = scope
         unpriced = scope.unpriced | evaluator.unpriced
         warnings = _warnings(arena, unpriced)
+        if resume and not recorded:
+            warnings.append(NOTHING_TO_RESUME)
         for warning in warnings:
             logger.warning("%s", warning)
         warnings += algorithm.warnings  # logged by the algorithm as they happened
@@ -464,6 +466,13 @@ class ModelSelector:
         raise UserError(
             "select_best_sync() was called inside an event loop; use `await select_best()`."
         )
+
+
+NOTHING_TO_RESUME = (
+    "Nothing was resumed: the run journal holds no finished evaluation of a run with these "
+    "settings, so this one ran from the start. A run resumes only with the same combinations, "
+    "dataset, agent, scorer, seed, algorithm (and its parameters) and objective."
+)
 
 
 def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
