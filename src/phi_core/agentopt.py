@@ -10,6 +10,9 @@
     results.print_summary()
     best = results.get_best_combo()
 
+AgentOpt's selector classes (``ArmEliminationModelSelector``, ``MatrixUCBModelSelector``, ...)
+are here under the same names, each :class:`ModelSelector` with its ``method`` fixed.
+
 The agent is AgentOpt's: a class built from ``{step: candidate}`` (candidates given as they are)
 with a sync or async ``run(input)``, calling its models through the official SDKs or httpx; those
 calls are intercepted, metered, priced (``model_prices`` first, in $ per million tokens), cached
@@ -43,12 +46,23 @@ from .select._selector import ModelSelector as _NativeSelector
 from .types import Usage
 
 __all__ = [
+    "ArmEliminationModelSelector",
+    "BaseModelSelector",
+    "BayesianOptimizationModelSelector",
+    "BruteForceModelSelector",
     "CallRecord",
     "DatapointResult",
+    "EpsilonLUCBModelSelector",
+    "HillClimbingModelSelector",
     "LLMTracker",
+    "LMProposalModelSelector",
+    "MatrixUCBLRFModelSelector",
+    "MatrixUCBModelSelector",
     "ModelResult",
     "ModelSelector",
+    "RandomSearchModelSelector",
     "SelectionResults",
+    "ThresholdBanditSEModelSelector",
 ]
 
 CallRecord = InterceptedCall
@@ -384,6 +398,71 @@ class ModelSelector:
         if scope is not None:
             self.tracker.add_records(scope.calls)
         return SelectionResults(result, self._native.candidates())
+
+
+class _MethodSelector(ModelSelector):
+    """One of AgentOpt's selector classes: :class:`ModelSelector` with its ``method`` fixed."""
+
+    method: str = "auto"
+
+    def __init__(
+        self,
+        agent: Any,
+        models: Mapping[str, Sequence[Any]],
+        eval_fn: Any,
+        dataset: Sequence[Any],
+        **kwargs: Any,
+    ) -> None:
+        if "method" in kwargs:
+            raise UserError(
+                f"{type(self).__name__} always runs {self.method!r}; use ModelSelector(..., "
+                f"method={kwargs['method']!r}) for another method."
+            )
+        super().__init__(agent, models, eval_fn, dataset, method=self.method, **kwargs)
+
+
+class BaseModelSelector(_MethodSelector):
+    """AgentOpt's base class name; runs ``"auto"`` (phi-core's default)."""
+
+
+class BruteForceModelSelector(_MethodSelector):
+    method = "brute_force"
+
+
+class RandomSearchModelSelector(_MethodSelector):
+    method = "random"
+
+
+class HillClimbingModelSelector(_MethodSelector):
+    method = "hill_climbing"
+
+
+class ArmEliminationModelSelector(_MethodSelector):
+    method = "arm_elimination"
+
+
+class EpsilonLUCBModelSelector(_MethodSelector):
+    method = "epsilon_lucb"
+
+
+class ThresholdBanditSEModelSelector(_MethodSelector):
+    method = "threshold"
+
+
+class LMProposalModelSelector(_MethodSelector):
+    method = "lm_proposal"
+
+
+class BayesianOptimizationModelSelector(_MethodSelector):
+    method = "bayesian"
+
+
+class MatrixUCBModelSelector(_MethodSelector):
+    method = "matrix_ucb"
+
+
+class MatrixUCBLRFModelSelector(_MethodSelector):
+    method = "matrix_ucb_lrf"
 
 
 def _method_params(

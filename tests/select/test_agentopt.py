@@ -168,6 +168,51 @@ def test_agentopt_parameter_names_reach_the_algorithm() -> None:
         ModelSelector(lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)], method="nope")
 
 
+def test_agentopts_selector_classes_run_their_method() -> None:
+    import phi_core.agentopt as agentopt
+
+    expected = {
+        "BaseModelSelector": "auto",
+        "BruteForceModelSelector": "brute_force",
+        "RandomSearchModelSelector": "random",
+        "HillClimbingModelSelector": "hill_climbing",
+        "ArmEliminationModelSelector": "arm_elimination",
+        "EpsilonLUCBModelSelector": "epsilon_lucb",
+        "ThresholdBanditSEModelSelector": "threshold",
+        "BayesianOptimizationModelSelector": "bayesian",
+        "MatrixUCBModelSelector": "matrix_ucb",
+        "MatrixUCBLRFModelSelector": "matrix_ucb_lrf",
+        "LMProposalModelSelector": "lm_proposal",
+    }
+    dataset = [(i, i % 3) for i in range(30)]
+    for name, method in expected.items():
+        assert name in agentopt.__all__
+        selector = getattr(agentopt, name)(
+            lambda models, x: x % models["solver"],
+            {"solver": [2, 3, 4]},
+            lambda e, a: float(e == a),
+            dataset,
+            seed=1,
+            cache=False,
+        )
+        assert selector.native._algorithm == method, name
+        if method in ("auto", "brute_force", "arm_elimination"):  # run the quick ones
+            results = selector.select_best(parallel=True, max_concurrent=4)
+            assert results.get_best_combo() == {"solver": 3}, name  # x % 3 == expected
+            ran = "regret_race" if method == "auto" else method
+            assert results.native.algorithm == ran
+    # AgentOpt's parameter names work on the classes too, and the method cannot be changed
+    ucb = agentopt.MatrixUCBModelSelector(
+        lambda models, x: x, {"solver": ["a", "b", "c"]}, lambda e, a: 1.0, [(1, 1)] * 5,
+        observation_budget_fraction=0.4,
+    )  # fmt: skip
+    assert ucb.native._algorithm_params == {"budget_fraction": 0.4}
+    with pytest.raises(UserError, match="ArmEliminationModelSelector always runs 'arm_elim"):
+        agentopt.ArmEliminationModelSelector(
+            lambda m, x: x, {"s": ["a"]}, lambda e, a: 1.0, [(1, 1)], method="brute_force"
+        )
+
+
 def test_agentopts_newer_methods_take_their_agentopt_parameter_names() -> None:
     lrf = ModelSelector(
         lambda models, x: x,
