@@ -151,6 +151,32 @@ def test_candidates_reach_the_agent_as_given_and_the_best_combo_returns_them() -
     assert any("No model call was metered" in w for w in results.native.warnings)
 
 
+def test_candidates_are_named_the_same_in_every_run_and_settings_of_one_model_apart() -> None:
+    class Llm:  # a framework object with a model name and a setting
+        def __init__(self, model: str, temperature: float) -> None:
+            self.model, self.temperature = model, temperature
+
+    class Opaque:  # nothing to name it by
+        pass
+
+    def names(models: dict[str, list[Any]]) -> list[str]:
+        selector = ModelSelector(lambda m, x: x, models, lambda e, a: 1.0, [(1, 1)], seed=0)
+        return [selector.native.space.name(k) for k in range(len(selector.native.space))]
+
+    assert names({"k": [2, 3, 0.5, None, True]}) == ["k=2", "k=3", "k=0.5", "k=None", "k=True"]
+    dicts = [{"model": "gpt-4o", "temperature": 0}, {"model": "gpt-4o", "temperature": 1}]
+    assert names({"s": [*dicts, {"model": "gpt-4o-mini"}]}) == [
+        "s=gpt-4o[temperature=0]",
+        "s=gpt-4o[temperature=1]",
+        "s=gpt-4o-mini",
+    ]
+    assert names({"s": [Llm("m", 0), Llm("m", 1)]}) == ["s=m#1", "s=m#2"]
+    # never a memory address: a second process (or object) gets the same names
+    assert names({"s": [Opaque(), Opaque()]}) == ["s=Opaque#1", "s=Opaque#2"]
+    with pytest.raises(UserError, match=r"Step 's' lists a candidate twice: .* \(items 0 and 1\)"):
+        names({"s": [dicts[0], dict(dicts[0])]})
+
+
 def test_agentopt_parameter_names_reach_the_algorithm() -> None:
     selector = ModelSelector(
         lambda models, x: x,

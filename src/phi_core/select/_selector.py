@@ -36,6 +36,7 @@ __all__ = [
     "candidate_label",
     "concurrency_split",
     "default_cache_path",
+    "step_labels",
 ]
 
 logger = logging.getLogger("phi_core.select")
@@ -60,19 +61,65 @@ def default_cache_path() -> Path:
 
 
 def candidate_label(candidate: Any) -> str:
-    """The name of a candidate in results: a string itself, else its ``model``, ``model_name``,
-    ``id`` or ``name`` (attribute or key), else ``Type@id``."""
+    """The name of a candidate in results: a string itself; a number (or ``None``) its
+    ``repr``; else its ``model``, ``model_name``, ``id`` or ``name`` (attribute or key); else its
+    ``repr`` when that says more than a memory address, else its type's name. Never an address,
+    so a run's names (and its ties broken by name, and its journal) are the same in every run."""
     if isinstance(candidate, str):
         return candidate
     if isinstance(candidate, MeteredModel):
         return candidate.name
+    if candidate is None or isinstance(candidate, bool | int | float):
+        return repr(candidate)
     for key in ("model", "model_name", "id", "name"):
         value = (
             candidate.get(key) if isinstance(candidate, Mapping) else getattr(candidate, key, None)
         )
         if isinstance(value, str) and value:
             return value
-    return f"{type(candidate).__name__}@{id(candidate):x}"
+    text = repr(candidate)
+    if " at 0x" in text or len(text) > 80:
+        return type(candidate).__name__
+    return text
+
+
+def step_labels(step: str, candidates: Sequence[Any]) -> list[str]:
+    """:func:`candidate_label` of each candidate of ``step``, made unique: candidates that share
+    a label (two settings of one model) get what tells them apart — the differing keys of a
+    mapping, else their place in the list (``#2``). Equal candidates are a mistake."""
+    labels = [candidate_label(c) for c in candidates]
+    for label in {x for x in labels if labels.count(x) > 1}:
+        same = [i for i, x in enumerate(labels) if x == label]
+        for a, i in enumerate(same):
+            for j in same[a + 1 :]:
+                if _equal(candidates[i], candidates[j]):
+                    raise UserError(
+                        f"Step {step!r} lists a candidate twice: {candidates[i]!r} "
+                        f"(items {i} and {j})."
+                    )
+        for i in same:
+            labels[i] = f"{label}{_difference(candidates[i], [candidates[j] for j in same])}"
+            if labels.count(labels[i]) > 1 or labels[i] == label:
+                labels[i] = f"{label}#{i + 1}"
+    return labels
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose == is not a truth value (an array): not equal
+        return a is b
+
+
+def _difference(candidate: Any, group: list[Any]) -> str:
+    """``[key=value, ...]`` of a mapping's items not shared by every mapping of ``group``."""
+    if not all(isinstance(g, Mapping) for g in group):
+        return ""
+    keys = sorted({k for g in group for k in g}, key=str)
+    differing = [k for k in keys if k in candidate and len({repr(g.get(k)) for g in group}) > 1]
+    if not differing:
+        return ""
+    return "[" + ", ".join(f"{k}={candidate[k]!r}" for k in differing) + "]"
 
 
 class ModelSelector:
@@ -197,7 +244,7 @@ class ModelSelector:
                     f"models[{step!r}] must be a list of candidates, got {candidates!r}."
                 )
             values = [self._handle(c) if model_handles else c for c in candidates]
-            steps[step] = [candidate_label(v) for v in values]
+            steps[step] = step_labels(step, values)
             self._candidates[step] = dict(zip(steps[step], values, strict=True))
             self._handles[step] = {
                 label: v
