@@ -152,9 +152,9 @@ def test_candidates_reach_the_agent_as_given_and_the_best_combo_returns_them() -
 
 
 def test_candidates_are_named_the_same_in_every_run_and_settings_of_one_model_apart() -> None:
-    class Llm:  # a framework object with a model name and a setting
-        def __init__(self, model: str, temperature: float) -> None:
-            self.model, self.temperature = model, temperature
+    class Llm:  # a framework object with a model name, a setting and a key
+        def __init__(self, model: str, temperature: float, api_key: str = "sk-a") -> None:
+            self.model, self.temperature, self.api_key = model, temperature, api_key
 
     class Opaque:  # nothing to name it by
         pass
@@ -166,11 +166,16 @@ def test_candidates_are_named_the_same_in_every_run_and_settings_of_one_model_ap
     assert names({"k": [2, 3, 0.5, None, True]}) == ["k=2", "k=3", "k=0.5", "k=None", "k=True"]
     dicts = [{"model": "gpt-4o", "temperature": 0}, {"model": "gpt-4o", "temperature": 1}]
     assert names({"s": [*dicts, {"model": "gpt-4o-mini"}]}) == [
-        "s=gpt-4o[temperature=0]",
-        "s=gpt-4o[temperature=1]",
+        "s=gpt-4o@temperature=0",  # the race-settings syntax: an exported config keeps it
+        "s=gpt-4o@temperature=1",
         "s=gpt-4o-mini",
     ]
-    assert names({"s": [Llm("m", 0), Llm("m", 1)]}) == ["s=m#1", "s=m#2"]
+    # only known settings tell candidates apart: a differing key is never shown
+    assert names({"s": [Llm("m", 0.5), Llm("m", 1)]}) == [
+        "s=m@temperature=0.5",
+        "s=m@temperature=1",
+    ]
+    assert names({"s": [Llm("m", 0, "sk-one"), Llm("m", 0, "sk-two")]}) == ["s=m#1", "s=m#2"]
     # never a memory address: a second process (or object) gets the same names
     assert names({"s": [Opaque(), Opaque()]}) == ["s=Opaque#1", "s=Opaque#2"]
     with pytest.raises(UserError, match=r"Step 's' lists a candidate twice: .* \(items 0 and 1\)"):

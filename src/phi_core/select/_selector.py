@@ -85,8 +85,10 @@ def candidate_label(candidate: Any) -> str:
 
 def step_labels(step: str, candidates: Sequence[Any]) -> list[str]:
     """:func:`candidate_label` of each candidate of ``step``, made unique: candidates that share
-    a label (two settings of one model) get what tells them apart — the differing keys of a
-    mapping, else their place in the list (``#2``). Equal candidates are a mistake."""
+    a label (two settings of one model) get the generation settings that tell them apart in the
+    ``model@key=value`` syntax (so an exported config keeps them), else their place in the list
+    (``#2``). Equal candidates are a mistake. Only known settings are shown — never another
+    key of the candidate, which may be a credential."""
     labels = [candidate_label(c) for c in candidates]
     for label in {x for x in labels if labels.count(x) > 1}:
         same = [i for i, x in enumerate(labels) if x == label]
@@ -97,11 +99,43 @@ def step_labels(step: str, candidates: Sequence[Any]) -> list[str]:
                         f"Step {step!r} lists a candidate twice: {candidates[i]!r} "
                         f"(items {i} and {j})."
                     )
-        for i in same:
-            labels[i] = f"{label}{_difference(candidates[i], [candidates[j] for j in same])}"
-            if labels.count(labels[i]) > 1 or labels[i] == label:
+        settings = [_settings(candidates[i]) for i in same]
+        differing = [k for k in _SETTING_KEYS if len({repr(s.get(k)) for s in settings}) > 1]
+        for i, own in zip(same, settings, strict=True):
+            shown = ",".join(f"{k}={own[k]}" for k in differing if k in own)
+            labels[i] = f"{label}@{shown}" if shown else f"{label}#{i + 1}"
+        for i in same:  # settings that do not tell every one apart: places do
+            if sum(labels[j] == labels[i] for j in same) > 1:
                 labels[i] = f"{label}#{i + 1}"
     return labels
+
+
+# generation settings a candidate object or mapping may carry (what tells two settings apart)
+_SETTING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "max_tokens",
+    "max_output_tokens",
+    "reasoning_effort",
+    "frequency_penalty",
+    "presence_penalty",
+)
+
+
+def _settings(candidate: Any) -> dict[str, str]:
+    """The known generation settings of a candidate whose value is a plain number or word."""
+    out: dict[str, str] = {}
+    for key in _SETTING_KEYS:
+        value = (
+            candidate.get(key) if isinstance(candidate, Mapping) else getattr(candidate, key, None)
+        )
+        if isinstance(value, bool | int | float) or (
+            isinstance(value, str) and value.replace("-", "").replace("_", "").isalnum()
+        ):
+            out[key] = str(value)
+    return out
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -109,17 +143,6 @@ def _equal(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # an object whose == is not a truth value (an array): not equal
         return a is b
-
-
-def _difference(candidate: Any, group: list[Any]) -> str:
-    """``[key=value, ...]`` of a mapping's items not shared by every mapping of ``group``."""
-    if not all(isinstance(g, Mapping) for g in group):
-        return ""
-    keys = sorted({k for g in group for k in g}, key=str)
-    differing = [k for k in keys if k in candidate and len({repr(g.get(k)) for g in group}) > 1]
-    if not differing:
-        return ""
-    return "[" + ", ".join(f"{k}={candidate[k]!r}" for k in differing) + "]"
 
 
 class ModelSelector:
