@@ -178,8 +178,13 @@ def test_candidates_are_named_the_same_in_every_run_and_settings_of_one_model_ap
     assert names({"s": [Llm("m", 0, "sk-one"), Llm("m", 0, "sk-two")]}) == ["s=m#1", "s=m#2"]
     # never a memory address: a second process (or object) gets the same names
     assert names({"s": [Opaque(), Opaque()]}) == ["s=Opaque#1", "s=Opaque#2"]
-    with pytest.raises(UserError, match=r"Step 's' lists a candidate twice: .* \(items 0 and 1\)"):
+    with pytest.raises(
+        UserError, match=r"Step 's' lists a candidate twice: 'gpt-4o' \(items 0 and 1\)"
+    ):
         names({"s": [dicts[0], dict(dicts[0])]})
+    # a mapping or object without a model name is named by its type, not by its repr
+    keyed = [{"endpoint": "a", "api_key": "sk-secret-one"}, {"endpoint": "b", "api_key": "sk-2"}]
+    assert names({"s": keyed}) == ["s=dict#1", "s=dict#2"]
 
 
 def test_agentopt_parameter_names_reach_the_algorithm() -> None:

@@ -63,8 +63,9 @@ def default_cache_path() -> Path:
 def candidate_label(candidate: Any) -> str:
     """The name of a candidate in results: a string itself; a number (or ``None``) its
     ``repr``; else its ``model``, ``model_name``, ``id`` or ``name`` (attribute or key); else its
-    ``repr`` when that says more than a memory address, else its type's name. Never an address,
-    so a run's names (and its ties broken by name, and its journal) are the same in every run."""
+    type's name (:func:`step_labels` tells such candidates apart). Never a memory address, so a
+    run's names (its ties broken by name, its journal) are the same in every run, and never an
+    object's ``repr``, which may hold a credential."""
     if isinstance(candidate, str):
         return candidate
     if isinstance(candidate, MeteredModel):
@@ -77,10 +78,7 @@ def candidate_label(candidate: Any) -> str:
         )
         if isinstance(value, str) and value:
             return value
-    text = repr(candidate)
-    if " at 0x" in text or len(text) > 80:
-        return type(candidate).__name__
-    return text
+    return type(candidate).__name__  # not its repr, which may hold a credential
 
 
 def step_labels(step: str, candidates: Sequence[Any]) -> list[str]:
@@ -96,8 +94,7 @@ def step_labels(step: str, candidates: Sequence[Any]) -> list[str]:
             for j in same[a + 1 :]:
                 if _equal(candidates[i], candidates[j]):
                     raise UserError(
-                        f"Step {step!r} lists a candidate twice: {candidates[i]!r} "
-                        f"(items {i} and {j})."
+                        f"Step {step!r} lists a candidate twice: {label!r} (items {i} and {j})."
                     )
         settings = [_settings(candidates[i]) for i in same]
         differing = [k for k in _SETTING_KEYS if len({repr(s.get(k)) for s in settings}) > 1]
