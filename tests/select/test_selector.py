@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,29 @@ async def test_a_clean_run_has_no_failure_warning_or_column() -> None:
     assert "failed" not in result.summary().splitlines()[0]
 
 
+async def test_rows_with_input_and_expected_keys_are_datapoints_and_a_failing_read_is_named() -> (
+    None
+):
+    good, _ = scripted("good", "right")
+    rows = [{"input": f"q{i}", "expected": "right", "id": i} for i in range(4)]
+    result = await ModelSelector(
+        solver_agent, {"solver": [good]}, rows, exact, algorithm="brute_force", cache=False
+    ).select_best()
+    assert result.best.accuracy == 1.0 and result.best.evaluations == 4
+
+    class Lazy:  # a lazily loaded dataset whose third item cannot be read
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> tuple[str, str]:
+            if i == 2:
+                raise OSError("shard 2 is missing")
+            return f"q{i}", "right"
+
+    with pytest.raises(UserError, match="Reading dataset item 2 failed: OSError: shard 2 is"):
+        ModelSelector(solver_agent, {"solver": [good]}, Lazy(), exact, cache=False)
+
+
 async def test_an_async_scorer_is_awaited_and_a_bad_score_is_a_user_error() -> None:
     good, _ = scripted("good", "right")
 
@@ -288,6 +312,21 @@ def test_construction_errors_say_what_is_wrong() -> None:
         )
     with pytest.raises(UserError, match="no candidate"):
         ModelSelector(solver_agent, {"solver": []}, DATASET, exact, cache=False)
+    for bad, hint in (
+        ((q for q in DATASET), "got generator: pass list"),
+        ({"q0": "right"}, "got dict."),
+        (None, "got NoneType."),
+    ):
+        with pytest.raises(UserError, match=f"`dataset` must be a sequence .* {hint}"):
+            ModelSelector(solver_agent, {"solver": [good]}, bad, exact, cache=False)  # type: ignore[arg-type]
+    # every item is checked before anything runs; a two-key dict is not unpacked into its keys
+    for bad_item, says in (
+        ("oops", "item 8 is not an (input, expected) pair"),
+        ({"question": "q", "answer": "a"}, 'item 8 is a mapping without "input" and "expected"'),
+        (("q", "a", "extra"), "item 8 is not an (input, expected) pair"),
+    ):
+        with pytest.raises(UserError, match=re.escape(f"Dataset {says}")):
+            ModelSelector(solver_agent, {"solver": [good]}, [*DATASET, bad_item], exact)
     with pytest.raises(UserError, match="`models` must map each step of the agent to its"):
         ModelSelector(solver_agent, [good], DATASET, exact, cache=False)  # type: ignore[arg-type]
     with pytest.raises(UserError, match="A step's name must be a string, got 0"):

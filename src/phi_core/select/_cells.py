@@ -35,6 +35,7 @@ __all__ = [
     "CellRunner",
     "concurrency_split",
     "each_combination",
+    "read_datapoint",
     "run_cells",
 ]
 
@@ -51,6 +52,36 @@ def concurrency_split(max_concurrent: int, batch_size: int) -> tuple[int, int]:
         raise UserError(f"max_concurrent must be >= 1, got {max_concurrent!r}.")
     dp = max(1, min(max_concurrent, batch_size))
     return max(1, max_concurrent // dp), dp
+
+
+def read_datapoint(dataset: Sequence[Any], i: int) -> tuple[Any, Any]:
+    """``(input, expected)`` of dataset item ``i``: a pair, or a mapping with the keys ``input``
+    and ``expected`` (a row of ``phi select``'s JSONL). A string or another mapping is a mistake,
+    not a pair to unpack (a two-key dict would unpack into its keys)."""
+    try:
+        item = dataset[i]
+    except Exception as exc:  # a lazy dataset (a file, a Hugging Face split) failed to load it
+        raise UserError(f"Reading dataset item {i} failed: {type(exc).__name__}: {exc}") from None
+    if isinstance(item, Mapping):
+        if "input" in item and "expected" in item:
+            return item["input"], item["expected"]
+        raise UserError(
+            f'Dataset item {i} is a mapping without "input" and "expected" keys '
+            f"(its keys: {', '.join(map(str, item))})."
+        )
+    if not isinstance(item, str | bytes):
+        try:
+            inputs, expected = item
+        except (TypeError, ValueError):
+            pass
+        else:
+            return inputs, expected
+    text = repr(item)
+    text = text if len(text) <= 120 else text[:117] + "..."
+    raise UserError(
+        f'Dataset item {i} is not an (input, expected) pair or an {{"input", "expected"}} '
+        f"mapping: {text}."
+    )
 
 
 class CellRunner:
@@ -83,14 +114,7 @@ class CellRunner:
         self.seed = seed
 
     def datapoint(self, i: int) -> tuple[Any, Any]:
-        item = self.dataset[i]
-        try:
-            inputs, expected = item
-        except (TypeError, ValueError):
-            raise UserError(
-                f"Dataset item {i} is not an (input, expected) pair: {item!r}."
-            ) from None
-        return inputs, expected
+        return read_datapoint(self.dataset, i)
 
     async def score(self, expected: Any, actual: Any) -> float:
         value = self.scorer(expected, actual)

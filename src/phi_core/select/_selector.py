@@ -22,7 +22,14 @@ from ..types import Usage
 from ._algorithms import SelectionAlgorithm, make_algorithm
 from ._arena import Arena, Evaluation, Objective
 from ._cache import ResponseCache
-from ._cells import AgentEvaluator, BatchEvaluator, CellRunner, Scorer, concurrency_split
+from ._cells import (
+    AgentEvaluator,
+    BatchEvaluator,
+    CellRunner,
+    Scorer,
+    concurrency_split,
+    read_datapoint,
+)
 from ._intercept import InterceptScope, intercepting
 from ._intercept_wire import ModelPrices, normalise_prices
 from ._journal import RunJournal, default_journal_path, run_fingerprint
@@ -218,8 +225,25 @@ class ModelSelector:
         if not callable(scorer):
             raise UserError("`scorer` must be a function (expected, actual) -> float in [0, 1].")
         concurrency_split(max_concurrent, 1)
+        if (
+            isinstance(dataset, str | bytes | Mapping)
+            or not hasattr(dataset, "__len__")
+            or not hasattr(dataset, "__getitem__")
+        ):
+            raise UserError(
+                "`dataset` must be a sequence (a list) of (input, expected) pairs or "
+                f'{{"input": ..., "expected": ...}} rows, got {type(dataset).__name__}'
+                + (
+                    ": pass list(...) of it."
+                    if hasattr(dataset, "__iter__")
+                    and not isinstance(dataset, str | bytes | Mapping)
+                    else "."
+                )
+            )
         if len(dataset) == 0:
             raise UserError("The dataset is empty; give at least one (input, expected) pair.")
+        for i in range(len(dataset)):  # every item, before anything is spent on the first ones
+            read_datapoint(dataset, i)
         if executor not in ("local", "ray"):
             raise UserError(f"`executor` must be 'local' or 'ray', got {executor!r}.")
         self.agent = agent
