@@ -161,7 +161,8 @@ class ModelSelector:
         models: ``{step: [candidate, ...]}``; with handles a candidate is a ``provider:model``
             string, a :class:`ModelConfig` or a ready :class:`MeteredModel`; with
             ``model_handles=False`` any value, given to the agent as it is.
-        dataset: a sequence of ``(input, expected)`` pairs.
+        dataset: a sequence of ``(input, expected)`` pairs or ``{"input": ..., "expected":
+            ...}`` rows (any object with ``len`` and indexing: a list, a Hugging Face split).
         scorer: ``(expected, actual) -> float`` in [0, 1] (or bool), sync or async.
         algorithm: a name (``"auto"`` = ``"regret_race"``, ``"paired_race"``, ``"arm_elimination"``,
             ``"matrix_ucb_lrf"``, ``"lm_proposal"``, ...) or a :class:`SelectionAlgorithm`
