@@ -391,6 +391,8 @@ class RegretRace(SelectionAlgorithm):
         strata: int = 0,
         scouts: int = 3,
         strata_share: float = 0.25,
+        scout_cost: float = 0.02,
+        strata_pseudo: float = 1.0,
     ) -> None:
         super().__init__()
         self.exact_guard = bool(exact_guard)
@@ -403,6 +405,8 @@ class RegretRace(SelectionAlgorithm):
         if not 0 <= strata_share <= 1:
             raise UserError(f"strata_share must be in [0, 1], got {strata_share!r}.")
         self.strata_share = strata_share
+        self.scout_cost = scout_cost
+        self.strata_pseudo = strata_pseudo
         self._blocks: list[np.ndarray] | None = None
         self._seen: list[int] = []
         self.strata_sizes: list[int] = []
@@ -479,7 +483,11 @@ class RegretRace(SelectionAlgorithm):
             return  # scouting would be most of the race
         total = arena.n_datapoints
         cost = arena.costs[np.asarray(active, dtype=np.int64), :n].mean(axis=1)
-        scouts = [active[i] for i in np.argsort(cost, kind="stable")[: self.scouts]]
+        order = np.argsort(cost, kind="stable")
+        scouts = [active[i] for i in order[: self.scouts]]
+        # scouting pays off on many survivors, not on a few (then it is most of the race)
+        if float(cost[order[: self.scouts]].sum()) > self.scout_cost * float(cost.sum()):
+            return
         await arena.evaluate({k: range(total) for k in scouts})
         loss = 1.0 - arena.scores[np.asarray(scouts, dtype=np.int64)].mean(axis=0)
         level = np.clip(np.ceil(loss * (self.strata - 1) - 1e-9), 0, self.strata - 1)
@@ -573,7 +581,8 @@ class RegretRace(SelectionAlgorithm):
         mean = np.zeros(len(active))
         var = np.zeros(len(active))
         for x, m, size in zip(xs, seen, sizes, strict=True):
-            m_h, v_h = self._paired(x, leader, m)
+            scale = m / sum(seen) if self.strata_pseudo else 1.0
+            m_h, v_h = self._paired(x, leader, m, scale)
             share = size / total
             mean += share * m_h
             var += v_h / m * (size - m) / size * share**2
@@ -614,7 +623,9 @@ class RegretRace(SelectionAlgorithm):
         loss = np.where(ends_level > self.tie_risk, np.inf, loss)
         return loss, self.eta * weight, leader
 
-    def _paired(self, x: np.ndarray, leader: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _paired(
+        self, x: np.ndarray, leader: int, n: int, scale: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Mean paired difference with the leader of every row of ``x`` (``n`` questions) and
         its variance, shrunk towards the survivors' pooled one (``prior``) and floored
         (``floor``: as if that many more questions had split the pair fully)."""
@@ -622,9 +633,10 @@ class RegretRace(SelectionAlgorithm):
         mean = diff.mean(axis=1)
         ss = ((diff - mean[:, None]) ** 2).sum(axis=1)
         pooled = max(float(ss.sum()) / max(1, (len(x) - 1) * (n - 1)), 1.0 / n)
-        var = (ss + self.prior * pooled) / (n - 1 + self.prior)
-        if self.floor > 0:
-            var = np.maximum(var, (ss + self.floor) / (n - 1 + self.floor))
+        prior, floor = self.prior * scale, self.floor * scale
+        var = (ss + prior * pooled) / (n - 1 + prior)
+        if floor > 0:
+            var = np.maximum(var, (ss + floor) / (n - 1 + floor))
         return mean, var
 
     def _posterior(
