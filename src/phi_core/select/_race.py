@@ -393,6 +393,7 @@ class RegretRace(SelectionAlgorithm):
         strata_share: float = 0.25,
         scout_cost: float = 0.02,
         strata_pseudo: float = 1.0,
+        scout_at: int = 0,
     ) -> None:
         super().__init__()
         self.exact_guard = bool(exact_guard)
@@ -407,6 +408,7 @@ class RegretRace(SelectionAlgorithm):
         self.strata_share = strata_share
         self.scout_cost = scout_cost
         self.strata_pseudo = strata_pseudo
+        self.scout_at = int(scout_at)
         self._blocks: list[np.ndarray] | None = None
         self._seen: list[int] = []
         self.strata_sizes: list[int] = []
@@ -472,7 +474,12 @@ class RegretRace(SelectionAlgorithm):
             self.pool = set(active)
             if len(active) == 1:
                 break
-            if self.strata > 1 and self._blocks is None and self._design is None:
+            if (
+                self.strata > 1
+                and self._blocks is None
+                and self._design is None
+                and n >= self.scout_at
+            ):
                 await self._scout(arena, active, n)
         return arena.best(active)
 
@@ -523,7 +530,10 @@ class RegretRace(SelectionAlgorithm):
         ]
         leader = active.index(self._leader(arena, active))
         ss = np.array(
-            [float(((d - d.mean(axis=1)[:, None]) ** 2).sum()) for d in (y - y[leader] for y in x)]
+            [
+                float(((d - d.mean(axis=1)[:, None]) ** 2).sum()) if d.shape[1] else 0.0
+                for d in (y - y[leader] for y in x)
+            ]
         )
         dof = (len(active) - 1) * np.maximum(seen - 1, 0)
         overall = max(float(ss.sum()) / max(float(dof.sum()), 1.0), 1.0 / float(sizes.sum()))
