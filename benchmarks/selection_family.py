@@ -53,6 +53,7 @@ FAMILY_SELECTORS = (
     "regret_race_v0",
     "regret_race_v1",
     "regret_race_v2",
+    "regret_race_v3",
     "regret_race",
 )
 DEFAULT = "regret_race"

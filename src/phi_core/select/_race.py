@@ -388,12 +388,11 @@ class RegretRace(SelectionAlgorithm):
         tie_questions: float = 1.0,
         tie_risk: float = 0.05,
         exact_guard: bool = True,
-        strata: int = 0,
+        strata: int = 4,
         scouts: int = 3,
         strata_share: float = 0.25,
+        scout_at: int = 20,
         scout_cost: float = 0.02,
-        strata_pseudo: float = 1.0,
-        scout_at: int = 0,
     ) -> None:
         super().__init__()
         self.exact_guard = bool(exact_guard)
@@ -407,7 +406,6 @@ class RegretRace(SelectionAlgorithm):
             raise UserError(f"strata_share must be in [0, 1], got {strata_share!r}.")
         self.strata_share = strata_share
         self.scout_cost = scout_cost
-        self.strata_pseudo = strata_pseudo
         self.scout_at = int(scout_at)
         self._blocks: list[np.ndarray] | None = None
         self._seen: list[int] = []
@@ -591,7 +589,7 @@ class RegretRace(SelectionAlgorithm):
         mean = np.zeros(len(active))
         var = np.zeros(len(active))
         for x, m, size in zip(xs, seen, sizes, strict=True):
-            scale = m / sum(seen) if self.strata_pseudo else 1.0
+            scale = m / sum(seen)  # the pseudo-questions are spread over the strata
             m_h, v_h = self._paired(x, leader, m, scale)
             share = size / total
             mean += share * m_h
