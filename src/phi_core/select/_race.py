@@ -405,7 +405,13 @@ class RegretRace(SelectionAlgorithm):
         if not 0 <= strata_share <= 1:
             raise UserError(f"strata_share must be in [0, 1], got {strata_share!r}.")
         self.strata_share = strata_share
+        if scout_cost < 0:
+            raise UserError(
+                f"scout_cost must be >= 0 (a share of the survivors' cost), got {scout_cost!r}."
+            )
         self.scout_cost = scout_cost
+        if scout_at < 0:
+            raise UserError(f"scout_at must be >= 0 questions, got {scout_at!r}.")
         self.scout_at = int(scout_at)
         self._blocks: list[np.ndarray] | None = None
         self._seen: list[int] = []
