@@ -407,7 +407,7 @@ async def _race(
     evaluator = MatrixEvaluator(scores, costs)
     names = [space.name(k) for k in range(len(space))]
     arena = Arena(len(space), scores.shape[1], evaluator, seed=seed, names=names)
-    algorithm = RegretRace(**params)  # type: ignore[arg-type]
+    algorithm = RegretRace(**{"strata": 4, **params})  # type: ignore[arg-type]
     pick = await run_algorithm(algorithm, arena, space)
     return pick, arena, algorithm, evaluator.requested
 
@@ -501,7 +501,7 @@ async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
             [(q, "right") for q in range(200)],
             lambda expected, actual: float(expected == actual),
             algorithm="regret_race",
-            algorithm_params={"scout_at": 0},
+            algorithm_params={"strata": 4, "scout_at": 0},
             max_concurrent=4,
             seed=3,
             cache=False,
