@@ -355,25 +355,26 @@ class RegretRace(SelectionAlgorithm):
        3.5 % against 7.8 %), so the guard lets go of arms that can hardly still catch up a
        look or two earlier. Scores that are not all 0/1 (partial credit, a cost- or
        latency-weighted objective) and the additive prior keep the normal tail.
-    11. *Sample where the pairs disagree* (``strata``, default 0 = off). Question difficulty is shared,
-       so the disagreements between good arms gather on the hard questions. At the first look
-       with at least ``scout_at`` (20) questions the ``scouts`` (3) cheapest survivors are run
-       on every question (scouts stay ordinary survivors; skipped when that would cost more
-       than ``scout_cost`` = 2 % of what the survivors cost per question, or with fewer than
-       ``2 * scouts`` survivors). A question's difficulty is the scouts' mean loss there, cut
-       into ``strata`` levels (strata smaller than the look merge into an easier one). From
-       then on each look's sample is stratified: ``strata_share`` (25 %) of it in proportion
-       to the strata's sizes, the rest in proportion to size times the pooled spread of the
-       survivors' differences with the leader there (Neyman allocation), every stratum growing
-       as a uniform sample in the arena's shuffled order. ``D_i`` is the stratified mean with
-       the finite-population variance ``sum_h (N_h/N)^2 s_h^2 (N_h - n_h) / (n_h N_h)``;
-       ``prior`` and ``floor`` are spread over the strata by sample share (so they add up to
-       the unstratified ones) and the exact end game is the convolution of the strata's
-       beta-binomial margins. The leader is the best stratified mean (then cost, name).
-       ``strata=0`` is the plain race of points 1-10, cell for cell. Off by default: on the
-       world family it drops the near-perfect types' also-rans only 3-6 % sooner (the variance
-       it removes is 10-20 %), and on AgentOpt's HotpotQA it lost one seed of 50 where a
-       stratum with few questions left looked certain (the family README's round 4).
+    11. *Sample where the pairs disagree* (``strata``, default 0 = off; 1 is off too). Question
+       difficulty is shared, so the disagreements between good arms gather on the hard
+       questions. At the first look with at least ``scout_at`` (20) questions the ``scouts``
+       (3) cheapest survivors are run on every question (scouts stay ordinary survivors;
+       skipped when that would cost more than ``scout_cost`` = 2 % of what the survivors cost
+       per question, or with at most ``2 * scouts`` survivors). A question's difficulty is the
+       scouts' mean loss there, cut into ``strata`` levels (a stratum smaller than the look
+       joins an easier one). From then on each look's sample is stratified: ``strata_share``
+       (25 %) of it in proportion to the strata's sizes, the rest in proportion to size times
+       the pooled spread of the survivors' differences with the leader there (Neyman
+       allocation), every stratum growing as a uniform sample in the arena's shuffled order.
+       ``D_i`` is the stratified mean with the finite-population variance
+       ``sum_h (N_h/N)^2 s_h^2 (N_h - n_h) / (n_h N_h)``; ``prior`` and ``floor`` are spread
+       over the strata by sample share (so they add up to the unstratified ones) and the exact
+       end game is the convolution of the strata's beta-binomial margins. The leader is the
+       best stratified mean (then cost, name). ``strata=0`` is the plain race of points 1-10,
+       cell for cell. Off by default: on the world family it drops the near-perfect types'
+       also-rans only 3-6 % sooner (the variance it removes there is 10-20 %), and on
+       AgentOpt's HotpotQA it lost one seed of 50, where a small stratum with no disagreement
+       so far looked certain (the family README's round 4).
 
     Points 7 to 10 were chosen on the world family of ``benchmarks/selection_family.py`` (tuning
     world seeds only) by a rule fixed before the report run: the most world types at least as
