@@ -54,6 +54,7 @@ FAMILY_SELECTORS = (
     "regret_race_v1",
     "regret_race_v2",
     "regret_race",
+    "regret_race_strata4",
 )
 DEFAULT = "regret_race"
 ANCHOR = "arm_elimination"

@@ -84,6 +84,9 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     # the default of issue 20's second round: the tie-risk guard under the normal approximation
     # (third round: the exact beta-binomial end game for 0/1 scores, see the family README)
     "regret_race_v2": ("regret_race", {"exact_guard": False}),
+    # issue 20's fourth round: stratified sampling by scouted question difficulty, not adopted
+    # (one miss in 50 seeds here; see the family README's round 4)
+    "regret_race_strata4": ("regret_race", {"strata": 4}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,12 +15,19 @@ from phi_core.errors import UserError
 from phi_core.select import (
     Arena,
     Evaluation,
+    ModelSelector,
     RegretRace,
     SearchSpace,
     make_algorithm,
     run_algorithm,
 )
-from phi_core.select._race import _beta_binomial, _ends_level, _expected_excess
+from phi_core.select._race import (
+    _beta_binomial,
+    _ends_level,
+    _ends_level_strata,
+    _expected_excess,
+    _future_margins,
+)
 
 from .select_worlds import MatrixEvaluator, bernoulli_world, select
 
@@ -140,6 +149,12 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"tie_questions": -1.0}, "tie_questions"),
         ({"tie_risk": -0.1}, "tie_risk"),
         ({"tie_risk": 1.0}, "tie_risk"),
+        ({"strata": -1}, "strata"),
+        ({"strata": 2.5}, "strata"),
+        ({"scouts": 0}, "scouts"),
+        ({"strata_share": 1.5}, "strata_share"),
+        ({"scout_cost": -0.1}, "scout_cost"),
+        ({"scout_at": -1}, "scout_at"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -367,3 +382,149 @@ def test_long_end_games_are_left_to_the_normal_tail() -> None:
     assert 0 < got[0] < 1
     assert math.isnan(got[1])
     assert len(_ends_level(np.array([]), np.array([]), 150, 200)) == 0
+
+
+def _hard_questions_world(
+    cheap_scouts: bool = True,
+) -> tuple[SearchSpace, np.ndarray, np.ndarray, np.ndarray]:
+    """Ten arms on 200 questions: a perfect one, six also-rans each wrong on 6 of the 30 hard
+    questions, and three arms (cheap unless ``cheap_scouts`` is false) wrong on all 30."""
+    rng = np.random.default_rng(0)
+    hard = rng.choice(200, 30, replace=False)
+    scores = np.ones((10, 200))
+    costs = np.full((10, 200), 0.01)
+    for k in range(1, 7):
+        scores[k, rng.choice(hard, 6, replace=False)] = 0.0
+    scores[7:, hard] = 0.0
+    if cheap_scouts:
+        costs[7:] = 0.0001
+    return SearchSpace({"solver": [f"s{k}" for k in range(10)]}), scores, costs, hard
+
+
+async def _race(
+    space: SearchSpace, scores: np.ndarray, costs: np.ndarray, seed: int, **params: float
+) -> tuple[int, Arena, RegretRace, list[tuple[int, int]]]:
+    evaluator = MatrixEvaluator(scores, costs)
+    names = [space.name(k) for k in range(len(space))]
+    arena = Arena(len(space), scores.shape[1], evaluator, seed=seed, names=names)
+    algorithm = RegretRace(**{"strata": 4, **params})  # type: ignore[arg-type]
+    pick = await run_algorithm(algorithm, arena, space)
+    return pick, arena, algorithm, evaluator.requested
+
+
+async def test_scouted_strata_show_the_also_rans_losses_sooner() -> None:
+    """The also-rans lose only on the questions the cheap arms fail: the scouts' full rows put
+    those 30 in their own stratum, the race samples it more densely (its pairs disagree more)
+    and drops the also-rans on far fewer evaluations than on a plain random prefix."""
+    space, scores, costs, hard = _hard_questions_world()
+    totals = []
+    for seed in range(4):
+        pick, arena, race, _ = await _race(space, scores, costs, seed)
+        plain_pick, plain, _, _ = await _race(space, scores, costs, seed, strata=0)
+        assert pick == plain_pick == 0
+        assert race.strata_sizes == [170, 30]  # the easy questions, then the hard ones
+        totals.append((int(arena.observed[1:7].sum()), int(plain.observed[1:7].sum())))
+        assert totals[-1][0] < totals[-1][1]
+        # the scouts (the three cheapest) ran every question, and the run paid for them
+        assert (arena.observed[7:].sum(axis=1) == 200).all()
+        assert arena.cost_spent == pytest.approx(float((costs * arena.observed).sum()))
+        hard_positions = [p for p, q in enumerate(arena.order) if q in set(hard.tolist())]
+        assert arena.observed[1, hard_positions].mean() > arena.observed[1].mean()
+    assert sum(s for s, _ in totals) < 0.8 * sum(p for _, p in totals)
+
+
+async def test_no_scouting_when_the_scouts_would_cost_a_large_share() -> None:
+    """Three of ten equally priced arms on every question would be 30 % of the race: the race
+    does not scout and is the plain race, cell for cell."""
+    space, scores, costs, _ = _hard_questions_world(cheap_scouts=False)
+    pick, _, race, requested = await _race(space, scores, costs, 2)
+    plain_pick, _, _, plain_requested = await _race(space, scores, costs, 2, strata=0)
+    assert race.strata_sizes == []
+    assert (pick, requested) == (plain_pick, plain_requested)
+
+
+async def test_the_stratified_race_is_reproducible() -> None:
+    space, scores, costs, _ = _hard_questions_world()
+    first = await _race(space, scores, costs, 5)
+    second = await _race(space, scores, costs, 5)
+    assert first[2].strata_sizes == second[2].strata_sizes == [170, 30]
+    assert (first[0], first[3]) == (second[0], second[3])
+
+
+def test_the_stratified_end_game_is_the_convolution_of_the_strata() -> None:
+    """One stratum reproduces the unstratified sum; two strata with their records split give
+    the probability of the summed margin, here checked by brute-force enumeration over the
+    per-stratum future margins."""
+    wins, losses = np.array([[1.0], [0.0]]), np.array([[2.0], [1.0]])
+    one = _ends_level_strata(wins, losses, [150], [200])
+    assert one == pytest.approx(_ends_level(wins[:, 0], losses[:, 0], 150, 200))
+    w2, l2 = np.array([[0.0, 1.0]]), np.array([[1.0, 1.0]])
+    got = _ends_level_strata(w2, l2, [100, 40], [150, 50])[0]
+    a = _future_margins(w2[:, 0], l2[:, 0], 100, 150)[0]
+    b = _future_margins(w2[:, 1], l2[:, 1], 40, 50)[0]
+    ta, tb = (len(a) - 1) // 2, (len(b) - 1) // 2
+    brute = sum(
+        pa * pb for i, pa in enumerate(a) for j, pb in enumerate(b) if -1 + (i - ta) + (j - tb) >= 0
+    )
+    assert got == pytest.approx(brute)
+    assert 0 < got < 1
+
+
+class _MatrixAgent:
+    """Answers from a 0/1 score matrix (row = the solver's index); counts and can flag its runs."""
+
+    def __init__(self, scores: np.ndarray, stop_after: int | None = None) -> None:
+        self.scores = scores
+        self.runs: list[tuple[str, int]] = []
+        self.stop_after = stop_after
+        self.reached = asyncio.Event()
+
+    async def __call__(self, models: dict[str, str], question: int) -> str:
+        self.runs.append((models["solver"], question))
+        if self.stop_after is not None and len(self.runs) >= self.stop_after:
+            self.reached.set()
+        await asyncio.sleep(0)
+        return "right" if self.scores[int(models["solver"][1:]), question] else "wrong"
+
+
+async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
+    tmp_path: Path, strict_loop: Any
+) -> None:
+    _, scores, _, _ = _hard_questions_world()
+    journal = tmp_path / "runs.sqlite"
+
+    def selector(agent: _MatrixAgent, journal: Path | bool) -> ModelSelector:
+        return ModelSelector(
+            agent,
+            # unpriced calls: the scouts are the first survivors listed, so list s7-s9 first
+            {"solver": [f"s{k}" for k in (7, 8, 9, 0, 1, 2, 3, 4, 5, 6)]},
+            [(q, "right") for q in range(200)],
+            lambda expected, actual: float(expected == actual),
+            algorithm="regret_race",
+            algorithm_params={"strata": 4, "scout_at": 0},
+            max_concurrent=4,
+            seed=3,
+            cache=False,
+            model_handles=False,
+            journal=journal,
+        )
+
+    reference_agent = _MatrixAgent(scores)
+    reference = await selector(reference_agent, journal=False).select_best()
+    assert reference.params["strata_sizes"] == [170, 30]  # the race did stratify
+    first = _MatrixAgent(scores, stop_after=len(reference_agent.runs) // 2)
+    task = asyncio.create_task(selector(first, journal).select_best())
+    await first.reached.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    second = _MatrixAgent(scores)
+    resumed = await selector(second, journal).select_best(resume=True)
+    assert resumed.resumed >= len(reference_agent.runs) // 2 - 4
+    assert len(set(second.runs) & set(first.runs)) <= 4  # at most those in flight at the cut
+    assert len(second.runs) + resumed.resumed == len(reference_agent.runs)
+    assert resumed.params["strata_sizes"] == reference.params["strata_sizes"]
+    assert resumed.best.name == reference.best.name
+    assert [(c.name, c.evaluations) for c in resumed.combinations] == [
+        (c.name, c.evaluations) for c in reference.combinations
+    ]

@@ -4,6 +4,7 @@ and its regret-calibrated, cost-aware variant (:class:`RegretRace`, the default)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from statistics import NormalDist
 
 import numpy as np
@@ -190,24 +191,25 @@ _EXACT_SUPPORT = 256
 """Most future disagreements the exact end game sums over; beyond, the normal tail is used."""
 
 
-def _ends_level(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.ndarray:
-    """``P(final margin >= 0)`` of 0/1-scored challengers against the leader, exactly.
+def _future_margins(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.ndarray:
+    """The distribution of the *future* margin ``W - L`` of 0/1-scored challengers against the
+    leader over the ``R = total - n`` questions left, one row per challenger, over the margins
+    ``-top .. top`` (column ``j`` is margin ``j - top``, ``top`` the widest support).
 
-    On the prefix of ``n`` of ``total`` questions challenger ``i`` has ``wins[i]`` (it right,
-    the leader wrong) and ``losses[i]``; its final margin in questions is
-    ``wins - losses + W - L`` over the ``R = total - n`` questions left. The number of future
-    disagreements ``M = W + L`` is beta-binomial under the Jeffreys posterior of the
-    disagreement rate, ``Beta(d + 1/2, n - d + 1/2)`` with ``d = wins + losses``, and ``W``
-    given ``M`` is beta-binomial under the Jeffreys posterior of the direction,
-    ``Beta(wins + 1/2, losses + 1/2)``. Beta-binomial predictives are exact for a finite
-    population (the Polya urn): no normal approximation, floor or continuity correction.
+    On the prefix of ``n`` questions challenger ``i`` has ``wins[i]`` (it right, the leader
+    wrong) and ``losses[i]``. The number of future disagreements ``M = W + L`` is beta-binomial
+    under the Jeffreys posterior of the disagreement rate, ``Beta(d + 1/2, n - d + 1/2)`` with
+    ``d = wins + losses``, and ``W`` given ``M`` is beta-binomial under the Jeffreys posterior of
+    the direction, ``Beta(wins + 1/2, losses + 1/2)``. Beta-binomial predictives are exact for a
+    finite population (the Polya urn): no normal approximation, floor or continuity correction.
 
-    NaN where the sum is not worth it or not representable: ``M`` may exceed
+    A row is NaN where the sum is not worth it or not representable: ``M`` may exceed
     ``_EXACT_SUPPORT`` (many disagreements still to come, where the normal tail is accurate
     and the sum would cost ``M^2`` per arm) or the probabilities underflow (very large
     datasets); the caller uses the normal tail there."""
     rest = total - n
-    out = np.full(len(wins), np.nan)
+    if len(wins) == 0:
+        return np.zeros((0, 1))
     # arms with the same record share their end game: compute each record once
     unique, back = np.unique(np.stack([wins, losses], axis=1), axis=0, return_inverse=True)
     back = back.reshape(-1)
@@ -217,21 +219,56 @@ def _ends_level(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.
     tail = np.cumsum(m_pmf[:, ::-1], axis=1)[:, ::-1]  # P(M >= m) per record
     support = (tail > 1e-12).sum(axis=1) - 1
     ok = (support <= _EXACT_SUPPORT) & (np.abs(m_pmf.sum(axis=1) - 1.0) < 1e-9)
-    if not ok.any():
-        return out
-    wins, losses, m_pmf = wins[ok], losses[ok], m_pmf[ok]
-    top = int(support[ok].max())
-    m_pmf = m_pmf[:, : top + 1]
-    m = np.arange(top + 1, dtype=float)
-    w_pmf = _beta_binomial(m[None, :], (wins + 0.5)[:, None], (losses + 0.5)[:, None], top)
-    joint = m_pmf[:, :, None] * w_pmf
-    margin = (wins - losses)[:, None, None] + 2 * m[None, None, :] - m[None, :, None]
-    level = (joint * (margin >= 0)).sum(axis=(1, 2))
-    level[~(np.abs(joint.sum(axis=(1, 2)) - 1.0) < 1e-9)] = np.nan  # underflow: no exact sum
-    exact = np.full(len(unique), np.nan)
-    exact[ok] = level
-    out = exact[back]
-    return out
+    top = int(support[ok].max()) if ok.any() else 0
+    out = np.full((len(unique), 2 * top + 1), np.nan)
+    if ok.any():
+        m_pmf = m_pmf[ok][:, : top + 1]
+        m = np.arange(top + 1, dtype=float)
+        w_pmf = _beta_binomial(
+            m[None, :], (wins[ok] + 0.5)[:, None], (losses[ok] + 0.5)[:, None], top
+        )
+        joint = m_pmf[:, :, None] * w_pmf  # (records, M, W)
+        # the margin 2W - M of each (M, W) cell, as a column index; W > M has probability 0
+        column = (top + 2 * m[None, :] - m[:, None]).astype(np.int64)
+        valid = m[None, :] <= m[:, None]
+        margins = np.zeros((len(joint), 2 * top + 1))
+        for r in range(len(joint)):
+            margins[r] = np.bincount(column[valid], weights=joint[r][valid], minlength=2 * top + 1)
+        # underflow: no exact sum
+        margins[~(np.abs(joint.sum(axis=(1, 2)) - 1.0) < 1e-9)] = np.nan
+        out[ok] = margins
+    result: np.ndarray = out[back]
+    return result
+
+
+def _ends_level(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.ndarray:
+    """``P(final margin >= 0)`` of 0/1-scored challengers against the leader, exactly: the
+    margin so far, ``wins - losses``, plus the future one of :func:`_future_margins` (NaN where
+    that is not summed)."""
+    margins = _future_margins(wins, losses, n, total)
+    top = (margins.shape[1] - 1) // 2
+    ahead = (wins - losses)[:, None] + np.arange(-top, top + 1)[None, :] >= 0
+    level: np.ndarray = (margins * ahead).sum(axis=1)
+    return level
+
+
+def _ends_level_strata(
+    wins: np.ndarray, losses: np.ndarray, seen: Sequence[int], sizes: Sequence[int]
+) -> np.ndarray:
+    """:func:`_ends_level` of a stratified sample: ``wins[:, h]`` and ``losses[:, h]`` on the
+    ``seen[h]`` sampled of the ``sizes[h]`` questions of stratum ``h``. The strata's future
+    margins are independent (one urn each), so the total one is their convolution."""
+    total: np.ndarray = np.ones((len(wins), 1))
+    if len(wins) == 0:
+        return np.zeros(0)
+    for h, (n, size) in enumerate(zip(seen, sizes, strict=True)):
+        margins = _future_margins(wins[:, h], losses[:, h], n, size)
+        total = np.stack([np.convolve(a, b) for a, b in zip(total, margins, strict=True)])
+    top = (total.shape[1] - 1) // 2
+    so_far = (wins - losses).sum(axis=1)
+    ahead = so_far[:, None] + np.arange(-top, top + 1)[None, :] >= 0
+    level: np.ndarray = (total * ahead).sum(axis=1)
+    return level
 
 
 def _main_effects_design(space: SearchSpace) -> np.ndarray:
@@ -318,6 +355,26 @@ class RegretRace(SelectionAlgorithm):
        3.5 % against 7.8 %), so the guard lets go of arms that can hardly still catch up a
        look or two earlier. Scores that are not all 0/1 (partial credit, a cost- or
        latency-weighted objective) and the additive prior keep the normal tail.
+    11. *Sample where the pairs disagree* (``strata``, default 0 = off; 1 is off too). Question
+       difficulty is shared, so the disagreements between good arms gather on the hard
+       questions. At the first look with at least ``scout_at`` (20) questions the ``scouts``
+       (3) cheapest survivors are run on every question (scouts stay ordinary survivors;
+       skipped when that would cost more than ``scout_cost`` = 2 % of what the survivors cost
+       per question, or with at most ``2 * scouts`` survivors). A question's difficulty is the
+       scouts' mean loss there, cut into ``strata`` levels (a stratum smaller than the look
+       joins an easier one). From then on each look's sample is stratified: ``strata_share``
+       (25 %) of it in proportion to the strata's sizes, the rest in proportion to size times
+       the pooled spread of the survivors' differences with the leader there (Neyman
+       allocation), every stratum growing as a uniform sample in the arena's shuffled order.
+       ``D_i`` is the stratified mean with the finite-population variance
+       ``sum_h (N_h/N)^2 s_h^2 (N_h - n_h) / (n_h N_h)``; ``prior`` and ``floor`` are spread
+       over the strata by sample share (so they add up to the unstratified ones) and the exact
+       end game is the convolution of the strata's beta-binomial margins. The leader is the
+       best stratified mean (then cost, name). ``strata=0`` is the plain race of points 1-10,
+       cell for cell. Off by default: on the world family it drops the near-perfect types'
+       also-rans only 3-6 % sooner (the variance it removes there is 10-20 %), and on
+       AgentOpt's HotpotQA it lost one seed of 50, where a small stratum with no disagreement
+       so far looked certain (the family README's round 4).
 
     Points 7 to 10 were chosen on the world family of ``benchmarks/selection_family.py`` (tuning
     world seeds only) by a rule fixed before the report run: the most world types at least as
@@ -351,9 +408,35 @@ class RegretRace(SelectionAlgorithm):
         tie_questions: float = 1.0,
         tie_risk: float = 0.05,
         exact_guard: bool = True,
+        strata: int = 0,
+        scouts: int = 3,
+        strata_share: float = 0.25,
+        scout_at: int = 20,
+        scout_cost: float = 0.02,
     ) -> None:
         super().__init__()
         self.exact_guard = bool(exact_guard)
+        if strata < 0 or strata != int(strata):
+            raise UserError(f"strata must be a whole number >= 0 (0 = off), got {strata!r}.")
+        self.strata = int(strata)
+        if scouts < 1 or scouts != int(scouts):
+            raise UserError(f"scouts must be a whole number >= 1, got {scouts!r}.")
+        self.scouts = int(scouts)
+        if not 0 <= strata_share <= 1:
+            raise UserError(f"strata_share must be in [0, 1], got {strata_share!r}.")
+        self.strata_share = strata_share
+        if scout_cost < 0:
+            raise UserError(
+                f"scout_cost must be >= 0 (a share of the survivors' cost), got {scout_cost!r}."
+            )
+        self.scout_cost = scout_cost
+        if scout_at < 0:
+            raise UserError(f"scout_at must be >= 0 questions, got {scout_at!r}.")
+        self.scout_at = int(scout_at)
+        self._blocks: list[np.ndarray] | None = None
+        self._seen: list[int] = []
+        self.strata_sizes: list[int] = []
+        """Questions per difficulty stratum of the last run (empty: not stratified)."""
         if not 0 <= tie_risk < 1:
             raise UserError(f"tie_risk must be in [0, 1) (0 = off), got {tie_risk!r}.")
         self.tie_risk = tie_risk
@@ -397,8 +480,14 @@ class RegretRace(SelectionAlgorithm):
             # a saturated design (one step) leaves no interaction to estimate: no prior
             if arena.n_combos - int(np.linalg.matrix_rank(design)) >= 3:
                 self._design = design
+        self._blocks = None
+        self.strata_sizes = []
         for n in _schedule(n0, self.growth, total):
-            await arena.evaluate_prefix(active, n)
+            if self._blocks is None:
+                await arena.evaluate_prefix(active, n)
+            else:
+                positions = np.concatenate(self._allocate(arena, active, n))
+                await arena.evaluate({k: positions.tolist() for k in active})
             if n >= total or len(active) == 1 or n < 2:
                 continue
             loss, tolerance, leader = self._judge(arena, active, n)
@@ -409,25 +498,138 @@ class RegretRace(SelectionAlgorithm):
             self.pool = set(active)
             if len(active) == 1:
                 break
+            if (
+                self.strata > 1
+                and self._blocks is None
+                and self._design is None
+                and n >= self.scout_at
+            ):
+                await self._scout(arena, active, n)
         return arena.best(active)
+
+    async def _scout(self, arena: Arena, active: list[int], n: int) -> None:
+        """Point 11: run the cheapest survivors on every question and split the questions into
+        strata by their mean loss there (the first ``n`` positions stay sampled)."""
+        if len(active) <= 2 * self.scouts:
+            return  # scouting would be most of the race
+        total = arena.n_datapoints
+        cost = arena.costs[np.asarray(active, dtype=np.int64), :n].mean(axis=1)
+        order = np.argsort(cost, kind="stable")
+        scouts = [active[i] for i in order[: self.scouts]]
+        # scouting pays off on many survivors, not on a few (then it is most of the race)
+        if float(cost[order[: self.scouts]].sum()) > self.scout_cost * float(cost.sum()):
+            return
+        await arena.evaluate({k: range(total) for k in scouts})
+        loss = 1.0 - arena.scores[np.asarray(scouts, dtype=np.int64)].mean(axis=0)
+        level = np.clip(np.ceil(loss * (self.strata - 1) - 1e-9), 0, self.strata - 1)
+        sizes = np.bincount(level.astype(np.int64), minlength=self.strata)
+        # a stratum too small to estimate its spread joins the next easier one
+        smallest = max(5, n)
+        label = np.arange(self.strata)
+        for h in range(self.strata - 1, 0, -1):
+            if sizes[label == h].sum() < smallest:
+                label[label == h] = label[h - 1]
+        if (label[0] != label).any() and sizes[label == label[0]].sum() < smallest:
+            label[label == label[0]] = label[label != label[0]].min()
+        level = label[level.astype(np.int64)]
+        blocks = [np.flatnonzero(level == h) for h in np.unique(label)]
+        if len(blocks) < 2:
+            return
+        self._blocks = blocks
+        self.strata_sizes = [len(b) for b in blocks]
+        self._seen = [int((b < n).sum()) for b in blocks]
+
+    def _allocate(self, arena: Arena, active: list[int], n: int) -> list[np.ndarray]:
+        """The sampled positions of every stratum at a look of ``n`` questions in all: a share
+        ``strata_share`` in proportion to the strata's sizes, the rest in proportion to size
+        times the spread of the survivors' paired differences with the leader there (Neyman),
+        never fewer than before nor than two per stratum. Each stratum is sampled in the
+        arena's shuffled order, so its sample is a uniform one and grows as a prefix."""
+        assert self._blocks is not None
+        sizes = np.array([len(b) for b in self._blocks], dtype=float)
+        seen = np.array(self._seen, dtype=float)
+        x = [
+            arena.scores[np.ix_(np.asarray(active, dtype=np.int64), b[: int(m)])]
+            for b, m in zip(self._blocks, seen, strict=True)
+        ]
+        leader = active.index(self._leader(arena, active))
+        ss = np.array(
+            [
+                float(((d - d.mean(axis=1)[:, None]) ** 2).sum()) if d.shape[1] else 0.0
+                for d in (y - y[leader] for y in x)
+            ]
+        )
+        dof = (len(active) - 1) * np.maximum(seen - 1, 0)
+        overall = max(float(ss.sum()) / max(float(dof.sum()), 1.0), 1.0 / float(sizes.sum()))
+        pseudo = max(len(active) - 1, 1)  # one question per pair at the overall spread
+        spread = np.sqrt((ss + pseudo * overall) / (dof + pseudo))
+        neyman = sizes * spread / float((sizes * spread).sum())
+        share = self.strata_share * sizes / sizes.sum() + (1 - self.strata_share) * neyman
+        want = np.minimum(
+            sizes, np.maximum(seen, np.maximum(np.round(share * n), np.minimum(sizes, 2)))
+        )
+        while want.sum() < n and (want < sizes).any():
+            room = np.where(want < sizes, share * n - want, -np.inf)
+            want[int(np.argmax(room))] += 1
+        self._seen = [int(m) for m in want]
+        return [b[: int(m)] for b, m in zip(self._blocks, want, strict=True)]
+
+    def _leader(self, arena: Arena, active: list[int]) -> int:
+        """The survivor ranked first: :meth:`Arena.best` on a shared prefix; on a stratified
+        sample by the stratified mean (then its cost, then the name)."""
+        if self._blocks is None:
+            return arena.best(active)
+        rows = np.asarray(active, dtype=np.int64)
+        mean, cost = self._weighted(arena.scores, rows), self._weighted(arena.costs, rows)
+        top = mean >= mean.max() - 1e-12
+        cheapest = cost[top].min()
+        tied = [
+            k
+            for k, t, c in zip(active, top, cost, strict=True)
+            if t and c <= cheapest + 1e-12 + 1e-9 * abs(cheapest)
+        ]
+        return min(tied, key=lambda k: arena.names[k])
+
+    def _weighted(self, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The stratified mean of ``values`` (one row per arm) over the sampled positions (strata
+        not sampled yet, just after scouting, are left out)."""
+        assert self._blocks is not None
+        total = sum(len(b) for b, m in zip(self._blocks, self._seen, strict=True) if m)
+        out = np.zeros(len(rows))
+        for b, m in zip(self._blocks, self._seen, strict=True):
+            if m:
+                out += len(b) / total * values[np.ix_(rows, b[:m])].mean(axis=1)
+        return out
 
     def _judge(self, arena: Arena, active: list[int], n: int) -> tuple[np.ndarray, np.ndarray, int]:
         """Expected opportunity cost and tolerance of every survivor, and the leader's row."""
         total = arena.n_datapoints
-        x = arena.matrix(active, n)
-        leader = active.index(arena.best(active))
-        diff = x - x[leader]
-        mean = diff.mean(axis=1)
-        ss = ((diff - mean[:, None]) ** 2).sum(axis=1)
-        pooled = max(float(ss.sum()) / max(1, (len(active) - 1) * (n - 1)), 1.0 / n)
-        var = (ss + self.prior * pooled) / (n - 1 + self.prior)
-        if self.floor > 0:  # rare disagreements: as if ``floor`` more questions split them fully
-            var = np.maximum(var, (ss + self.floor) / (n - 1 + self.floor))
-        sd = np.sqrt(var / n * (total - n) / total)
-        prior = self._centre(arena, active)
+        rows = np.asarray(active, dtype=np.int64)
+        blocks = self._blocks or [np.arange(n)]
+        seen = self._seen if self._blocks else [n]
+        sizes = [len(b) for b in self._blocks] if self._blocks else [total]
+        xs = [arena.scores[np.ix_(rows, b[:m])] for b, m in zip(blocks, seen, strict=True)]
+        leader = active.index(self._leader(arena, active))
+        # D_i over the full data: per stratum h the paired mean m_h and the finite-population
+        # variance s_h^2 (N_h - n_h) / (n_h N_h), weighted by N_h / N (one stratum: the prefix)
+        mean = np.zeros(len(active))
+        var = np.zeros(len(active))
+        for x, m, size in zip(xs, seen, sizes, strict=True):
+            scale = m / sum(seen)  # the pseudo-questions are spread over the strata
+            m_h, v_h = self._paired(x, leader, m, scale)
+            share = size / total
+            mean += share * m_h
+            var += v_h / m * (size - m) / size * share**2
+        sd = np.sqrt(var)
+        x = xs[0]
+        prior = self._centre(arena, active) if self._blocks is None else None
         if prior is not None:
             mean, sd = self._posterior(x, sd, leader, n, total, prior)
-        cost = arena.costs[np.asarray(active, dtype=np.int64), :n].mean(axis=1)
+        cost = (
+            arena.costs[rows, :n].mean(axis=1)
+            if self._blocks is None
+            else self._weighted(arena.costs, rows)
+        )
         cheaper = cost < cost[leader] - 1e-12 - 1e-9 * abs(float(cost[leader]))
         weight = np.ones(len(active))
         if self.cost_power > 0 and float(cost.mean()) > 0:
@@ -440,17 +642,36 @@ class RegretRace(SelectionAlgorithm):
             return loss, self.eta * weight, leader
         # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
         ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
-        if self.exact_guard and prior is None and bool(np.all((x == 0.0) | (x == 1.0))):
+        binary = all(bool(np.all((y == 0.0) | (y == 1.0))) for y in xs)
+        if self.exact_guard and prior is None and binary:
             # only the arms the expected-cost rule would drop need the guard's verdict
             asked = np.flatnonzero(loss < self.eta * weight)
-            y, top = x[asked], x[leader]
-            wins = ((y == 1.0) & (top == 0.0)).sum(axis=1).astype(float)
-            losses = ((y == 0.0) & (top == 1.0)).sum(axis=1).astype(float)
-            exact = _ends_level(wins, losses, n, total)
+            wins = np.stack([((y[asked] == 1.0) & (y[leader] == 0.0)).sum(axis=1) for y in xs], 1)
+            losses = np.stack([((y[asked] == 0.0) & (y[leader] == 1.0)).sum(axis=1) for y in xs], 1)
+            if self._blocks is None:
+                exact = _ends_level(wins[:, 0].astype(float), losses[:, 0].astype(float), n, total)
+            else:
+                exact = _ends_level_strata(wins.astype(float), losses.astype(float), seen, sizes)
             ends_level[asked] = np.where(np.isnan(exact), ends_level[asked], exact)
         # an arm that may still end level with the leader is kept
         loss = np.where(ends_level > self.tie_risk, np.inf, loss)
         return loss, self.eta * weight, leader
+
+    def _paired(
+        self, x: np.ndarray, leader: int, n: int, scale: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean paired difference with the leader of every row of ``x`` (``n`` questions) and
+        its variance, shrunk towards the survivors' pooled one (``prior``) and floored
+        (``floor``: as if that many more questions had split the pair fully)."""
+        diff = x - x[leader]
+        mean = diff.mean(axis=1)
+        ss = ((diff - mean[:, None]) ** 2).sum(axis=1)
+        pooled = max(float(ss.sum()) / max(1, (len(x) - 1) * (n - 1)), 1.0 / n)
+        prior, floor = self.prior * scale, self.floor * scale
+        var = (ss + prior * pooled) / (n - 1 + prior)
+        if floor > 0:
+            var = np.maximum(var, (ss + floor) / (n - 1 + floor))
+        return mean, var
 
     def _posterior(
         self,
