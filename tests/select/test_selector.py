@@ -329,6 +329,11 @@ def test_construction_errors_say_what_is_wrong() -> None:
             ModelSelector(solver_agent, {"solver": [good]}, [*DATASET, bad_item], exact)
     with pytest.raises(UserError, match="`models` must map each step of the agent to its"):
         ModelSelector(solver_agent, [good], DATASET, exact, cache=False)  # type: ignore[arg-type]
+    # named by type, not by repr (an object's repr may hold a credential)
+    with pytest.raises(
+        UserError, match=r"models\['solver'\] must be a list of candidates, got Metered"
+    ):
+        ModelSelector(solver_agent, {"solver": good}, DATASET, exact, cache=False)  # type: ignore[dict-item]
     with pytest.raises(UserError, match="A step's name must be a string, got 0"):
         ModelSelector(solver_agent, {0: [good]}, DATASET, exact, cache=False)  # type: ignore[dict-item]
     with pytest.raises(UserError, match="budget"):

@@ -279,15 +279,15 @@ class ModelSelector:
         if not isinstance(models, Mapping):
             raise UserError(
                 "`models` must map each step of the agent to its candidates, e.g. "
-                f"{{'solver': ['openai:gpt-4o-mini', 'openai:gpt-4o']}}; got {models!r}."
+                f"{{'solver': ['openai:gpt-4o-mini', 'openai:gpt-4o']}}; got a "
+                f"{type(models).__name__}."
             )
         for step, candidates in models.items():
             if not isinstance(step, str):
                 raise UserError(f"A step's name must be a string, got {step!r} in `models`.")
             if isinstance(candidates, str | bytes) or not isinstance(candidates, Sequence):
-                raise UserError(
-                    f"models[{step!r}] must be a list of candidates, got {candidates!r}."
-                )
+                got = repr(candidates) if isinstance(candidates, str) else type(candidates).__name__
+                raise UserError(f"models[{step!r}] must be a list of candidates, got {got}.")
             values = [self._handle(c) if model_handles else c for c in candidates]
             steps[step] = step_labels(step, values)
             self._candidates[step] = dict(zip(steps[step], values, strict=True))
