@@ -241,3 +241,33 @@ async def test_dropped_stream_after_text_is_a_network_error_without_retry() -> N
             ):
                 pass
     assert len(server.requests) == 1 and sleep.delays == []
+
+
+@pytest.mark.parametrize(
+    ("level", "max_tokens", "budget", "sent_max"),
+    [
+        ("high", None, 16384, 17408),  # no cap on the request: the model's limit is raised
+        ("high", 3000, 1976, 3000),  # a cap: thinking shrinks, 1024 left for the answer
+        ("medium", 20000, 8192, 20000),  # room enough: the level's budget
+        ("low", 1500, 1024, 1500),  # never under the API's minimum of 1024
+        ("minimal", 1024, None, 1024),  # no room to think: none asked for, temperature sent
+    ],
+)
+def test_a_request_max_tokens_caps_thinking_and_answer_together(
+    level: str, max_tokens: int | None, budget: int | None, sent_max: int
+) -> None:
+    from phi_core.providers.anthropic import build_anthropic_params
+
+    model = ModelConfig(
+        provider="anthropic", id="claude-haiku-4-5", api="anthropic_messages", max_tokens=1000
+    )
+    request = StreamRequest(
+        model, [UserMessage.text("hi")], thinking=level, max_tokens=max_tokens, temperature=0.3
+    )  # type: ignore[arg-type]
+    params = build_anthropic_params(request)
+    assert params["max_tokens"] == sent_max  # what an ExecutionLimits cap sets is never raised
+    if budget is None:
+        assert "thinking" not in params and params["temperature"] == 0.3
+    else:
+        assert params["thinking"] == {"type": "enabled", "budget_tokens": budget}
+        assert budget < params["max_tokens"] and "temperature" not in params

@@ -212,3 +212,20 @@ def test_secret_key_never_shows_in_the_provider_repr_or_model_dump() -> None:
         and SECRET not in repr(model)
         and SECRET not in model.model_dump_json()
     )
+
+
+def test_a_request_max_tokens_caps_claude_thinking_on_bedrock_too() -> None:
+    from phi_core.providers.bedrock import build_converse_params
+
+    model = resolve_model(f"bedrock:{MODEL_ID}", compat={"region": "us-west-2"})
+    capped = build_converse_params(
+        StreamRequest(model, [UserMessage.text("hi")], thinking="high", max_tokens=3000)
+    )
+    assert capped["inferenceConfig"]["maxTokens"] == 3000
+    assert capped["additionalModelRequestFields"]["thinking"]["budget_tokens"] == 1976
+    tight = build_converse_params(
+        StreamRequest(model, [UserMessage.text("hi")], thinking="high", max_tokens=800)
+    )
+    assert (
+        tight["inferenceConfig"]["maxTokens"] == 800 and "additionalModelRequestFields" not in tight
+    )

@@ -20,8 +20,8 @@ class ExecutionLimits:
     Turns, tokens and cost are checked before every turn, and a turn's output limit is lowered
     so that it cannot pass ``max_total_tokens`` or ``max_cost`` (its input estimated cautiously,
     :func:`~phi_core.metering.estimate_tokens`); a turn whose input alone would pass them is
-    not sent and the run ends on the limit (Anthropic with thinking on raises a call's output
-    limit above its thinking budget, so there a turn can still pass them by that much).
+    not sent and the run ends on the limit (a thinking model's thinking counts inside that
+    output limit: Anthropic's thinking budget shrinks to fit it, or is not asked for).
     ``max_duration`` is also a deadline
     for everything inside the run: a model call still streaming when it passes ends with a
     ``timeout`` error, and tools still running are cancelled; the run then ends on the limit.

@@ -1,7 +1,11 @@
 """Anthropic Messages through the official ``anthropic`` SDK (``pip install 'phi-core[anthropic]'``).
 
-* Thinking levels become ``thinking.budget_tokens`` of at least 1024 (the API minimum) and
-  ``max_tokens`` is raised above the budget; ``temperature`` is not sent with thinking.
+* Thinking levels become ``thinking.budget_tokens`` of at least 1024 (the API minimum). Without
+  a request ``max_tokens`` the model's limit is raised above the budget; a request's
+  ``max_tokens`` (the caller's, or what an ``ExecutionLimits`` leaves) caps the whole output,
+  thinking included: the budget shrinks to leave 1024 tokens for the answer, and under 1025
+  there is no room to think, so none is asked for (:func:`thinking_budget`). ``temperature`` is
+  not sent with thinking.
 * Thinking blocks come back with their ``signature`` and are echoed back unchanged to Anthropic;
   thinking made by another vendor (no Anthropic signature) is sent as ``[Reasoning] …`` text.
 * Prompt caching (``request.cache``, a :class:`~phi_core.providers.base.CacheConfig` or a bool):
@@ -53,7 +57,7 @@ from ._common import (
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 
-__all__ = ["THINKING_BUDGETS", "AnthropicProvider", "build_anthropic_params"]
+__all__ = ["THINKING_BUDGETS", "AnthropicProvider", "build_anthropic_params", "thinking_budget"]
 
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
 JSON_TOOL = "respond_json"
@@ -223,6 +227,25 @@ def _tool_choice(extra: dict[str, Any]) -> dict[str, Any] | None:
     return choice
 
 
+def thinking_budget(request: StreamRequest) -> int | None:
+    """The ``budget_tokens`` of ``request``'s thinking level, or ``None`` for no thinking.
+
+    A ``max_tokens`` set on the request is a cap on the whole output, thinking included (the
+    caller's, or what the run's ``ExecutionLimits`` leave): the budget shrinks to leave 1024
+    tokens for the answer, never below the API's minimum of 1024, and a cap of 1024 or less
+    leaves no room to think. Without one the model's limit is raised above the budget instead.
+    """
+    if request.thinking == "off":
+        return None
+    budget = THINKING_BUDGETS[request.thinking]
+    cap = request.max_tokens
+    if cap is None:
+        return budget
+    if cap <= THINKING_BUDGETS["minimal"]:
+        return None
+    return max(THINKING_BUDGETS["minimal"], min(budget, cap - 1024))
+
+
 def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
     """The keyword arguments of ``messages.create`` for ``request``."""
     model = request.model
@@ -235,7 +258,8 @@ def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
     }
     system = request.system_prompt or ""
     fmt = request.response_format
-    thinking = request.thinking != "off"
+    budget = thinking_budget(request)
+    thinking = budget is not None
     tools: list[dict[str, Any]] = [
         {"name": t.name, "description": t.description, "input_schema": t.parameters}
         for t in request.tools
@@ -270,10 +294,10 @@ def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
     stop = stop_sequences(request.extra)
     if stop:
         params["stop_sequences"] = stop
-    if thinking:
-        budget = THINKING_BUDGETS[request.thinking]
+    if budget is not None:
         params["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        params["max_tokens"] = max(params["max_tokens"], budget + 1024)
+        if request.max_tokens is None:  # the model's limit, not a cap: room above the budget
+            params["max_tokens"] = max(params["max_tokens"], budget + 1024)
     else:
         temperature = request.temperature if request.temperature is not None else model.temperature
         if temperature is not None:

@@ -54,7 +54,7 @@ from ._common import (
     thinking_as_text,
     unchained,
 )
-from .anthropic import JSON_TOOL, THINKING_BUDGETS
+from .anthropic import JSON_TOOL, thinking_budget
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 
 __all__ = ["BedrockProvider", "build_converse_params"]
@@ -284,7 +284,8 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
     if request.system_prompt:
         system.append({"text": request.system_prompt})
     inference: dict[str, Any] = {"maxTokens": request.max_tokens or model.max_tokens}
-    thinking = request.thinking != "off" and "anthropic." in model.id
+    budget = thinking_budget(request) if "anthropic." in model.id else None
+    thinking = budget is not None
     tools: list[dict[str, Any]] = [
         {
             "toolSpec": {
@@ -322,12 +323,12 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
         params["toolConfig"] = {"tools": tools}
         if tool_choice:
             params["toolConfig"]["toolChoice"] = tool_choice
-    if thinking:
-        budget = THINKING_BUDGETS[request.thinking]
+    if budget is not None:
         params["additionalModelRequestFields"] = {
             "thinking": {"type": "enabled", "budget_tokens": budget}
         }
-        inference["maxTokens"] = max(inference["maxTokens"], budget + 1024)
+        if request.max_tokens is None:  # the model's limit, not a cap: room above the budget
+            inference["maxTokens"] = max(inference["maxTokens"], budget + 1024)
     else:
         temperature = request.temperature if request.temperature is not None else model.temperature
         top_p = request.top_p if request.top_p is not None else model.top_p
