@@ -19,6 +19,10 @@ Usage::
     .venv/bin/python benchmarks/selection_replay.py [--data DIR] [--out DIR] [--seeds 50] [--no-agentopt]
     .venv/bin/python benchmarks/selection_replay.py --world mathqa --rho 0.3 --world-seeds 10 --seeds 20
 
+Results go to ``benchmarks/results/selection/`` for the recorded HotpotQA matrices only; other
+``--data`` writes to ``DATA/replay/``, ``--world`` and ``--resample`` under the system's temporary
+directory, unless ``--out`` says otherwise.
+
 ``--world KIND`` replaces the recorded matrices by synthetic MathQA- or HotpotQA-like worlds from
 ``benchmarks/selection_worlds.py`` (``--world-seeds K`` worlds, seeds ``--world-seed-start`` ..
 ``+K-1``); every metric is then averaged over the worlds (each scored against its own brute
@@ -488,12 +492,30 @@ def _display_path(path: Path) -> str:
         return str(path)
 
 
+def _default_out(args: argparse.Namespace) -> Path:
+    """The committed results for the recorded HotpotQA replay; elsewhere for anything else."""
+    if args.world is not None or args.resample is not None:
+        name = f"world-{args.world}" if args.world is not None else f"resample-{args.resample}"
+        return Path(tempfile.gettempdir()) / "phi-selection-replay" / name
+    if args.data.resolve() != DEFAULT_DATA.resolve():
+        return args.data / "replay"
+    return DEFAULT_OUT
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"where results.json and the plot go (default: {_display_path(DEFAULT_OUT)} for "
+        "AgentOpt's HotpotQA matrices as recorded; DATA/replay for other --data, a directory "
+        "under the system's temporary one for --world and --resample, so the committed "
+        "results are only rewritten on purpose)",
+    )
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--no-agentopt", action="store_true", help="skip the agentopt-py side")
     parser.add_argument("--agentopt-venv", type=Path, default=AGENTOPT_VENV)
@@ -535,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in list(PHI_SELECTORS):
             if name not in args.selectors.split(","):
                 del PHI_SELECTORS[name]
+    if args.out is None:
+        args.out = _default_out(args)
     if args.world is not None:
         return run_worlds(args)
 
