@@ -29,6 +29,7 @@ from phi_core.select._race import (
     _future_margins,
 )
 
+from .agents import Counting
 from .select_worlds import MatrixEvaluator, bernoulli_world, select
 
 
@@ -470,21 +471,11 @@ def test_the_stratified_end_game_is_the_convolution_of_the_strata() -> None:
     assert 0 < got < 1
 
 
-class _MatrixAgent:
-    """Answers from a 0/1 score matrix (row = the solver's index); counts and can flag its runs."""
-
-    def __init__(self, scores: np.ndarray, stop_after: int | None = None) -> None:
-        self.scores = scores
-        self.runs: list[tuple[str, int]] = []
-        self.stop_after = stop_after
-        self.reached = asyncio.Event()
-
-    async def __call__(self, models: dict[str, str], question: int) -> str:
-        self.runs.append((models["solver"], question))
-        if self.stop_after is not None and len(self.runs) >= self.stop_after:
-            self.reached.set()
-        await asyncio.sleep(0)
-        return "right" if self.scores[int(models["solver"][1:]), question] else "wrong"
+def _matrix_agent(scores: np.ndarray, stop_after: int | None = None) -> Counting:
+    """Answers from a 0/1 score matrix (row = the solver's index, ``m<row>``)."""
+    return Counting(
+        lambda solver, q: "right" if scores[int(solver[1:]), q] else "wrong", stop_after
+    )
 
 
 async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
@@ -493,7 +484,7 @@ async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
     _, scores, _, _ = _hard_questions_world()
     journal = tmp_path / "runs.sqlite"
 
-    def selector(agent: _MatrixAgent, journal: Path | bool) -> ModelSelector:
+    def selector(agent: Counting, journal: Path | bool) -> ModelSelector:
         return ModelSelector(
             agent,
             # unpriced calls: the scouts are the first survivors listed, so list s7-s9 first
@@ -509,16 +500,16 @@ async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
             journal=journal,
         )
 
-    reference_agent = _MatrixAgent(scores)
+    reference_agent = _matrix_agent(scores)
     reference = await selector(reference_agent, journal=False).select_best()
     assert reference.params["strata_sizes"] == [170, 30]  # the race did stratify
-    first = _MatrixAgent(scores, stop_after=len(reference_agent.runs) // 2)
+    first = _matrix_agent(scores, stop_after=len(reference_agent.runs) // 2)
     task = asyncio.create_task(selector(first, journal).select_best())
     await first.reached.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    second = _MatrixAgent(scores)
+    second = _matrix_agent(scores)
     resumed = await selector(second, journal).select_best(resume=True)
     assert resumed.resumed >= len(reference_agent.runs) // 2 - 4
     assert len(set(second.runs) & set(first.runs)) <= 4  # at most those in flight at the cut

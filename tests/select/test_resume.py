@@ -11,6 +11,7 @@ import pytest
 
 from phi_core.errors import UserError
 from phi_core.select import ModelSelector
+from tests.select.agents import Counting
 from tests.select.llm_server import SKILL as SERVER_SKILL
 from tests.select.llm_server import answer
 
@@ -19,20 +20,9 @@ MODELS = {"solver": ["m1", "m2", "m3", "m4"]}
 SERVER_SKILL.update({"m1": 0.55, "m2": 0.65, "m3": 0.7, "m4": 0.72})
 
 
-class Counting:
-    """A pure-Python agent whose skill depends on the model; counts its runs."""
-
-    def __init__(self, stop_after: int | None = None) -> None:
-        self.runs: list[tuple[str, int]] = []
-        self.stop_after = stop_after
-        self.reached = asyncio.Event()
-
-    async def __call__(self, models: dict[str, str], question: int) -> str:
-        self.runs.append((models["solver"], question))
-        if self.stop_after is not None and len(self.runs) >= self.stop_after:
-            self.reached.set()
-        await asyncio.sleep(0.001)
-        return answer(models["solver"], str(question))
+def counting(stop_after: int | None = None) -> Counting:
+    """The server's skill table as an agent (see ``llm_server.answer``)."""
+    return Counting(lambda solver, q: answer(solver, str(q)), stop_after)
 
 
 def exact(expected: str, actual: str) -> float:
@@ -58,11 +48,11 @@ async def test_an_interrupted_run_resumes_where_it_stopped(
     tmp_path: Path, strict_loop: Any
 ) -> None:
     journal = tmp_path / "runs.sqlite"
-    reference_agent = Counting()
+    reference_agent = counting()
     reference = await selector(reference_agent, journal=False).select_best()
 
     assert len(reference_agent.runs) >= 60  # long enough to interrupt in the middle
-    first = Counting(stop_after=len(reference_agent.runs) // 2)
+    first = counting(stop_after=len(reference_agent.runs) // 2)
     task = asyncio.create_task(selector(first, journal).select_best())
     await first.reached.wait()
     task.cancel()
@@ -70,7 +60,7 @@ async def test_an_interrupted_run_resumes_where_it_stopped(
         await task
     assert len(first.runs) < len(reference_agent.runs)
 
-    second = Counting()
+    second = counting()
     resumed = await selector(second, journal).select_best(resume=True)
     # cells finished before the interruption were not run again
     assert resumed.resumed >= len(reference_agent.runs) // 2 - 4
@@ -87,12 +77,12 @@ async def test_a_finished_run_resumes_for_free_and_other_settings_start_over(
     tmp_path: Path,
 ) -> None:
     journal = tmp_path / "runs.sqlite"
-    await selector(Counting(), journal).select_best()
-    again = Counting()
+    await selector(counting(), journal).select_best()
+    again = counting()
     replayed = await selector(again, journal).select_best(resume=True)
     assert again.runs == [] and replayed.resumed == replayed.evaluations
     assert not [w for w in replayed.warnings if "Nothing was resumed" in w]
-    other_seed = Counting()
+    other_seed = counting()
     fresh = await selector(other_seed, journal, seed=4).select_best(resume=True)
     assert fresh.resumed == 0 and len(other_seed.runs) == fresh.evaluations
     # a resume that finds nothing says so (a changed setting starts over)
@@ -102,7 +92,7 @@ async def test_a_finished_run_resumes_for_free_and_other_settings_start_over(
 
 async def test_resume_needs_the_journal() -> None:
     with pytest.raises(UserError, match="resume=True needs the run journal"):
-        await selector(Counting(), journal=False).select_best(resume=True)
+        await selector(counting(), journal=False).select_best(resume=True)
 
 
 async def test_an_unwritable_journal_is_a_warning_not_a_failed_run(
@@ -110,6 +100,6 @@ async def test_an_unwritable_journal_is_a_warning_not_a_failed_run(
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    result = await selector(Counting(), journal=blocker / "runs.sqlite").select_best()
+    result = await selector(counting(), journal=blocker / "runs.sqlite").select_best()
     assert result.evaluations > 0
     assert any("cannot be resumed" in r.message for r in caplog.records)
