@@ -421,48 +421,24 @@ class _MethodSelector(ModelSelector):
         super().__init__(agent, models, eval_fn, dataset, method=self.method, **kwargs)
 
 
-class BaseModelSelector(_MethodSelector):
-    """AgentOpt's base class name; runs ``"auto"`` (phi-core's default)."""
+def _method_class(name: str, method: str) -> type[_MethodSelector]:
+    doc = f"AgentOpt's ``{name}``: :class:`ModelSelector` with ``method={method!r}``."
+    attrs = {"method": method, "__doc__": doc, "__module__": __name__, "__qualname__": name}
+    return type(name, (_MethodSelector,), attrs)
 
 
-class BruteForceModelSelector(_MethodSelector):
-    method = "brute_force"
-
-
-class RandomSearchModelSelector(_MethodSelector):
-    method = "random"
-
-
-class HillClimbingModelSelector(_MethodSelector):
-    method = "hill_climbing"
-
-
-class ArmEliminationModelSelector(_MethodSelector):
-    method = "arm_elimination"
-
-
-class EpsilonLUCBModelSelector(_MethodSelector):
-    method = "epsilon_lucb"
-
-
-class ThresholdBanditSEModelSelector(_MethodSelector):
-    method = "threshold"
-
-
-class LMProposalModelSelector(_MethodSelector):
-    method = "lm_proposal"
-
-
-class BayesianOptimizationModelSelector(_MethodSelector):
-    method = "bayesian"
-
-
-class MatrixUCBModelSelector(_MethodSelector):
-    method = "matrix_ucb"
-
-
-class MatrixUCBLRFModelSelector(_MethodSelector):
-    method = "matrix_ucb_lrf"
+# AgentOpt's selector classes, under their names ("auto" is phi-core's default algorithm)
+BaseModelSelector = _method_class("BaseModelSelector", "auto")
+BruteForceModelSelector = _method_class("BruteForceModelSelector", "brute_force")
+RandomSearchModelSelector = _method_class("RandomSearchModelSelector", "random")
+HillClimbingModelSelector = _method_class("HillClimbingModelSelector", "hill_climbing")
+ArmEliminationModelSelector = _method_class("ArmEliminationModelSelector", "arm_elimination")
+EpsilonLUCBModelSelector = _method_class("EpsilonLUCBModelSelector", "epsilon_lucb")
+ThresholdBanditSEModelSelector = _method_class("ThresholdBanditSEModelSelector", "threshold")
+LMProposalModelSelector = _method_class("LMProposalModelSelector", "lm_proposal")
+BayesianOptimizationModelSelector = _method_class("BayesianOptimizationModelSelector", "bayesian")
+MatrixUCBModelSelector = _method_class("MatrixUCBModelSelector", "matrix_ucb")
+MatrixUCBLRFModelSelector = _method_class("MatrixUCBLRFModelSelector", "matrix_ucb_lrf")
 
 
 def _method_params(
