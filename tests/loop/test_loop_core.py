@@ -460,6 +460,25 @@ async def test_a_turn_cannot_spend_past_max_cost_or_max_total_tokens() -> None:
     assert roomy.requests[0].max_tokens is None  # far from every limit: nothing is changed
 
 
+async def test_a_cap_is_compared_with_what_the_provider_sends_not_the_models_limit() -> None:
+    # $10 per million output tokens; $0.10 allows 10,000 output tokens: above the model's 4096,
+    # below the 17,408 a thinking provider raises it to (Anthropic: budget 16,384 + 1024)
+    model = ModelConfig(
+        provider="scripted", id="m", api="scripted", pricing=Pricing(input=0.0, output=10.0)
+    )
+
+    class Thinking(ScriptedProvider):
+        def output_ceiling(self, request: StreamRequest) -> int:
+            return request.max_tokens or 17408
+
+    limits = ExecutionLimits(max_cost=0.1)
+    plain, thinking = ScriptedProvider(default=Reply("ok")), Thinking(default=Reply("ok"))
+    await agent_loop("go", AgentContext(), config_for(plain, model=model, limits=limits))
+    await agent_loop("go", AgentContext(), config_for(thinking, model=model, limits=limits))
+    assert plain.requests[0].max_tokens is None  # the model's 4096 fits the cap: unchanged
+    assert thinking.requests[0].max_tokens == 10000  # 17,408 would not: capped
+
+
 async def test_a_turn_whose_input_alone_passes_the_limits_is_not_sent() -> None:
     usage = Usage(input=150, output=10)
     provider = ScriptedProvider(

@@ -259,13 +259,19 @@ def test_a_request_max_tokens_caps_thinking_and_answer_together(
     from phi_core.providers.anthropic import build_anthropic_params
 
     model = ModelConfig(
-        provider="anthropic", id="claude-haiku-4-5", api="anthropic_messages", max_tokens=1000
+        provider="anthropic",
+        id="claude-haiku-4-5",
+        api="anthropic_messages",
+        max_tokens=1000,
+        api_key=KEY,  # type: ignore[arg-type]
     )
     request = StreamRequest(
         model, [UserMessage.text("hi")], thinking=level, max_tokens=max_tokens, temperature=0.3
     )  # type: ignore[arg-type]
     params = build_anthropic_params(request)
     assert params["max_tokens"] == sent_max  # what an ExecutionLimits cap sets is never raised
+    # what the loop compares an ExecutionLimits cap with is what is sent
+    assert AnthropicProvider(model).output_ceiling(request) == sent_max
     if budget is None:
         assert "thinking" not in params and params["temperature"] == 0.3
     else:

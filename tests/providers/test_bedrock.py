@@ -229,3 +229,8 @@ def test_a_request_max_tokens_caps_claude_thinking_on_bedrock_too() -> None:
     assert (
         tight["inferenceConfig"]["maxTokens"] == 800 and "additionalModelRequestFields" not in tight
     )
+    # uncapped, the model's limit is raised above the budget, and the loop is told so
+    free = StreamRequest(model, [UserMessage.text("hi")], thinking="high")
+    raised = build_converse_params(free)["inferenceConfig"]["maxTokens"]
+    assert raised == max(model.max_tokens, 16384 + 1024)
+    assert BedrockProvider(model).output_ceiling(free) == raised

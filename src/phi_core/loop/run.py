@@ -62,7 +62,14 @@ from ..events import (
     Warning,
 )
 from ..metering import estimate_request_tokens
-from ..providers.base import ModelConfig, Provider, StreamDone, StreamEvent, StreamRequest
+from ..providers.base import (
+    ModelConfig,
+    Provider,
+    StreamDone,
+    StreamEvent,
+    StreamRequest,
+    output_ceiling,
+)
 from ..providers.call import ModelCall
 from ..providers.credentials import stream_with_credentials
 from ..providers.deadlines import deadline_scope
@@ -941,9 +948,9 @@ class _Run:
                 f"~{needed} input tokens needed)",
                 limit="limits",
             )
-        # only ever lowered: a request that sets no limit keeps the provider's default while the
-        # model's maximum output fits
-        if allowance < (request.max_tokens or self.model.max_tokens):
+        # only ever lowered: a request that sets no limit keeps the provider's default while
+        # what the provider would send (thinking may raise the model's limit) fits
+        if allowance < output_ceiling(self.provider, request):
             request.max_tokens = allowance
         return None
 

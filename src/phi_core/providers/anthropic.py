@@ -57,7 +57,13 @@ from ._common import (
 )
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 
-__all__ = ["THINKING_BUDGETS", "AnthropicProvider", "build_anthropic_params", "thinking_budget"]
+__all__ = [
+    "THINKING_BUDGETS",
+    "AnthropicProvider",
+    "build_anthropic_params",
+    "thinking_budget",
+    "thinking_max_tokens",
+]
 
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
 JSON_TOOL = "respond_json"
@@ -93,6 +99,10 @@ class AnthropicProvider:
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(name={self.name!r}, base_url={self.base_url!r})"
+
+    def output_ceiling(self, request: StreamRequest) -> int:
+        """The output limit this provider sends for ``request`` (thinking may raise the model's)."""
+        return thinking_max_tokens(request, thinking_budget(request))
 
     async def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
         model = request.model
@@ -246,6 +256,16 @@ def thinking_budget(request: StreamRequest) -> int | None:
     return max(THINKING_BUDGETS["minimal"], min(budget, cap - 1024))
 
 
+def thinking_max_tokens(request: StreamRequest, budget: int | None) -> int:
+    """The output limit sent with thinking budget ``budget``: the request's ``max_tokens`` (a
+    cap), else the model's, raised above the budget so the answer has 1024 tokens of room."""
+    if request.max_tokens is not None:
+        return request.max_tokens
+    if budget is None:
+        return request.model.max_tokens
+    return max(request.model.max_tokens, budget + 1024)
+
+
 def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
     """The keyword arguments of ``messages.create`` for ``request``."""
     model = request.model
@@ -294,10 +314,9 @@ def build_anthropic_params(request: StreamRequest) -> dict[str, Any]:
     stop = stop_sequences(request.extra)
     if stop:
         params["stop_sequences"] = stop
+    params["max_tokens"] = thinking_max_tokens(request, budget)
     if budget is not None:
         params["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        if request.max_tokens is None:  # the model's limit, not a cap: room above the budget
-            params["max_tokens"] = max(params["max_tokens"], budget + 1024)
     else:
         temperature = request.temperature if request.temperature is not None else model.temperature
         if temperature is not None:

@@ -39,6 +39,7 @@ __all__ = [
     "StreamEvent",
     "StreamRequest",
     "cache_targets",
+    "output_ceiling",
 ]
 
 ApiProtocol = Literal[
@@ -210,3 +211,13 @@ class Provider(Protocol):
     def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
         """Yield deltas as they arrive, then one :class:`StreamDone`; raise ``ProviderError``."""
         ...
+
+
+def output_ceiling(provider: Provider | None, request: StreamRequest) -> int:
+    """The output limit ``provider`` sends for ``request``: its own ``output_ceiling`` when it
+    has one (a provider that raises the limit for thinking), else the request's ``max_tokens``
+    or the model's. What an output cap (``ExecutionLimits``) must be compared with."""
+    own = getattr(provider, "output_ceiling", None)
+    if callable(own):
+        return int(own(request))
+    return request.max_tokens or request.model.max_tokens

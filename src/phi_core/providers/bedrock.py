@@ -54,7 +54,7 @@ from ._common import (
     thinking_as_text,
     unchained,
 )
-from .anthropic import JSON_TOOL, thinking_budget
+from .anthropic import JSON_TOOL, thinking_budget, thinking_max_tokens
 from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_targets
 
 __all__ = ["BedrockProvider", "build_converse_params"]
@@ -115,6 +115,11 @@ class BedrockProvider:
 
     def __repr__(self) -> str:
         return f"BedrockProvider(name={self.name!r}, region={self.region!r})"
+
+    def output_ceiling(self, request: StreamRequest) -> int:
+        """The output limit this provider sends for ``request`` (Claude's thinking may raise the
+        model's)."""
+        return thinking_max_tokens(request, _thinking_budget(request))
 
     async def stream(self, request: StreamRequest) -> AsyncIterator[StreamEvent]:
         model = request.model
@@ -275,6 +280,11 @@ def _has_tool_blocks(messages: list[dict[str, Any]]) -> bool:
     )
 
 
+def _thinking_budget(request: StreamRequest) -> int | None:
+    """Claude's thinking budget on Bedrock (other models on Converse take no thinking here)."""
+    return thinking_budget(request) if "anthropic." in request.model.id else None
+
+
 def build_converse_params(request: StreamRequest) -> dict[str, Any]:
     """The keyword arguments of ``converse_stream`` for ``request``."""
     model = request.model
@@ -283,8 +293,8 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
     system: list[dict[str, Any]] = []
     if request.system_prompt:
         system.append({"text": request.system_prompt})
-    inference: dict[str, Any] = {"maxTokens": request.max_tokens or model.max_tokens}
-    budget = thinking_budget(request) if "anthropic." in model.id else None
+    budget = _thinking_budget(request)
+    inference: dict[str, Any] = {"maxTokens": thinking_max_tokens(request, budget)}
     thinking = budget is not None
     tools: list[dict[str, Any]] = [
         {
@@ -327,8 +337,6 @@ def build_converse_params(request: StreamRequest) -> dict[str, Any]:
         params["additionalModelRequestFields"] = {
             "thinking": {"type": "enabled", "budget_tokens": budget}
         }
-        if request.max_tokens is None:  # the model's limit, not a cap: room above the budget
-            inference["maxTokens"] = max(inference["maxTokens"], budget + 1024)
     else:
         temperature = request.temperature if request.temperature is not None else model.temperature
         top_p = request.top_p if request.top_p is not None else model.top_p
