@@ -95,7 +95,7 @@ def step_labels(step: str, candidates: Sequence[Any]) -> list[str]:
     (``#2``). Equal candidates are a mistake. Only known settings are shown — never another
     key of the candidate, which may be a credential."""
     labels = [candidate_label(c) for c in candidates]
-    for label in {x for x in labels if labels.count(x) > 1}:
+    for label in dict.fromkeys(x for x in labels if labels.count(x) > 1):  # in list order
         same = [i for i, x in enumerate(labels) if x == label]
         for a, i in enumerate(same):
             for j in same[a + 1 :]:
