@@ -7,6 +7,7 @@ import inspect
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -231,15 +232,13 @@ class ModelSelector:
             or not hasattr(dataset, "__len__")
             or not hasattr(dataset, "__getitem__")
         ):
+            iterable = hasattr(dataset, "__iter__") and not isinstance(
+                dataset, str | bytes | Mapping
+            )
             raise UserError(
                 "`dataset` must be a sequence (a list) of (input, expected) pairs or "
                 f'{{"input": ..., "expected": ...}} rows, got {type(dataset).__name__}'
-                + (
-                    ": pass list(...) of it."
-                    if hasattr(dataset, "__iter__")
-                    and not isinstance(dataset, str | bytes | Mapping)
-                    else "."
-                )
+                + (": pass list(...) of it." if iterable else ".")
             )
         if len(dataset) == 0:
             raise UserError("The dataset is empty; give at least one (input, expected) pair.")
@@ -584,10 +583,7 @@ def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
 
 def _failure_warning(arena: Arena) -> str:
     """How many evaluations failed (and scored 0), grouped by what raised, with the first one."""
-    kinds: dict[str, int] = {}
-    for message in arena.errors.values():
-        kind = message.split(":", 1)[0]
-        kinds[kind] = kinds.get(kind, 0) + 1
+    kinds = Counter(message.split(":", 1)[0] for message in arena.errors.values())
     grouped = ", ".join(f"{kind} x{count}" for kind, count in sorted(kinds.items()))
     (k, p), first = min(arena.errors.items())
     where = f"first: {arena.names[k]} on dataset item {arena.order[p]}: {first}"
