@@ -5,8 +5,11 @@ limited and held to the budget — against fake vendor servers on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ PRICES = {
     "model-c": {"input_price": 0.1, "output_price": 0.2},
 }
 DATASET = [(f"q{i}", "right") for i in range(10)]
+_ORIGINAL_START, _ORIGINAL_SUBMIT = threading.Thread.start, ThreadPoolExecutor.submit
 
 
 def exact(expected: str, actual: str) -> float:
@@ -140,6 +144,74 @@ async def test_sync_agents_in_worker_threads_are_attributed_to_their_own_cell() 
             dollars(planner, p_in, p_out) + dollars(solver, s_in, s_out)
         )
     assert sum(r.calls for r in result.datapoints) == len(server.reported) == 4 * 6 * 2
+
+
+async def test_calls_an_agent_fans_out_over_its_own_threads_stay_in_their_cell() -> None:
+    pool = ThreadPoolExecutor(max_workers=3)  # made before the run, reused by every cell
+    async with LlmServer(delay=0.002) as server:
+        client = server.openai_sync(api_key="k", max_retries=0)
+
+        def ask(model: str, prompt: str) -> str:
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": prompt}]
+            )
+            return reply.choices[0].message.content or ""
+
+        class FanOutAgent:
+            def __init__(self, models: dict[str, str]) -> None:
+                self.models = models
+
+            def run(self, question: str) -> str:
+                # a plain thread for the plan, the agent's pool for two drafts
+                plan: list[str] = []
+                thread = threading.Thread(
+                    target=lambda: plan.append(ask(self.models["planner"], f"Plan: {question}"))
+                )
+                thread.start()
+                thread.join()
+                drafts = [
+                    pool.submit(ask, self.models["solver"], f"Draft {i}: {question}")
+                    for i in (1, 2)
+                ]
+                return drafts[0].result() if drafts[1].result() else ""
+
+        selector = ModelSelector(
+            FanOutAgent,
+            {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-c"]},
+            DATASET[:5],
+            exact,
+            algorithm="brute_force",
+            max_concurrent=4,
+            cache=False,
+            model_prices=PRICES,
+            model_handles=False,
+        )
+        result = await selector.select_best()
+
+        for row in result.datapoints:
+            planner, solver = (part.split("=")[1] for part in row.combination.split(" + "))
+            question = DATASET[row.datapoint][0]
+            prompts = [(planner, f"Plan: {question}")]
+            prompts += [(solver, f"Draft {i}: {question}") for i in (1, 2)]
+            usage = [(model, *usage_of(model, prompt)) for model, prompt in prompts]
+            assert row.calls == 3
+            assert (row.input_tokens, row.output_tokens) == (
+                sum(u[1] for u in usage),
+                sum(u[2] for u in usage),
+            )
+            assert row.cost_usd == pytest.approx(sum(dollars(*u) for u in usage))
+        assert result.metered_calls == len(server.reported) == 4 * 5 * 3 and not result.warnings
+
+        # the pool's threads were started inside the run's cells; work submitted from outside
+        # any scope while a new scope is open runs in that stale context and is not metered
+        later = InterceptScope(limiter=None)
+        with intercepting(later):
+            outside = contextvars.Context().run(pool.submit, ask, "model-c", "Later: q1")
+            await asyncio.to_thread(outside.result)
+        assert later.calls == [] and len(server.reported) == 4 * 5 * 3 + 1
+    pool.shutdown()
+    assert threading.Thread.start is _ORIGINAL_START
+    assert ThreadPoolExecutor.submit is _ORIGINAL_SUBMIT
 
 
 async def test_cached_calls_are_free_shared_across_combinations_and_a_rerun_sends_nothing(

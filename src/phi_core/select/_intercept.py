@@ -23,11 +23,16 @@ call:
    with the cell it belongs to.
 
 Attribution follows context variables, so it is right under any concurrency: the cell's meter and
-labels are set where the evaluation runs, and copied into worker threads with the context.
+labels are set where the evaluation runs, and copied into worker threads with the context. Threads
+the agent starts itself inside a cell inherit that cell too: while a scope is open,
+``threading.Thread.start`` and ``ThreadPoolExecutor.submit`` called from a scope's context carry
+the caller's context into the new thread or work item (a plain thread would start in an empty
+one), so an agent that fans its calls out over a thread pool is metered like one that does not.
 
-The patch of the clients' ``send`` methods is installed when the first scope opens and removed
-when the last one closes; outside a scope's context (other threads, other tasks) requests pass
-through untouched. Calls made by phi-core's own providers through ``ModelCall`` are metered
+The patches (the clients' ``send`` methods, the two thread entry points) are installed when the
+first scope opens and removed when the last one closes; outside a scope's context (other threads,
+other tasks) requests pass through untouched, and so do requests from a context whose scope has
+closed (a long-lived pool thread started inside an earlier run). Calls made by phi-core's own providers through ``ModelCall`` are metered
 there and left alone here (:func:`~phi_core.metering.call_metered_here`).
 """
 
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import importlib
 import json
@@ -42,6 +48,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +191,7 @@ class InterceptScope:
         self.calls: list[InterceptedCall] = []
         self._lock = threading.Lock()
         self._outside = _Cell(None, None)
+        self._open = 0
 
     @property
     def unpriced(self) -> set[str]:
@@ -445,9 +453,11 @@ def intercepting(scope: InterceptScope) -> Iterator[InterceptScope]:
             scope.loop = asyncio.get_running_loop()
     _install()
     token = _scope.set(scope)
+    scope._open += 1
     try:
         yield scope
     finally:
+        scope._open -= 1
         _scope.reset(token)
         _uninstall()
 
@@ -455,7 +465,7 @@ def intercepting(scope: InterceptScope) -> Iterator[InterceptScope]:
 def active_scope() -> InterceptScope | None:
     """The interception scope of this context, unless the call path meters its own calls."""
     scope = _scope.get()
-    return None if scope is None or call_metered_here() else scope
+    return None if scope is None or not scope._open or call_metered_here() else scope
 
 
 def _install() -> None:
@@ -473,6 +483,35 @@ def _install() -> None:
                 continue
             _restore.append(patch_module(module))
         _restore.append(patch_google())
+        _restore.append(_patch_threads())
+
+
+def _patch_threads() -> Callable[[], None]:
+    """Make threads started, and work submitted to thread pools, from a scope's context run in a
+    copy of that context (see the module docstring); returns the function that undoes it."""
+    start, submit = threading.Thread.start, ThreadPoolExecutor.submit
+
+    def start_in_context(self: threading.Thread) -> None:
+        if _scope.get() is not None:
+            run, context = self.run, contextvars.copy_context()
+            self.run = lambda: context.run(run)  # type: ignore[method-assign]
+        start(self)
+
+    def submit_in_context(
+        self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Future[Any]:
+        if _scope.get() is None:
+            return submit(self, fn, *args, **kwargs)
+        return submit(self, contextvars.copy_context().run, fn, *args, **kwargs)
+
+    threading.Thread.start = start_in_context  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = submit_in_context  # type: ignore[method-assign]
+
+    def restore() -> None:
+        threading.Thread.start = start  # type: ignore[method-assign]
+        ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+
+    return restore
 
 
 def _uninstall() -> None:
