@@ -505,7 +505,7 @@ def _patch_threads() -> Callable[[], None]:
         return submit(self, contextvars.copy_context().run, fn, *args, **kwargs)
 
     threading.Thread.start = start_in_context  # type: ignore[method-assign]
-    ThreadPoolExecutor.submit = submit_in_context  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = submit_in_context  # type: ignore[method-assign, assignment]
 
     def restore() -> None:
         threading.Thread.start = start  # type: ignore[method-assign]
