@@ -46,6 +46,40 @@ def by_name(result: Any) -> dict[str, Any]:
     return {c.name: c for c in result.combinations}
 
 
+TWO_STEPS = {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-c"]}
+
+
+async def brute_force_two_steps(agent: Any, datapoints: int, max_concurrent: int) -> Any:
+    """Every planner x solver combination of :data:`TWO_STEPS` on the first datapoints."""
+    selector = ModelSelector(
+        agent,
+        TWO_STEPS,
+        DATASET[:datapoints],
+        exact,
+        algorithm="brute_force",
+        max_concurrent=max_concurrent,
+        cache=False,
+        model_prices=PRICES,
+        model_handles=False,
+    )
+    return await selector.select_best()
+
+
+def assert_rows_billed(result: Any, prompts: Any) -> None:
+    """Each per-datapoint row holds exactly the calls ``prompts(planner, solver, question)``
+    lists as ``(model, prompt)``: their tokens and dollars, and nothing else."""
+    for row in result.datapoints:
+        planner, solver = (part.split("=")[1] for part in row.combination.split(" + "))
+        sent = prompts(planner, solver, DATASET[row.datapoint][0])
+        usage = [(model, *usage_of(model, prompt)) for model, prompt in sent]
+        assert row.calls == len(sent)
+        assert (row.input_tokens, row.output_tokens) == (
+            sum(u[1] for u in usage),
+            sum(u[2] for u in usage),
+        )
+        assert row.cost_usd == pytest.approx(sum(dollars(*u) for u in usage))
+
+
 async def test_concurrent_combinations_are_metered_exactly_as_the_server_billed_each() -> None:
     async with LlmServer(delay=0.005) as server:
         client = server.openai(api_key="sk-test", max_retries=0)
@@ -121,28 +155,9 @@ async def test_sync_agents_in_worker_threads_are_attributed_to_their_own_cell() 
                 )
                 return "".join(c.choices[0].delta.content or "" for c in reply if c.choices)
 
-        selector = ModelSelector(
-            SyncAgent,
-            {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-c"]},
-            DATASET[:6],
-            exact,
-            algorithm="brute_force",
-            max_concurrent=8,
-            cache=False,
-            model_prices=PRICES,
-            model_handles=False,
-        )
-        result = await selector.select_best()
+        result = await brute_force_two_steps(SyncAgent, datapoints=6, max_concurrent=8)
 
-    for row in result.datapoints:
-        planner, solver = (part.split("=")[1] for part in row.combination.split(" + "))
-        question = DATASET[row.datapoint][0]
-        p_in, p_out = usage_of(planner, f"Plan: {question}")
-        s_in, s_out = usage_of(solver, f"c1 Answer: {question}")
-        assert (row.input_tokens, row.output_tokens) == (p_in + s_in, p_out + s_out)
-        assert row.cost_usd == pytest.approx(
-            dollars(planner, p_in, p_out) + dollars(solver, s_in, s_out)
-        )
+    assert_rows_billed(result, lambda p, s, q: [(p, f"Plan: {q}"), (s, f"c1 Answer: {q}")])
     assert sum(r.calls for r in result.datapoints) == len(server.reported) == 4 * 6 * 2
 
 
@@ -175,31 +190,12 @@ async def test_calls_an_agent_fans_out_over_its_own_threads_stay_in_their_cell()
                 ]
                 return drafts[0].result() if drafts[1].result() else ""
 
-        selector = ModelSelector(
-            FanOutAgent,
-            {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-c"]},
-            DATASET[:5],
-            exact,
-            algorithm="brute_force",
-            max_concurrent=4,
-            cache=False,
-            model_prices=PRICES,
-            model_handles=False,
-        )
-        result = await selector.select_best()
+        result = await brute_force_two_steps(FanOutAgent, datapoints=5, max_concurrent=4)
 
-        for row in result.datapoints:
-            planner, solver = (part.split("=")[1] for part in row.combination.split(" + "))
-            question = DATASET[row.datapoint][0]
-            prompts = [(planner, f"Plan: {question}")]
-            prompts += [(solver, f"Draft {i}: {question}") for i in (1, 2)]
-            usage = [(model, *usage_of(model, prompt)) for model, prompt in prompts]
-            assert row.calls == 3
-            assert (row.input_tokens, row.output_tokens) == (
-                sum(u[1] for u in usage),
-                sum(u[2] for u in usage),
-            )
-            assert row.cost_usd == pytest.approx(sum(dollars(*u) for u in usage))
+        assert_rows_billed(
+            result,
+            lambda p, s, q: [(p, f"Plan: {q}"), (s, f"Draft 1: {q}"), (s, f"Draft 2: {q}")],
+        )
         assert result.metered_calls == len(server.reported) == 4 * 5 * 3 and not result.warnings
 
         # the pool's threads were started inside the run's cells; work submitted from outside
