@@ -583,9 +583,10 @@ def _also_rans_and_one_miss(n: int) -> Arena:
 
 def test_a_field_that_never_beats_the_leader_lets_the_guard_drop_a_one_miss_arm_sooner() -> None:
     """With 50 questions left, one loss and no win: Jeffreys' direction gives 7.7 % to end
-    level (kept, as in the exact-guard test above). The held-out field lost all of its ~48
-    disagreements with the leader, so the fitted prior (strength 10) says a challenger wins
-    about 1 in 22 of them: the arm's chance drops under ``tie_risk`` and the guard lets it go."""
+    level (kept, as in the exact-guard test above). The held-out field lost all of its 49
+    disagreements with the leader: the fitted prior is homogeneous, so its strength is capped
+    by the rows' mean held-out record (49 / 14 = 3.5 pseudo-disagreements, all lost): the
+    arm's chance drops under ``tie_risk`` and the guard lets it go."""
     arena = _also_rans_and_one_miss(150)
     survivors = list(range(14))
     plain, tolerance, leader = RegretRace()._judge(arena, survivors, 150)
@@ -595,7 +596,7 @@ def test_a_field_that_never_beats_the_leader_lets_the_guard_drop_a_one_miss_arm_
     assert math.isinf(plain[1])  # kept under Jeffreys
     assert fitted[1] < tolerance[1]  # dropped under the fitted prior
     (n, a, b) = race.direction_priors[-1]
-    assert n == 150 and a == 0.5 and b == 10.5  # share 0, the full strength
+    assert n == 150 and a == 0.5 and b == pytest.approx(4.0)  # share 0, strength 3.5
     assert _ends_level(np.array([0.0]), np.array([1.0]), 150, 200, (a, b))[0] < 0.05
 
 
@@ -614,10 +615,10 @@ def test_the_direction_prior_only_pulls() -> None:
     race = RegretRace(direction_prior=10.0, direction_loss=True, tie_risk=0.0)  # cost only
     loss, _, leader = race._judge(arena, [0, 1, 2, 3], 40)
     assert leader == 1
-    assert race.direction_priors == [(40, 10.5, 0.5)]
+    assert race.direction_priors == [(40, 5.5, 0.5)]  # strength: 20 held out / 4 rows
     wins, losses, shift = np.array([2.0, 0.0]), np.array([6.0, 0.0]), np.zeros(2)
     jeffreys = _expected_margin_excess(wins, losses, shift, 40, 200, (0.5, 0.5))
-    favoured = _expected_margin_excess(wins, losses, shift, 40, 200, (10.5, 0.5))
+    favoured = _expected_margin_excess(wins, losses, shift, 40, 200, (5.5, 0.5))
     assert (favoured > jeffreys).all()
     assert loss[[0, 2]] == pytest.approx(jeffreys)
 
@@ -625,8 +626,10 @@ def test_the_direction_prior_only_pulls() -> None:
 def test_the_exact_expected_cost_under_the_fitted_prior_drops_two_loss_also_rans_at_n_20() -> None:
     """Arm elimination's savings in near-perfect worlds: at n = 20 it drops arms with two
     misses against a perfect leader. The normal expected cost keeps them (two losses are weak
-    evidence per pair); under the prior fitted on a field that never wins a disagreement the
-    exact expected cost is below the tolerance."""
+    evidence per pair); under a pooled prior of strength 10 fitted on a field that never wins
+    a disagreement the exact expected cost is below the tolerance and the guard's chance of
+    ending level below ``tie_risk``. The hierarchical fit caps the strength at the rows' mean
+    held-out record (about two here), too weak to drop them."""
     rng = np.random.default_rng(1)
     scores = np.ones((30, 200))
     for k in range(1, 30):
@@ -636,11 +639,16 @@ def test_the_exact_expected_cost_under_the_fitted_prior_drops_two_loss_also_rans
     asyncio.run(arena.evaluate_prefix(range(30), 20))
     survivors = list(range(30))
     plain, tolerance, _ = RegretRace()._judge(arena, survivors, 20)
-    jeffreys, _, _ = RegretRace(direction_prior=10.0, direction_loss=True)._judge(
-        arena, survivors, 20
-    )
+    pooled = RegretRace(direction_prior=10.0, direction_fit="pooled", direction_loss=True)
+    fitted, _, _ = pooled._judge(arena, survivors, 20)
+    hierarchical = RegretRace(direction_prior=10.0, direction_loss=True)
+    weak, _, _ = hierarchical._judge(arena, survivors, 20)
     assert (plain[1:] > tolerance[1:]).all()  # all kept by the default
-    assert (jeffreys[1:] < tolerance[1:]).all()  # all dropped under the fitted prior
+    assert pooled.direction_priors == [(20, 0.5, 10.5)]
+    assert (fitted[1:] < tolerance[1:]).all()  # all dropped under the pooled prior
+    (_, a, b) = hierarchical.direction_priors[0]
+    assert a == 0.5 and 1.5 < b < 3.0
+    assert (weak[1:] > tolerance[1:]).all()
 
 
 async def test_the_direction_prior_off_is_the_plain_race() -> None:

@@ -324,9 +324,11 @@ def _fit_direction(
     a disagreement), and ``s = 1 / rho - 1`` capped at ``strength``: a homogeneous field (every
     row wins about the same share) gets the full strength, a heterogeneous one (near-tied
     contenders near 1/2, also-rans near 0) a weak prior; with no row of two or more
-    disagreements there is nothing to tell them apart and ``s = 0``. Either way ``s`` is at most
-    the number of held-out disagreements, and with fewer than two of them the prior is
-    Jeffreys'."""
+    disagreements there is nothing to tell them apart and ``s = 0``; and since a few
+    disagreements per row cannot resolve the spread, ``s`` is at most the rows' mean number of
+    held-out disagreements (the prior never outweighs a typical row's own record). Either way
+    ``s`` is at most the number of held-out disagreements, and with fewer than two of them the
+    prior is Jeffreys'."""
     total = float(splits.sum())
     if total < 2 or strength <= 0:
         return 0.5, 0.5
@@ -342,6 +344,9 @@ def _fit_direction(
             observed = float((d * (p - share) ** 2).sum()) / (share * (1 - share))
             rho = (observed - (len(d) - 1)) / spread
             size = strength if rho <= 0 else min(strength, max(0.0, 1 / rho - 1))
+        # a few disagreements per row cannot resolve the spread: the prior never counts for
+        # more than the rows' mean held-out record
+        size = min(size, total / len(splits))
     size = min(size, total)
     return 0.5 + size * share, 0.5 + size * (1 - share)
 
@@ -790,8 +795,9 @@ class RegretRace(SelectionAlgorithm):
     def _direction(self, x: np.ndarray, cost: np.ndarray, n: int) -> tuple[float, float]:
         """Point 12: the cross-fitted empirical-Bayes direction prior of this look (recorded in
         :attr:`direction_priors`)."""
-        acc = x.mean(axis=1)
-        order = np.lexsort((np.arange(len(x)), cost, -acc))
+        # ties on a half are broken by cost and position only: ranking them by accuracy on the
+        # whole prefix would bring the other half's luck back in
+        order = np.lexsort((np.arange(len(x)), cost))
         rank = np.empty(len(x), dtype=np.int64)
         rank[order] = np.arange(len(x))
         wins, splits = _held_out_records(x, rank)
