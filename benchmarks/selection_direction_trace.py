@@ -31,9 +31,14 @@ class TracingRace(RegretRace):
     """A ``RegretRace`` that records every elimination: look, arm, record against the leader,
     the fitted direction prior and the chance of ending level under it and under Jeffreys'."""
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, full: np.ndarray, **params: Any) -> None:
         super().__init__(**params)
+        self.full = full
+        """Every combination's full-data 0/1 scores (to measure the true share)."""
         self.drops: list[dict[str, Any]] = []
+        self.shares: dict[int, tuple[float, float]] = {}
+        """Per look: the survivors' pooled share of disagreements won against the leader, on
+        the prefix (in sample) and on the full data (the truth the prior estimates)."""
 
     def _judge(self, arena: Arena, active: list[int], n: int) -> tuple[np.ndarray, np.ndarray, int]:
         loss, tolerance, leader = super()._judge(arena, active, n)
@@ -45,6 +50,13 @@ class TracingRace(RegretRace):
         x = arena.scores[np.asarray(active, dtype=np.int64), :n]
         wins = ((x == 1.0) & (x[leader] == 0.0)).sum(axis=1).astype(float)
         losses = ((x == 0.0) & (x[leader] == 1.0)).sum(axis=1).astype(float)
+        y = self.full[np.asarray(active, dtype=np.int64)]
+        true_wins = ((y == 1.0) & (y[leader] == 0.0)).sum()
+        true_splits = (y != y[leader]).sum()
+        self.shares[n] = (
+            float(wins.sum()) / max(float((wins + losses).sum()), 1.0),
+            float(true_wins) / max(float(true_splits), 1.0),
+        )
         rows = np.flatnonzero(drop)
         total = arena.n_datapoints
         plain = _ends_level(wins[rows], losses[rows], n, total)
@@ -69,7 +81,7 @@ class TracingRace(RegretRace):
 def run(m: Matrices, seed: int, params: dict[str, Any]) -> tuple[int, Arena, TracingRace]:
     names = [m.space.name(k) for k in range(m.shape[0])]
     arena = Arena(m.shape[0], m.shape[1], ReplayEvaluator(m), seed=seed, names=names)
-    race = TracingRace(**params)
+    race = TracingRace(m.accuracy[np.asarray(m.rows)], **params)
     pick = asyncio.run(run_algorithm(race, arena, m.space))
     return pick, arena, race
 
@@ -90,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             params[key] = value
     print(f"candidate: {params}")
     for kind in args.worlds.split(","):
-        looks: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        looks: dict[int, list[tuple[float, ...]]] = defaultdict(list)
         evals = {"default": np.zeros(len(BUCKETS)), "candidate": np.zeros(len(BUCKETS))}
         found = {"default": 0, "candidate": 0}
         misses: list[str] = []
@@ -111,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                     for b, (lo, hi) in enumerate(BUCKETS):
                         sel = (behind >= lo - 1e-9) & (behind <= hi + 1e-9)
                         evals[label][b] += counts[sel].sum()
-                for n, a, b_ in picks["candidate"][1].direction_priors:
-                    looks[n].append((a, b_))
+                traced = picks["candidate"][1]
+                for n, a, b_ in traced.direction_priors:
+                    looks[n].append((a, b_, *traced.shares[n]))
                 if picks["default"][0] == best and picks["candidate"][0] != best:
                     event = [d for d in picks["candidate"][1].drops if d["arm"] == best]
                     where = event[0] if event else "not dropped (tie broken otherwise)"
@@ -134,12 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         print("evaluations per run by full-data distance to the best (0-2, 3-7, 8-20, 21+ q):")
         for label, e in evals.items():
             print(f"  {label}: " + ", ".join(f"{v / runs:.0f}" for v in e))
-        print("fitted prior per look (n: mean share a/(a+b), mean strength a+b, looks):")
+        print(
+            "per look, means over the runs (n: prior a/(a+b), prior strength a+b; the survivors' "
+            "share of disagreements won against the leader in sample / on the full data; looks):"
+        )
         for n in sorted(looks):
             ab = np.array(looks[n])
             if n in (6, 10, 21, 44, 64, 92, 133, 159, 191):
-                share = ab[:, 0] / ab.sum(axis=1)
-                print(f"  n={n}: {share.mean():.3f}, {ab.sum(axis=1).mean():.2f} ({len(ab)})")
+                prior = ab[:, 0] / (ab[:, 0] + ab[:, 1])
+                print(
+                    f"  n={n}: {prior.mean():.3f}, {(ab[:, 0] + ab[:, 1]).mean():.2f}; "
+                    f"{ab[:, 2].mean():.3f} / {ab[:, 3].mean():.3f} ({len(ab)})"
+                )
         print("runs the candidate misses and the default finds:")
         print("\n".join(misses) or "  none")
     return 0

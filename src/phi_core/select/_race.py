@@ -474,6 +474,27 @@ class RegretRace(SelectionAlgorithm):
        also-rans only 3-6 % sooner (the variance it removes there is 10-20 %), and on
        AgentOpt's HotpotQA it lost one seed of 50, where a small stratum with no disagreement
        so far looked certain (the family README's round 4).
+    12. *A cross-fitted empirical-Bayes direction prior* (``direction_prior``, default 0 = off).
+       Point 10 gives every pair the Jeffreys direction ``Beta(1/2, 1/2)``; this replaces it
+       by one fitted on the field at each look. The prefix is split by position parity into
+       halves A and B; the best survivor on A (ties by cost, then position: never by the
+       other half) is the leader whose disagreements with every other survivor are counted on
+       B, and B -> A the same way, so a lucky leader does not carry its luck into the fit. The
+       prior is Jeffreys' plus ``s`` pseudo-disagreements at the pooled held-out share ``mu``
+       won by the challengers: ``direction_fit="beta"`` (hierarchical) takes ``s`` from a
+       moment estimate of the beta population's spread with the binomial noise removed
+       (heterogeneous field: weak prior), at most ``direction_prior`` and at most the
+       survivors' mean held-out record; ``"pooled"`` takes ``s = direction_prior``. Fewer than
+       two held-out disagreements leave Jeffreys'. The prior only pulls: the guard's chance of
+       ending level, and with ``direction_loss=True`` the expected opportunity cost — then
+       taken from the same exact end game instead of the normal model — are the smaller of
+       the prior's and Jeffreys'. Used only on 0/1 scores, without ``additive_prior`` or
+       ``strata`` (a ``strata`` race refuses it). Off by default: on the world family
+       (round 5 of its README) the guard-only form changes almost nothing and the cost form
+       buys savings with the near-tied best, as arm elimination does; the cross-fitted share
+       shows why — once the winner's curse is removed, the field is *not* dominated by the
+       leader early in the race, so no honest direction prior can say what arm elimination
+       bets on.
 
     Points 7 to 10 were chosen on the world family of ``benchmarks/selection_family.py`` (tuning
     world seeds only) by a rule fixed before the report run: the most world types at least as
