@@ -78,10 +78,34 @@ class TracingRace(RegretRace):
         return loss, tolerance, leader
 
 
-def run(m: Matrices, seed: int, params: dict[str, Any]) -> tuple[int, Arena, TracingRace]:
+class OracleTracingRace(TracingRace):
+    """Diagnosis only, not a selector: the direction prior at each look is Jeffreys' plus
+    ``direction_prior`` pseudo-disagreements at the survivors' *true* (full-data) share of
+    disagreements won against the leader — what the best possible estimate of that share
+    would give."""
+
+    def _direction(self, x: np.ndarray, cost: np.ndarray, n: int) -> tuple[float, float]:
+        share = self._oracle_share
+        a = 0.5 + self.direction_prior * share
+        b = 0.5 + self.direction_prior * (1 - share)
+        self.direction_priors.append((n, a, b))
+        return a, b
+
+    def _judge(self, arena: Arena, active: list[int], n: int) -> tuple[np.ndarray, np.ndarray, int]:
+        y = self.full[np.asarray(active, dtype=np.int64)]
+        leader = active.index(self._leader(arena, active))
+        splits = float((y != y[leader]).sum())
+        self._oracle_share = float(((y == 1.0) & (y[leader] == 0.0)).sum()) / max(splits, 1.0)
+        return super()._judge(arena, active, n)
+
+
+def run(
+    m: Matrices, seed: int, params: dict[str, Any], oracle: bool = False
+) -> tuple[int, Arena, TracingRace]:
     names = [m.space.name(k) for k in range(m.shape[0])]
     arena = Arena(m.shape[0], m.shape[1], ReplayEvaluator(m), seed=seed, names=names)
-    race = TracingRace(m.accuracy[np.asarray(m.rows)], **params)
+    kind = OracleTracingRace if oracle and params else TracingRace
+    race = kind(m.accuracy[np.asarray(m.rows)], **params)
     pick = asyncio.run(run_algorithm(race, arena, m.space))
     return pick, arena, race
 
@@ -92,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world-seeds", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=12)
     parser.add_argument("--candidate", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--oracle", action="store_true", help="diagnosis: the prior at the true full-data share"
+    )
     args = parser.parse_args(argv)
     params: dict[str, Any] = {}
     for item in args.candidate:
@@ -105,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         looks: dict[int, list[tuple[float, ...]]] = defaultdict(list)
         evals = {"default": np.zeros(len(BUCKETS)), "candidate": np.zeros(len(BUCKETS))}
         found = {"default": 0, "candidate": 0}
+        saved = {"default": 0.0, "candidate": 0.0}
         misses: list[str] = []
         runs = 0
         for ws in range(args.world_seeds):
@@ -116,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs += 1
                 picks = {}
                 for label, p in (("default", {}), ("candidate", params)):
-                    pick, arena, race = run(m, seed, p)
+                    pick, arena, race = run(m, seed, p, args.oracle)
                     picks[label] = (pick, race)
                     found[label] += pick == best
+                    saved[label] += 100 * (1 - arena.cost_spent / float(m.cost.sum()))
                     counts = np.array([arena.count(k) for k in range(m.shape[0])])
                     for b, (lo, hi) in enumerate(BUCKETS):
                         sel = (behind >= lo - 1e-9) & (behind <= hi + 1e-9)
@@ -143,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"best dropped at {where}"
                     )
         print(f"\n## {kind} ({runs} runs)")
-        print(f"found: default {found['default']}, candidate {found['candidate']}")
+        print(
+            f"found: default {found['default']}, candidate {found['candidate']}; saved %: "
+            f"default {saved['default'] / runs:.1f}, candidate {saved['candidate'] / runs:.1f}"
+        )
         print("evaluations per run by full-data distance to the best (0-2, 3-7, 8-20, 21+ q):")
         for label, e in evals.items():
             print(f"  {label}: " + ", ".join(f"{v / runs:.0f}" for v in e))
