@@ -162,6 +162,7 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"direction_prior": -1.0}, "direction_prior"),
         ({"direction_fit": "mixture"}, "direction_fit"),
         ({"direction_prior": 2.0, "strata": 2}, "strata"),
+        ({"direction_prior": 2.0, "exact_guard": False}, "exact_guard"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:

@@ -206,9 +206,10 @@ def _future_margins(
     wrong) and ``losses[i]``. The number of future disagreements ``M = W + L`` is beta-binomial
     under the Jeffreys posterior of the disagreement rate, ``Beta(d + 1/2, n - d + 1/2)`` with
     ``d = wins + losses``, and ``W`` given ``M`` is beta-binomial under the posterior of the
-    direction, ``Beta(wins + a, losses + b)`` with the prior ``direction = (a, b)`` (Jeffreys,
-    ``(1/2, 1/2)``, unless an empirical-Bayes prior is given). Beta-binomial predictives are exact for a
-    finite population (the Polya urn): no normal approximation, floor or continuity correction.
+    direction, ``Beta(wins + a, losses + b)`` with the prior ``direction = (a, b)`` (Jeffreys',
+    ``(1/2, 1/2)``, unless an empirical-Bayes prior is given). Beta-binomial predictives are
+    exact for a finite population (the Polya urn): no normal approximation, floor or continuity
+    correction.
 
     A row is NaN where the sum is not worth it or not representable: ``M`` may exceed
     ``_EXACT_SUPPORT`` (many disagreements still to come, where the normal tail is accurate
@@ -546,6 +547,11 @@ class RegretRace(SelectionAlgorithm):
             )
         if direction_fit not in ("beta", "pooled"):
             raise UserError(f"direction_fit must be 'beta' or 'pooled', got {direction_fit!r}.")
+        if direction_prior > 0 and not (exact_guard or direction_loss):
+            raise UserError(
+                "direction_prior acts on the exact end game: it needs exact_guard=True or "
+                "direction_loss=True."
+            )
         if direction_prior > 0 and strata > 1:
             raise UserError(
                 "direction_prior works on a shared prefix and cannot be combined with strata > 1; "
