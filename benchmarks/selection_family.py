@@ -188,16 +188,24 @@ def markdown(result: dict[str, Any]) -> str:
 def _candidate(
     parser: argparse.ArgumentParser, spec: str
 ) -> tuple[str, tuple[str, dict[str, Any]]]:
-    """``NAME=ALGO:KEY=VALUE,...`` -> (NAME, (ALGO, {KEY: float(VALUE)}))."""
+    """``NAME=ALGO:KEY=VALUE,...`` -> (NAME, (ALGO, {KEY: VALUE})): a number where VALUE reads
+    as one, else the word itself (e.g. ``direction_fit=pooled``)."""
     name, _, rest = spec.partition("=")
     algo, _, params = rest.partition(":")
+
+    def value(text: str) -> float | str:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
     try:
         values = {
-            key: float(value)
-            for key, value in (item.split("=", 1) for item in params.split(",") if item)
+            key: value(text)
+            for key, text in (item.split("=", 1) for item in params.split(",") if item)
         }
     except ValueError:
-        parser.error(f"--candidate {spec!r}: expected NAME=ALGO:KEY=VALUE,... with numeric values")
+        parser.error(f"--candidate {spec!r}: expected NAME=ALGO:KEY=VALUE,...")
     if not name or not algo:
         parser.error(f"--candidate {spec!r}: expected NAME=ALGO:KEY=VALUE,...")
     return name, (algo, values)
