@@ -189,7 +189,7 @@ def _candidate(
     parser: argparse.ArgumentParser, spec: str
 ) -> tuple[str, tuple[str, dict[str, Any]]]:
     """``NAME=ALGO:KEY=VALUE,...`` -> (NAME, (ALGO, {KEY: VALUE})): a number where VALUE reads
-    as one, else the word itself (e.g. ``direction_fit=pooled``)."""
+    as one, else the word itself (e.g. ``algorithm=hill_climbing``)."""
     name, _, rest = spec.partition("=")
     algo, _, params = rest.partition(":")
 

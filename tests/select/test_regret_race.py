@@ -26,10 +26,7 @@ from phi_core.select._race import (
     _ends_level,
     _ends_level_strata,
     _expected_excess,
-    _expected_margin_excess,
-    _fit_direction,
     _future_margins,
-    _held_out_records,
 )
 
 from .agents import Counting
@@ -159,10 +156,6 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"strata_share": 1.5}, "strata_share"),
         ({"scout_cost": -0.1}, "scout_cost"),
         ({"scout_at": -1}, "scout_at"),
-        ({"direction_prior": -1.0}, "direction_prior"),
-        ({"direction_fit": "mixture"}, "direction_fit"),
-        ({"direction_prior": 2.0, "strata": 2}, "strata"),
-        ({"direction_prior": 2.0, "exact_guard": False}, "exact_guard"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -526,150 +519,3 @@ async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
     assert [(c.name, c.evaluations) for c in resumed.combinations] == [
         (c.name, c.evaluations) for c in reference.combinations
     ]
-
-
-# -- point 12: the cross-fitted empirical-Bayes direction prior
-
-
-def test_held_out_records_count_against_the_leader_of_the_other_half() -> None:
-    """Arm 0 is perfect on the even positions (half A) and wrong on two odd ones; arm 1 is the
-    reverse. On the whole prefix arm 0 leads (ties go to rank 0), but cross-fitted, A's leader
-    (arm 0) is judged on B, where arm 1 beats it twice, and B's leader (arm 1) on A, where
-    arm 0 beats it once. A third arm, wrong everywhere, loses every disagreement."""
-    x = np.ones((3, 8))
-    x[0, [1, 3]] = 0.0
-    x[1, [0]] = 0.0
-    x[2] = 0.0
-    wins, splits = _held_out_records(x, np.array([0, 1, 2]))
-    # arm 0: led half A, so only judged on A against B's leader (arm 1): 1 win in 1 split
-    # arm 1: led half B, so only judged on B against A's leader (arm 0): 2 wins in 2 splits
-    # arm 2: on B against arm 0 (2 splits, arm 0 is wrong at 1 and 3: those are level) and on
-    # A against arm 1 (3 splits: arm 1 is wrong at 0)
-    assert wins.tolist() == [1.0, 2.0, 0.0]
-    assert splits.tolist() == [1.0, 2.0, 2.0 + 3.0]
-
-
-def test_the_direction_prior_is_strong_for_a_homogeneous_field_and_weak_for_a_mixed_one() -> None:
-    # every arm wins about a tenth of its disagreements: the full strength at the pooled share
-    wins = np.array([1.0, 1.0, 2.0, 1.0, 0.0, 1.0])
-    splits = np.array([10.0, 9.0, 12.0, 11.0, 8.0, 10.0])
-    a, b = _fit_direction(wins, splits, 10.0, "beta")
-    share = wins.sum() / splits.sum()
-    assert (a, b) == pytest.approx((0.5 + 10 * share, 0.5 + 10 * (1 - share)))
-    # also-rans that never win beside contenders that win half: a weak prior
-    mixed_w = np.array([0.0, 0.0, 0.0, 0.0, 6.0, 5.0])
-    a, b = _fit_direction(mixed_w, splits, 10.0, "beta")
-    assert a + b < 2.0
-    # pooled: the full strength regardless; never more than the disagreements held out
-    a, b = _fit_direction(mixed_w, splits, 10.0, "pooled")
-    assert a + b == pytest.approx(11.0)
-    assert sum(_fit_direction(np.array([0.0]), np.array([3.0]), 10.0, "pooled")) == 4.0
-    # fewer than two disagreements held out, or one each: Jeffreys
-    assert _fit_direction(np.array([0.0]), np.array([1.0]), 10.0, "pooled") == (0.5, 0.5)
-    assert _fit_direction(np.zeros(4), np.ones(4), 10.0, "beta") == (0.5, 0.5)
-
-
-def _also_rans_and_one_miss(n: int) -> Arena:
-    """A perfect leader, an arm with one miss (question 20) and twelve also-rans that each miss
-    four questions of the first 100 and never beat the leader: 200 questions in order."""
-    rng = np.random.default_rng(5)
-    scores = np.ones((14, 200))
-    scores[1, 20] = 0.0
-    for k in range(2, 14):
-        scores[k, rng.choice(100, 4, replace=False)] = 0.0
-    arena = Arena(14, 200, MatrixEvaluator(scores), seed=0, shuffle=False)
-    asyncio.run(arena.evaluate_prefix(range(14), n))
-    return arena
-
-
-def test_a_field_that_never_beats_the_leader_lets_the_guard_drop_a_one_miss_arm_sooner() -> None:
-    """With 50 questions left, one loss and no win: Jeffreys' direction gives 7.7 % to end
-    level (kept, as in the exact-guard test above). The held-out field lost all of its 49
-    disagreements with the leader: the fitted prior is homogeneous, so its strength is capped
-    by the rows' mean held-out record (49 / 14 = 3.5 pseudo-disagreements, all lost): the
-    arm's chance drops under ``tie_risk`` and the guard lets it go."""
-    arena = _also_rans_and_one_miss(150)
-    survivors = list(range(14))
-    plain, tolerance, leader = RegretRace()._judge(arena, survivors, 150)
-    race = RegretRace(direction_prior=10.0)
-    fitted, _, _ = race._judge(arena, survivors, 150)
-    assert leader == 0
-    assert math.isinf(plain[1])  # kept under Jeffreys
-    assert fitted[1] < tolerance[1]  # dropped under the fitted prior
-    (n, a, b) = race.direction_priors[-1]
-    assert n == 150 and a == 0.5 and b == pytest.approx(4.0)  # share 0, strength 3.5
-    assert _ends_level(np.array([0.0]), np.array([1.0]), 150, 200, (a, b))[0] < 0.05
-
-
-def test_the_direction_prior_only_pulls() -> None:
-    """A prior that would favour the challengers (they won every held-out disagreement) is not
-    allowed to keep an arm longer than Jeffreys' direction: the exact expected cost is the
-    smaller of the two, here Jeffreys'."""
-    # arm 0 leads half A (even positions) and loses six on half B to arms 1-3; arm 1 leads
-    # half B and loses two on half A to arm 0: 20 held-out disagreements, all won by the
-    # challenger. On the whole prefix arm 1 leads (38 of 40; arms 2, 3 are its twins).
-    x = np.ones((4, 200))
-    x[0, [1, 3, 5, 7, 9, 11]] = 0.0
-    x[1:, [0, 2]] = 0.0
-    arena = Arena(4, 200, MatrixEvaluator(x), seed=0, shuffle=False)
-    asyncio.run(arena.evaluate_prefix(range(4), 40))
-    race = RegretRace(direction_prior=10.0, direction_loss=True, tie_risk=0.0)  # cost only
-    loss, _, leader = race._judge(arena, [0, 1, 2, 3], 40)
-    assert leader == 1
-    assert race.direction_priors == [(40, 5.5, 0.5)]  # strength: 20 held out / 4 rows
-    wins, losses, shift = np.array([2.0, 0.0]), np.array([6.0, 0.0]), np.zeros(2)
-    jeffreys = _expected_margin_excess(wins, losses, shift, 40, 200, (0.5, 0.5))
-    favoured = _expected_margin_excess(wins, losses, shift, 40, 200, (5.5, 0.5))
-    assert (favoured > jeffreys).all()
-    assert loss[[0, 2]] == pytest.approx(jeffreys)
-
-
-def test_the_exact_expected_cost_under_the_fitted_prior_drops_two_loss_also_rans_at_n_20() -> None:
-    """Arm elimination's savings in near-perfect worlds: at n = 20 it drops arms with two
-    misses against a perfect leader. The normal expected cost keeps them (two losses are weak
-    evidence per pair); under a pooled prior of strength 10 fitted on a field that never wins
-    a disagreement the exact expected cost is below the tolerance and the guard's chance of
-    ending level below ``tie_risk``. The hierarchical fit caps the strength at the rows' mean
-    held-out record (about two here), too weak to drop them."""
-    rng = np.random.default_rng(1)
-    scores = np.ones((30, 200))
-    for k in range(1, 30):
-        scores[k, rng.choice(20, 2, replace=False)] = 0.0
-        scores[k, 20 + rng.choice(180, 8, replace=False)] = 0.0
-    arena = Arena(30, 200, MatrixEvaluator(scores), seed=0, shuffle=False)
-    asyncio.run(arena.evaluate_prefix(range(30), 20))
-    survivors = list(range(30))
-    plain, tolerance, _ = RegretRace()._judge(arena, survivors, 20)
-    pooled = RegretRace(direction_prior=10.0, direction_fit="pooled", direction_loss=True)
-    fitted, _, _ = pooled._judge(arena, survivors, 20)
-    hierarchical = RegretRace(direction_prior=10.0, direction_loss=True)
-    weak, _, _ = hierarchical._judge(arena, survivors, 20)
-    assert (plain[1:] > tolerance[1:]).all()  # all kept by the default
-    assert pooled.direction_priors == [(20, 0.5, 10.5)]
-    assert (fitted[1:] < tolerance[1:]).all()  # all dropped under the pooled prior
-    (_, a, b) = hierarchical.direction_priors[0]
-    assert a == 0.5 and 1.5 < b < 3.0
-    assert (weak[1:] > tolerance[1:]).all()
-
-
-async def test_the_direction_prior_off_is_the_plain_race() -> None:
-    """``direction_prior=0`` leaves the race as it is: same pick and evaluations, no prior."""
-    probs = [0.99, 0.985, 0.98, *np.linspace(0.97, 0.85, 9)]
-    scores = bernoulli_world(probs, 200, seed=4)
-    space = SearchSpace({"answer": [f"a{i}" for i in range(3)], "critic": ["c0", "c1", "c2", "c3"]})
-    runs = []
-    for params in ({}, {"direction_prior": 0.0}):
-        arena = Arena(12, 200, MatrixEvaluator(scores), seed=2)
-        race = RegretRace(**params)
-        pick = await run_algorithm(race, arena, space)
-        runs.append((pick, [arena.count(k) for k in range(12)], race.direction_priors))
-    assert runs[0] == runs[1]
-    assert runs[0][2] == []
-
-
-def test_a_direction_prior_with_nothing_to_fit_is_jeffreys() -> None:
-    quiet = _one_miss_behind_a_perfect_leader(150)  # one disagreement in all: nothing to fit
-    race = RegretRace(direction_prior=10.0)
-    fitted = race._judge(quiet, [0, 1], 150)[0]
-    assert race.direction_priors == [(150, 0.5, 0.5)]
-    assert np.array_equal(fitted, RegretRace()._judge(quiet, [0, 1], 150)[0])

@@ -191,13 +191,7 @@ _EXACT_SUPPORT = 256
 """Most future disagreements the exact end game sums over; beyond, the normal tail is used."""
 
 
-def _future_margins(
-    wins: np.ndarray,
-    losses: np.ndarray,
-    n: int,
-    total: int,
-    direction: tuple[float, float] = (0.5, 0.5),
-) -> np.ndarray:
+def _future_margins(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.ndarray:
     """The distribution of the *future* margin ``W - L`` of 0/1-scored challengers against the
     leader over the ``R = total - n`` questions left, one row per challenger, over the margins
     ``-top .. top`` (column ``j`` is margin ``j - top``, ``top`` the widest support).
@@ -205,11 +199,9 @@ def _future_margins(
     On the prefix of ``n`` questions challenger ``i`` has ``wins[i]`` (it right, the leader
     wrong) and ``losses[i]``. The number of future disagreements ``M = W + L`` is beta-binomial
     under the Jeffreys posterior of the disagreement rate, ``Beta(d + 1/2, n - d + 1/2)`` with
-    ``d = wins + losses``, and ``W`` given ``M`` is beta-binomial under the posterior of the
-    direction, ``Beta(wins + a, losses + b)`` with the prior ``direction = (a, b)`` (Jeffreys',
-    ``(1/2, 1/2)``, unless an empirical-Bayes prior is given). Beta-binomial predictives are
-    exact for a finite population (the Polya urn): no normal approximation, floor or continuity
-    correction.
+    ``d = wins + losses``, and ``W`` given ``M`` is beta-binomial under the Jeffreys posterior of
+    the direction, ``Beta(wins + 1/2, losses + 1/2)``. Beta-binomial predictives are exact for a
+    finite population (the Polya urn): no normal approximation, floor or continuity correction.
 
     A row is NaN where the sum is not worth it or not representable: ``M`` may exceed
     ``_EXACT_SUPPORT`` (many disagreements still to come, where the normal tail is accurate
@@ -233,10 +225,7 @@ def _future_margins(
         m_pmf = m_pmf[ok][:, : top + 1]
         m = np.arange(top + 1, dtype=float)
         w_pmf = _beta_binomial(
-            m[None, :],
-            (wins[ok] + direction[0])[:, None],
-            (losses[ok] + direction[1])[:, None],
-            top,
+            m[None, :], (wins[ok] + 0.5)[:, None], (losses[ok] + 0.5)[:, None], top
         )
         joint = m_pmf[:, :, None] * w_pmf  # (records, M, W)
         # the margin 2W - M of each (M, W) cell, as a column index; W > M has probability 0
@@ -252,104 +241,15 @@ def _future_margins(
     return result
 
 
-def _ends_level(
-    wins: np.ndarray,
-    losses: np.ndarray,
-    n: int,
-    total: int,
-    direction: tuple[float, float] = (0.5, 0.5),
-) -> np.ndarray:
+def _ends_level(wins: np.ndarray, losses: np.ndarray, n: int, total: int) -> np.ndarray:
     """``P(final margin >= 0)`` of 0/1-scored challengers against the leader, exactly: the
     margin so far, ``wins - losses``, plus the future one of :func:`_future_margins` (NaN where
     that is not summed)."""
-    margins = _future_margins(wins, losses, n, total, direction)
+    margins = _future_margins(wins, losses, n, total)
     top = (margins.shape[1] - 1) // 2
     ahead = (wins - losses)[:, None] + np.arange(-top, top + 1)[None, :] >= 0
     level: np.ndarray = (margins * ahead).sum(axis=1)
     return level
-
-
-def _expected_margin_excess(
-    wins: np.ndarray,
-    losses: np.ndarray,
-    shift: np.ndarray,
-    n: int,
-    total: int,
-    direction: tuple[float, float],
-) -> np.ndarray:
-    """``E[max(final margin + shift, 0)] / total`` of 0/1-scored challengers against the
-    leader, exactly (accuracy units; ``shift`` in questions, the tie rule's): the expected
-    opportunity cost of dropping each under the end game of :func:`_future_margins` (NaN where
-    that is not summed)."""
-    margins = _future_margins(wins, losses, n, total, direction)
-    top = (margins.shape[1] - 1) // 2
-    final = (wins - losses + shift)[:, None] + np.arange(-top, top + 1)[None, :]
-    excess: np.ndarray = (margins * np.maximum(final, 0.0)).sum(axis=1) / total
-    return excess
-
-
-def _held_out_records(x: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cross-fitted wins and disagreements of every row of the 0/1 matrix ``x`` (survivors x
-    prefix) against a leader chosen on the *other* half of the prefix: the questions are split
-    by position parity into halves A and B; the best row on A (highest mean there, ties by
-    ``rank``, lower first) is the leader whose disagreements with every other row are counted
-    on B, and symmetrically B -> A; the two counts are summed. A leader that is lucky on its
-    half does not carry the luck into the records the prior is fitted on. Rows that lead a
-    half have no record on the other half."""
-    wins = np.zeros(len(x))
-    splits = np.zeros(len(x))
-    halves = (x[:, 0::2], x[:, 1::2])
-    for chosen, held in (halves, halves[::-1]):
-        if chosen.shape[1] == 0 or held.shape[1] == 0:
-            continue
-        means = chosen.mean(axis=1)
-        top = np.flatnonzero(means >= means.max() - 1e-12)
-        leader = int(top[np.argmin(rank[top])])
-        others = np.arange(len(x)) != leader
-        wins[others] += ((held[others] == 1.0) & (held[leader] == 0.0)).sum(axis=1)
-        splits[others] += (held[others] != held[leader]).sum(axis=1)
-    return wins, splits
-
-
-def _fit_direction(
-    wins: np.ndarray, splits: np.ndarray, strength: float, fit: str
-) -> tuple[float, float]:
-    """The direction prior ``Beta(a, b)`` of a challenger's share of the disagreements it wins
-    against the leader, from held-out records (:func:`_held_out_records`): Jeffreys' plus ``s``
-    pseudo-disagreements at the pooled held-out share ``mu = sum(wins) / sum(splits)``,
-    ``(1/2 + s mu, 1/2 + s (1 - mu))``.
-
-    ``fit="pooled"``: ``s = strength``. ``fit="beta"`` (hierarchical): the rows' shares are
-    taken as draws from a beta population with intra-class correlation ``rho = 1 / (a + b + 1)``,
-    estimated by moments with the binomial noise removed (Kleinman's estimator on the rows with
-    a disagreement), and ``s = 1 / rho - 1`` capped at ``strength``: a homogeneous field (every
-    row wins about the same share) gets the full strength, a heterogeneous one (near-tied
-    contenders near 1/2, also-rans near 0) a weak prior; with no row of two or more
-    disagreements there is nothing to tell them apart and ``s = 0``; and since a few
-    disagreements per row cannot resolve the spread, ``s`` is at most the rows' mean number of
-    held-out disagreements (the prior never outweighs a typical row's own record). Either way
-    ``s`` is at most the number of held-out disagreements, and with fewer than two of them the
-    prior is Jeffreys'."""
-    total = float(splits.sum())
-    if total < 2 or strength <= 0:
-        return 0.5, 0.5
-    share = float(wins.sum()) / total
-    size = strength
-    if fit == "beta":
-        d = splits[splits > 0]
-        p = wins[splits > 0] / d
-        spread = total - float((d * d).sum()) / total - (len(d) - 1)
-        if spread <= 0:
-            size = 0.0
-        elif 0 < share < 1:
-            observed = float((d * (p - share) ** 2).sum()) / (share * (1 - share))
-            rho = (observed - (len(d) - 1)) / spread
-            size = strength if rho <= 0 else min(strength, max(0.0, 1 / rho - 1))
-        # a few disagreements per row cannot resolve the spread: the prior never counts for
-        # more than the rows' mean held-out record
-        size = min(size, total / len(splits))
-    size = min(size, total)
-    return 0.5 + size * share, 0.5 + size * (1 - share)
 
 
 def _ends_level_strata(
@@ -475,27 +375,6 @@ class RegretRace(SelectionAlgorithm):
        also-rans only 3-6 % sooner (the variance it removes there is 10-20 %), and on
        AgentOpt's HotpotQA it lost one seed of 50, where a small stratum with no disagreement
        so far looked certain (the family README's round 4).
-    12. *A cross-fitted empirical-Bayes direction prior* (``direction_prior``, default 0 = off).
-       Point 10 gives every pair the Jeffreys direction ``Beta(1/2, 1/2)``; this replaces it
-       by one fitted on the field at each look. The prefix is split by position parity into
-       halves A and B; the best survivor on A (ties by cost, then position: never by the
-       other half) is the leader whose disagreements with every other survivor are counted on
-       B, and B -> A the same way, so a lucky leader does not carry its luck into the fit. The
-       prior is Jeffreys' plus ``s`` pseudo-disagreements at the pooled held-out share ``mu``
-       won by the challengers: ``direction_fit="beta"`` (hierarchical) takes ``s`` from a
-       moment estimate of the beta population's spread with the binomial noise removed
-       (heterogeneous field: weak prior), at most ``direction_prior`` and at most the
-       survivors' mean held-out record; ``"pooled"`` takes ``s = direction_prior``. Fewer than
-       two held-out disagreements leave Jeffreys'. The prior only pulls: the guard's chance of
-       ending level, and with ``direction_loss=True`` the expected opportunity cost — then
-       taken from the same exact end game instead of the normal model — are the smaller of
-       the prior's and Jeffreys'. Used only on 0/1 scores, without ``additive_prior`` or
-       ``strata`` (a ``strata`` race refuses it). Off by default: on the world family
-       (round 5 of its README) the guard-only form changes almost nothing and the cost form
-       buys savings with the near-tied best, as arm elimination does; the cross-fitted share
-       shows why — once the winner's curse is removed, the field is *not* dominated by the
-       leader early in the race, so no honest direction prior can say what arm elimination
-       bets on.
 
     Points 7 to 10 were chosen on the world family of ``benchmarks/selection_family.py`` (tuning
     world seeds only) by a rule fixed before the report run: the most world types at least as
@@ -534,34 +413,9 @@ class RegretRace(SelectionAlgorithm):
         strata_share: float = 0.25,
         scout_at: int = 20,
         scout_cost: float = 0.02,
-        direction_prior: float = 0.0,
-        direction_fit: str = "beta",
-        direction_loss: bool = False,
     ) -> None:
         super().__init__()
         self.exact_guard = bool(exact_guard)
-        if not direction_prior >= 0:
-            raise UserError(
-                "direction_prior must be >= 0 pseudo-disagreements (the prior's largest "
-                f"strength; 0 = off), got {direction_prior!r}."
-            )
-        if direction_fit not in ("beta", "pooled"):
-            raise UserError(f"direction_fit must be 'beta' or 'pooled', got {direction_fit!r}.")
-        if direction_prior > 0 and not (exact_guard or direction_loss):
-            raise UserError(
-                "direction_prior acts on the exact end game: it needs exact_guard=True or "
-                "direction_loss=True."
-            )
-        if direction_prior > 0 and strata > 1:
-            raise UserError(
-                "direction_prior works on a shared prefix and cannot be combined with strata > 1; "
-                "set one of them to 0."
-            )
-        self.direction_prior = float(direction_prior)
-        self.direction_fit = direction_fit
-        self.direction_loss = bool(direction_loss)
-        self.direction_priors: list[tuple[int, float, float]] = []
-        """``(n, a, b)``: the direction prior fitted at each look of the last run (point 12)."""
         if strata < 0 or strata != int(strata):
             raise UserError(f"strata must be a whole number >= 0 (0 = off), got {strata!r}.")
         self.strata = int(strata)
@@ -628,7 +482,6 @@ class RegretRace(SelectionAlgorithm):
                 self._design = design
         self._blocks = None
         self.strata_sizes = []
-        self.direction_priors = []
         for n in _schedule(n0, self.growth, total):
             if self._blocks is None:
                 await arena.evaluate_prefix(active, n)
@@ -785,52 +638,24 @@ class RegretRace(SelectionAlgorithm):
         if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
             mean = mean + self.tie_questions / total * cheaper
         loss = _expected_excess(mean, sd)
-        binary = all(bool(np.all((y == 0.0) | (y == 1.0))) for y in xs)
-        direction = (0.5, 0.5)
-        if self.direction_prior > 0 and self._blocks is None and prior is None and binary:
-            direction = self._direction(x, cost, n)
-            if self.direction_loss:  # point 12: the exact expected cost under that prior
-                wins0 = ((x == 1.0) & (x[leader] == 0.0)).sum(axis=1).astype(float)
-                losses0 = ((x == 0.0) & (x[leader] == 1.0)).sum(axis=1).astype(float)
-                shift = self.tie_questions * cheaper.astype(float)
-                exact = np.minimum(  # pull only: never above the Jeffreys direction's
-                    _expected_margin_excess(wins0, losses0, shift, n, total, direction),
-                    _expected_margin_excess(wins0, losses0, shift, n, total, (0.5, 0.5)),
-                )
-                loss = np.where(np.isnan(exact), loss, exact)
         if self.tie_risk <= 0:
             return loss, self.eta * weight, leader
         # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
         ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
+        binary = all(bool(np.all((y == 0.0) | (y == 1.0))) for y in xs)
         if self.exact_guard and prior is None and binary:
             # only the arms the expected-cost rule would drop need the guard's verdict
             asked = np.flatnonzero(loss < self.eta * weight)
             wins = np.stack([((y[asked] == 1.0) & (y[leader] == 0.0)).sum(axis=1) for y in xs], 1)
             losses = np.stack([((y[asked] == 0.0) & (y[leader] == 1.0)).sum(axis=1) for y in xs], 1)
             if self._blocks is None:
-                w0, l0 = wins[:, 0].astype(float), losses[:, 0].astype(float)
-                exact = _ends_level(w0, l0, n, total)
-                if direction != (0.5, 0.5):  # pull only: never above the Jeffreys direction's
-                    exact = np.minimum(exact, _ends_level(w0, l0, n, total, direction))
+                exact = _ends_level(wins[:, 0].astype(float), losses[:, 0].astype(float), n, total)
             else:
                 exact = _ends_level_strata(wins.astype(float), losses.astype(float), seen, sizes)
             ends_level[asked] = np.where(np.isnan(exact), ends_level[asked], exact)
         # an arm that may still end level with the leader is kept
         loss = np.where(ends_level > self.tie_risk, np.inf, loss)
         return loss, self.eta * weight, leader
-
-    def _direction(self, x: np.ndarray, cost: np.ndarray, n: int) -> tuple[float, float]:
-        """Point 12: the cross-fitted empirical-Bayes direction prior of this look (recorded in
-        :attr:`direction_priors`)."""
-        # ties on a half are broken by cost and position only: ranking them by accuracy on the
-        # whole prefix would bring the other half's luck back in
-        order = np.lexsort((np.arange(len(x)), cost))
-        rank = np.empty(len(x), dtype=np.int64)
-        rank[order] = np.arange(len(x))
-        wins, splits = _held_out_records(x, rank)
-        a, b = _fit_direction(wins, splits, self.direction_prior, self.direction_fit)
-        self.direction_priors.append((n, a, b))
-        return a, b
 
     def _paired(
         self, x: np.ndarray, leader: int, n: int, scale: float = 1.0
