@@ -198,16 +198,33 @@ async def test_calls_an_agent_fans_out_over_its_own_threads_stay_in_their_cell()
         )
         assert result.metered_calls == len(server.reported) == 4 * 5 * 3 and not result.warnings
 
-        # the pool's threads were started inside the run's cells; work submitted from outside
-        # any scope while a new scope is open runs in that stale context and is not metered
-        later = InterceptScope(limiter=None)
-        with intercepting(later):
-            outside = contextvars.Context().run(pool.submit, ask, "model-c", "Later: q1")
-            await asyncio.to_thread(outside.result)
-        assert later.calls == [] and len(server.reported) == 4 * 5 * 3 + 1
     pool.shutdown()
     assert threading.Thread.start is _ORIGINAL_START
     assert ThreadPoolExecutor.submit is _ORIGINAL_SUBMIT
+
+
+async def test_a_pool_thread_started_inside_a_closed_scope_meters_nothing_for_it_later() -> None:
+    pool = ThreadPoolExecutor(max_workers=1)
+    async with LlmServer() as server:
+        client = server.openai_sync(api_key="k", max_retries=0)
+
+        def ask(prompt: str) -> None:
+            client.chat.completions.create(
+                model="model-c", messages=[{"role": "user", "content": prompt}]
+            )
+
+        first = InterceptScope(limiter=None)
+        with intercepting(first), attribute("solver=model-c", 0):
+            # the pool's only thread starts here, in this scope's context, and keeps it
+            await asyncio.to_thread(pool.submit(ask, "q1").result)
+        assert len(first.calls) == 1
+        later = InterceptScope(limiter=None)
+        with intercepting(later):
+            stray = contextvars.Context().run(pool.submit, ask, "q2")  # from outside any scope
+            await asyncio.to_thread(stray.result)
+        assert len(server.reported) == 2
+        assert len(first.calls) == 1 and later.calls == []
+    pool.shutdown()
 
 
 async def test_cached_calls_are_free_shared_across_combinations_and_a_rerun_sends_nothing(

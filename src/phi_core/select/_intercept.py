@@ -32,8 +32,9 @@ one), so an agent that fans its calls out over a thread pool is metered like one
 The patches (the clients' ``send`` methods, the two thread entry points) are installed when the
 first scope opens and removed when the last one closes; outside a scope's context (other threads,
 other tasks) requests pass through untouched, and so do requests from a context whose scope has
-closed (a long-lived pool thread started inside an earlier run). Calls made by phi-core's own providers through ``ModelCall`` are metered
-there and left alone here (:func:`~phi_core.metering.call_metered_here`).
+closed (a long-lived pool thread started inside an earlier run). Calls made by phi-core's own
+providers through ``ModelCall`` are metered there and left alone here
+(:func:`~phi_core.metering.call_metered_here`).
 """
 
 from __future__ import annotations
