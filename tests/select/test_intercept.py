@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import sqlite3
 import threading
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -533,6 +535,71 @@ async def test_a_run_that_meters_no_call_warns(caplog: pytest.LogCaptureFixture)
     assert result.metered_calls == 0
     assert any("No model call was metered" in w for w in result.warnings)
     assert any("No model call was metered" in r.message for r in caplog.records)
+
+
+async def test_evaluations_whose_calls_went_unseen_are_counted_in_a_warning() -> None:
+    async with LlmServer() as server:
+        client = server.openai_sync(api_key="k", max_retries=0)
+
+        def agent(models: dict[str, str], question: str) -> str:
+            body = {"model": models["solver"], "messages": [{"role": "user", "content": question}]}
+            if models["solver"] == "model-c":  # urllib: an HTTP stack interception cannot see
+                request = urllib.request.Request(
+                    server.url + "/v1/chat/completions",
+                    data=json.dumps(body).encode(),
+                    headers={"content-type": "application/json", "authorization": "Bearer k"},
+                )
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    reply = json.load(response)
+                return str(reply["choices"][0]["message"]["content"])
+            if question == "q2":
+                raise RuntimeError("no answer")  # failed evaluations are not "unseen calls"
+            completion = client.chat.completions.create(**body)
+            return completion.choices[0].message.content or ""
+
+        result = await ModelSelector(
+            agent,
+            {"solver": ["model-a", "model-c"]},
+            DATASET[:4],
+            exact,
+            algorithm="brute_force",
+            cache=False,
+            model_prices=PRICES,
+            model_handles=False,
+        ).select_best()
+
+    assert len(server.reported) == 3 + 4  # every call reached the server
+    assert result.metered_calls == 3
+    unseen = [w for w in result.warnings if "without metering a single model call" in w]
+    assert len(unseen) == 1
+    assert unseen[0].startswith("4 of 8 evaluations") and "first: solver=model-c" in unseen[0]
+
+
+async def test_no_unseen_call_warning_when_every_finished_evaluation_metered_one() -> None:
+    async with LlmServer() as server:
+        client = server.openai(api_key="k", max_retries=0)
+
+        async def agent(models: dict[str, str], question: str) -> str:
+            if question == "q1":
+                raise RuntimeError("no answer")  # fails before calling: not an unseen call
+            reply = await client.chat.completions.create(
+                model=models["solver"], messages=[{"role": "user", "content": question}]
+            )
+            return reply.choices[0].message.content or ""
+
+        result = await ModelSelector(
+            agent,
+            {"solver": ["model-a", "model-c"]},
+            DATASET[:3],
+            exact,
+            algorithm="brute_force",
+            cache=False,
+            model_prices=PRICES,
+            model_handles=False,
+        ).select_best()
+
+    assert result.metered_calls == 4 == len(server.reported)
+    assert len(result.warnings) == 1 and "2 of 6 evaluations failed" in result.warnings[0]
 
 
 async def test_a_model_without_a_price_is_named_in_a_warning() -> None:

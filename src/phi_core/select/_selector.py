@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from .._paths import user_path
 from ..errors import BudgetExhausted, UserError, redact
 from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart, Warning
@@ -570,6 +572,17 @@ def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
     out: list[str] = []
     if arena.evaluations and int(arena.calls[arena.observed].sum()) == 0:
         out.append(NO_CALLS_WARNING)
+    else:
+        silent = _silent_cells(arena)
+        if silent:
+            k, p = silent[0]
+            out.append(
+                f"{len(silent)} of {arena.evaluations} evaluations finished without metering a "
+                f"single model call while others metered some (first: {arena.names[k]} on dataset "
+                f"item {arena.order[p]}). If the agent called a model there, the call left the "
+                "run's reach (another process, an HTTP library other than httpx, a thread pool fed "
+                "from outside the run) and its tokens and dollars are missing from the totals."
+            )
     if arena.errors:
         out.append(_failure_warning(arena))
     if unpriced:
@@ -579,6 +592,17 @@ def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
             "million tokens) to price them."
         )
     return out
+
+
+def _silent_cells(arena: Arena) -> list[tuple[int, int]]:
+    """The evaluations that finished without an error and without a single metered call (a
+    cache hit counts as a call), in (combination, position) order."""
+    silent = arena.observed & (arena.calls == 0)
+    return [
+        (int(k), int(p))
+        for k, p in zip(*np.nonzero(silent), strict=True)
+        if (k, p) not in arena.errors
+    ]
 
 
 def _failure_warning(arena: Arena) -> str:
