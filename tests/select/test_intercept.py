@@ -51,11 +51,13 @@ def by_name(result: Any) -> dict[str, Any]:
 TWO_STEPS = {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-c"]}
 
 
-async def brute_force_two_steps(agent: Any, datapoints: int, max_concurrent: int) -> Any:
-    """Every planner x solver combination of :data:`TWO_STEPS` on the first datapoints."""
+async def brute_force(
+    agent: Any, datapoints: int, models: Any = TWO_STEPS, max_concurrent: int = 4
+) -> Any:
+    """Every combination of ``models`` (default :data:`TWO_STEPS`) on the first datapoints."""
     selector = ModelSelector(
         agent,
-        TWO_STEPS,
+        models,
         DATASET[:datapoints],
         exact,
         algorithm="brute_force",
@@ -157,7 +159,7 @@ async def test_sync_agents_in_worker_threads_are_attributed_to_their_own_cell() 
                 )
                 return "".join(c.choices[0].delta.content or "" for c in reply if c.choices)
 
-        result = await brute_force_two_steps(SyncAgent, datapoints=6, max_concurrent=8)
+        result = await brute_force(SyncAgent, datapoints=6, max_concurrent=8)
 
     assert_rows_billed(result, lambda p, s, q: [(p, f"Plan: {q}"), (s, f"c1 Answer: {q}")])
     assert sum(r.calls for r in result.datapoints) == len(server.reported) == 4 * 6 * 2
@@ -192,7 +194,7 @@ async def test_calls_an_agent_fans_out_over_its_own_threads_stay_in_their_cell()
                 ]
                 return drafts[0].result() if drafts[1].result() else ""
 
-        result = await brute_force_two_steps(FanOutAgent, datapoints=5, max_concurrent=4)
+        result = await brute_force(FanOutAgent, datapoints=5)
 
         assert_rows_billed(
             result,
@@ -557,16 +559,7 @@ async def test_evaluations_whose_calls_went_unseen_are_counted_in_a_warning() ->
             completion = client.chat.completions.create(**body)
             return completion.choices[0].message.content or ""
 
-        result = await ModelSelector(
-            agent,
-            {"solver": ["model-a", "model-c"]},
-            DATASET[:4],
-            exact,
-            algorithm="brute_force",
-            cache=False,
-            model_prices=PRICES,
-            model_handles=False,
-        ).select_best()
+        result = await brute_force(agent, 4, {"solver": ["model-a", "model-c"]})
 
     assert len(server.reported) == 3 + 4  # every call reached the server
     assert result.metered_calls == 3
@@ -587,16 +580,7 @@ async def test_no_unseen_call_warning_when_every_finished_evaluation_metered_one
             )
             return reply.choices[0].message.content or ""
 
-        result = await ModelSelector(
-            agent,
-            {"solver": ["model-a", "model-c"]},
-            DATASET[:3],
-            exact,
-            algorithm="brute_force",
-            cache=False,
-            model_prices=PRICES,
-            model_handles=False,
-        ).select_best()
+        result = await brute_force(agent, 3, {"solver": ["model-a", "model-c"]})
 
     assert result.metered_calls == 4 == len(server.reported)
     assert len(result.warnings) == 1 and "2 of 6 evaluations failed" in result.warnings[0]
