@@ -1,8 +1,10 @@
-"""Interception of the model calls an agent makes itself, through the vendors' SDKs or httpx.
+"""Interception of the model calls an agent makes itself, through the vendors' SDKs, httpx or
+requests.
 
 Inside ``with intercepting(scope):`` every HTTP request sent by an ``httpx`` or ``httpx2`` client
 (the official ``openai`` and ``anthropic`` SDKs use ``httpx2``, ``google-genai`` either, plain
-``httpx`` agents ``httpx``) from code running in the block's context is checked; a model call
+``httpx`` agents ``httpx``) or through ``requests`` (:mod:`._intercept_requests`) from code
+running in the block's context is checked; a model call
 (:mod:`._intercept_wire`) then takes the same path as a :class:`~phi_core.select.MeteredModel`
 call:
 
@@ -29,11 +31,11 @@ the agent starts itself inside a cell inherit that cell too: while a scope is op
 the caller's context into the new thread or work item (a plain thread would start in an empty
 one), so an agent that fans its calls out over a thread pool is metered like one that does not.
 
-The patches (the clients' ``send`` methods, the two thread entry points) are installed when the
-first scope opens and removed when the last one closes; outside a scope's context (other threads,
-other tasks) requests pass through untouched, and so do requests from a context whose scope has
-closed (a long-lived pool thread started inside an earlier run). Calls made by phi-core's own
-providers through ``ModelCall`` are metered there and left alone here
+The patches (the clients' ``send`` methods, ``requests``' adapter, the two thread entry points)
+are installed when the first scope opens and removed when the last one closes; outside a scope's
+context (other threads, other tasks) requests pass through untouched, and so do requests from a
+context whose scope has closed (a long-lived pool thread started inside an earlier run). Calls
+made by phi-core's own providers through ``ModelCall`` are metered there and left alone here
 (:func:`~phi_core.metering.call_metered_here`).
 """
 
@@ -476,6 +478,7 @@ def _install() -> None:
         if _installed > 1:
             return
         from ._intercept_http import patch_google, patch_module
+        from ._intercept_requests import patch_requests
 
         for name in ("httpx", "httpx2"):
             try:
@@ -484,6 +487,7 @@ def _install() -> None:
                 continue
             _restore.append(patch_module(module))
         _restore.append(patch_google())
+        _restore.append(patch_requests())
         _restore.append(_patch_threads())
 
 
