@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BudgetExceededError
-from ._intercept import _Pending, active_scope, refusal_body
+from ._intercept import _Pending, refusal_body
 from ._intercept_http import SyncSlot, _cache_get_sync, _cache_put_sync, _inside, _outcome
+from ._intercept_http import _pending as pending_for
 
 __all__ = ["patch_requests"]
 
@@ -64,11 +65,6 @@ def patch_requests() -> Callable[[], None]:
 
 
 def _pending(request: Any) -> _Pending | None:
-    if _inside.get():
-        return None
-    scope = active_scope()
-    if scope is None:
-        return None
     body = request.body
     if body is None:
         content = b""
@@ -78,9 +74,7 @@ def _pending(request: Any) -> _Pending | None:
         content = body.encode("utf-8")
     else:  # a streamed upload (a generator or a file): not a model call an agent posts
         return None
-    return scope._prepare(
-        _View(request.method or "GET", request.url or "", request.headers, content)
-    )
+    return pending_for(_View(request.method or "GET", request.url or "", request.headers, content))
 
 
 def _send(
