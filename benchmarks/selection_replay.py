@@ -91,8 +91,6 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     # issue 20's fourth round: stratified sampling by scouted question difficulty, not adopted
     # (one miss in 50 seeds here; see the family README's round 4)
     "regret_race_strata4": ("regret_race", {"strata": 4}),
-    # issue 20's sixth round: tolerances that shrink with the share of the data left
-    "regret_race_h1": ("regret_race", {"horizon": 1.0, "eta": 2e-4, "tie_risk": 0.08}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

@@ -413,12 +413,8 @@ class RegretRace(SelectionAlgorithm):
         strata_share: float = 0.25,
         scout_at: int = 20,
         scout_cost: float = 0.02,
-        horizon: float = 0.0,
     ) -> None:
         super().__init__()
-        if horizon < 0:
-            raise UserError(f"horizon must be >= 0 (0 = off), got {horizon!r}.")
-        self.horizon = horizon
         self.exact_guard = bool(exact_guard)
         if strata < 0 or strata != int(strata):
             raise UserError(f"strata must be a whole number >= 0 (0 = off), got {strata!r}.")
@@ -642,17 +638,14 @@ class RegretRace(SelectionAlgorithm):
         if self.tie_questions > 0:  # a cheaper arm wins a tie: losing it at D = 0 is a miss
             mean = mean + self.tie_questions / total * cheaper
         loss = _expected_excess(mean, sd)
-        # what dropping saves is the rest of the data: (N - n) / N of the arm's cost
-        remaining = (1.0 - n / total) ** self.horizon
-        eta, tie_risk = self.eta * remaining, self.tie_risk * remaining
         if self.tie_risk <= 0:
-            return loss, eta * weight, leader
+            return loss, self.eta * weight, leader
         # D * N is a whole number of questions: "level or ahead" is D * N >= -1/2
         ends_level = _normal_cdf((level * total + 0.5) / np.maximum(sd * total, 1e-12))
         binary = all(bool(np.all((y == 0.0) | (y == 1.0))) for y in xs)
         if self.exact_guard and prior is None and binary:
             # only the arms the expected-cost rule would drop need the guard's verdict
-            asked = np.flatnonzero(loss < eta * weight)
+            asked = np.flatnonzero(loss < self.eta * weight)
             wins = np.stack([((y[asked] == 1.0) & (y[leader] == 0.0)).sum(axis=1) for y in xs], 1)
             losses = np.stack([((y[asked] == 0.0) & (y[leader] == 1.0)).sum(axis=1) for y in xs], 1)
             if self._blocks is None:
@@ -661,8 +654,8 @@ class RegretRace(SelectionAlgorithm):
                 exact = _ends_level_strata(wins.astype(float), losses.astype(float), seen, sizes)
             ends_level[asked] = np.where(np.isnan(exact), ends_level[asked], exact)
         # an arm that may still end level with the leader is kept
-        loss = np.where(ends_level > tie_risk, np.inf, loss)
-        return loss, eta * weight, leader
+        loss = np.where(ends_level > self.tie_risk, np.inf, loss)
+        return loss, self.eta * weight, leader
 
     def _paired(
         self, x: np.ndarray, leader: int, n: int, scale: float = 1.0
