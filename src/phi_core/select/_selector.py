@@ -59,9 +59,9 @@ Executor = Literal["local", "ray"]
 
 NO_CALLS_WARNING = (
     "No model call was metered in this selection run, so its tokens and dollars are 0. Calls "
-    "through MeteredModel handles and through httpx-based clients (the openai, anthropic and "
-    "google-genai SDKs, plain httpx) made by the agent in the run are counted; calls from other "
-    "HTTP libraries, subprocesses or other processes are not."
+    "through MeteredModel handles, the openai, anthropic and google-genai SDKs, plain httpx and "
+    "requests made by the agent in the run are counted; calls from other HTTP libraries "
+    "(urllib, aiohttp), subprocesses or other processes are not."
 )
 
 
@@ -580,8 +580,9 @@ def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
                 f"{len(silent)} of {arena.evaluations} evaluations finished without metering a "
                 f"single model call while others metered some (first: {arena.names[k]} on dataset "
                 f"item {arena.order[p]}). If the agent called a model there, the call left the "
-                "run's reach (another process, an HTTP library other than httpx, a thread pool fed "
-                "from outside the run) and its tokens and dollars are missing from the totals."
+                "run's reach (another process, an HTTP library other than httpx and requests, a "
+                "thread pool fed from outside the run) and its tokens and dollars are missing from "
+                "the totals."
             )
     if arena.errors:
         out.append(_failure_warning(arena))
