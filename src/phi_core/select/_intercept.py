@@ -4,9 +4,8 @@ requests.
 Inside ``with intercepting(scope):`` every HTTP request sent by an ``httpx`` or ``httpx2`` client
 (the official ``openai`` and ``anthropic`` SDKs use ``httpx2``, ``google-genai`` either, plain
 ``httpx`` agents ``httpx``) or through ``requests`` (:mod:`._intercept_requests`) from code
-running in the block's context is checked; a model call
-(:mod:`._intercept_wire`) then takes the same path as a :class:`~phi_core.select.MeteredModel`
-call:
+running in the block's context is checked; a model call (:mod:`._intercept_wire`) then takes the
+same path as a :class:`~phi_core.select.MeteredModel` call:
 
 1. **identity**: a key from the request actually sent — method, URL path, query (credential
    parameters dropped), body; never headers — plus the occurrence of the same request within
