@@ -53,6 +53,11 @@ it). Besides the two shapes above, each a variation calibrated to a published fi
 - ``failure_prone``: a third of the configurations (half of them among the ten best) crash or
   time out on 5-40 % of the questions (score 0, 30 % of the cost paid, 60 s).
 
+Two stress types lie outside the family (:data:`WORLDS` only, never used to choose a selector):
+``near_perfect_95`` and ``near_perfect_98``, MathQA's shape with more errors, so the best
+configuration scores about 95 % or 98 % — between the noisy types and the near-perfect ones,
+where a rule that bets on a perfect prefix (arm elimination's first look) is most often wrong.
+
 Ties (``ties``) are forced on the realised cells by flipping the cells nearest to their
 configuration's cut, so the shared difficulty structure is kept. The family's additions draw
 from their own random stream: ``mathqa`` and ``hotpotqa`` worlds are unchanged.
@@ -241,6 +246,25 @@ WORLDS: dict[str, WorldParams] = {
         interaction=0.5,
         fail_share=0.3,
         stream=10,
+    ),
+    # ---- stress types outside the family (never used to choose a selector): MathQA's shape with
+    # more errors, so the best misses 2-5 % of the questions — between the family's noisy types
+    # (best ~75 %) and its near-perfect ones (best ~99.8 %)
+    "near_perfect_95": WorldParams(
+        kind="mathqa",
+        steps=("answer", "critic"),
+        error_median=0.15,
+        error_min=0.07,
+        error_max=0.45,
+        stream=11,
+    ),
+    "near_perfect_98": WorldParams(
+        kind="mathqa",
+        steps=("answer", "critic"),
+        error_median=0.09,
+        error_min=0.04,
+        error_max=0.40,
+        stream=12,
     ),
 }
 FAMILY = (
