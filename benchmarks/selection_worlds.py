@@ -266,6 +266,14 @@ WORLDS: dict[str, WorldParams] = {
         error_max=0.40,
         stream=12,
     ),
+    "near_perfect_99": WorldParams(
+        kind="mathqa",
+        steps=("answer", "critic"),
+        error_median=0.06,
+        error_min=0.02,
+        error_max=0.35,
+        stream=13,
+    ),
 }
 FAMILY = (
     "hotpotqa",
