@@ -413,12 +413,8 @@ class RegretRace(SelectionAlgorithm):
         strata_share: float = 0.25,
         scout_at: int = 20,
         scout_cost: float = 0.02,
-        perfect_look: int = 0,
-        perfect_arms: int = 1,
     ) -> None:
         super().__init__()
-        self.perfect_look = int(perfect_look)
-        self.perfect_arms = int(perfect_arms)
         self.exact_guard = bool(exact_guard)
         if strata < 0 or strata != int(strata):
             raise UserError(f"strata must be a whole number >= 0 (0 = off), got {strata!r}.")
@@ -486,7 +482,6 @@ class RegretRace(SelectionAlgorithm):
                 self._design = design
         self._blocks = None
         self.strata_sizes = []
-        perfect_done = False
         for n in _schedule(n0, self.growth, total):
             if self._blocks is None:
                 await arena.evaluate_prefix(active, n)
@@ -500,9 +495,6 @@ class RegretRace(SelectionAlgorithm):
             drop[leader] = False
             self.expected_loss += float(loss[drop].sum())
             active = [k for k, out in zip(active, drop, strict=True) if not out]
-            if self.perfect_look and not perfect_done and n >= self.perfect_look:
-                perfect_done = True
-                active = self._perfect_leader_look(arena, active, n)
             self.pool = set(active)
             if len(active) == 1:
                 break
@@ -514,17 +506,6 @@ class RegretRace(SelectionAlgorithm):
             ):
                 await self._scout(arena, active, n)
         return arena.best(active)
-
-    def _perfect_leader_look(self, arena: Arena, active: list[int], n: int) -> list[int]:
-        """Arm elimination's bet, taken only where it is made: if the leader is perfect on the
-        prefix, drop every arm whose mean plus its standard error (sample sd) is below 1."""
-        leader = arena.best(active)
-        x = arena.matrix(active, n)
-        perfect = (x >= 1.0).all(axis=1)
-        if not bool(perfect[active.index(leader)]) or int(perfect.sum()) < self.perfect_arms:
-            return active
-        upper = x.mean(axis=1) + x.std(axis=1, ddof=1) / math.sqrt(n)
-        return [k for k, u in zip(active, upper, strict=True) if k == leader or u >= 1.0 - 1e-12]
 
     async def _scout(self, arena: Arena, active: list[int], n: int) -> None:
         """Point 11: run the cheapest survivors on every question and split the questions into
