@@ -53,9 +53,10 @@ it). Besides the two shapes above, each a variation calibrated to a published fi
 - ``failure_prone``: a third of the configurations (half of them among the ten best) crash or
   time out on 5-40 % of the questions (score 0, 30 % of the cost paid, 60 s).
 
-Two stress types lie outside the family (:data:`WORLDS` only, never used to choose a selector):
-``near_perfect_95`` and ``near_perfect_98``, MathQA's shape with more errors, so the best
-configuration scores about 95 % or 98 % — between the noisy types and the near-perfect ones,
+Three stress types lie outside the family (:data:`WORLDS` only, never used to choose a
+selector): ``near_perfect_95``, ``near_perfect_98`` and ``near_perfect_99``, MathQA's shape with
+more errors, so the best configuration scores about 95, 98 or 99 % — between the noisy types and
+the near-perfect ones,
 where a rule that bets on a perfect prefix (arm elimination's first look) is most often wrong.
 
 Ties (``ties``) are forced on the realised cells by flipping the cells nearest to their
@@ -248,7 +249,7 @@ WORLDS: dict[str, WorldParams] = {
         stream=10,
     ),
     # ---- stress types outside the family (never used to choose a selector): MathQA's shape with
-    # more errors, so the best misses 2-5 % of the questions — between the family's noisy types
+    # more errors, so the best misses 1-5 % of the questions — between the family's noisy types
     # (best ~75 %) and its near-perfect ones (best ~99.8 %)
     "near_perfect_95": WorldParams(
         kind="mathqa",
