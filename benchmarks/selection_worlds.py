@@ -56,8 +56,8 @@ it). Besides the two shapes above, each a variation calibrated to a published fi
 Three stress types lie outside the family (:data:`WORLDS` only, never used to choose a
 selector): ``near_perfect_95``, ``near_perfect_98`` and ``near_perfect_99``, MathQA's shape with
 more errors, so the best configuration scores about 95, 98 or 99 % — between the noisy types and
-the near-perfect ones,
-where a rule that bets on a perfect prefix (arm elimination's first look) is most often wrong.
+the near-perfect ones, where a rule that bets on a perfect prefix (arm elimination's first look)
+is most often wrong.
 
 Ties (``ties``) are forced on the realised cells by flipping the cells nearest to their
 configuration's cut, so the shared difficulty structure is kept. The family's additions draw
