@@ -6,9 +6,11 @@ seeded worlds are drawn and every selector runs on each with several seeds; each
 against its own brute force (find rate, regret in accuracy points, cost saved, as in
 ``selection_replay.py``).
 
-Two disjoint sets of world seeds: ``--split tuning`` (world seeds 0..K-1) is where selector
+Disjoint sets of world seeds: ``--split tuning`` (world seeds 0..K-1) is where selector
 parameters may be tried; ``--split report`` (world seeds 100..100+K-1) is run once for the
-figures. The default selector is judged by its **worst case** across the world types.
+figures; ``--split holdout`` (world seeds 300..300+K-1) is a second held-out set, for a
+candidate chosen after the report had been seen. The default selector is judged by its **worst
+case** across the world types.
 
 Per world type the table also states the **limit**: the cost saved if every configuration within
 two questions of the best (exact ties included) — the ones no selector can tell apart from it
@@ -38,7 +40,7 @@ from selection_worlds import FAMILY, WORLDS, make_world
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "selection_family"
-SPLITS = {"tuning": 0, "report": 100}
+SPLITS = {"tuning": 0, "report": 100, "holdout": 300}
 FAMILY_SELECTORS = (
     "random",
     "hill_climbing",
@@ -53,6 +55,7 @@ FAMILY_SELECTORS = (
     "regret_race_v0",
     "regret_race_v1",
     "regret_race_v2",
+    "regret_race_v3",
     "regret_race",
     "regret_race_strata4",
 )

@@ -91,6 +91,9 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     # issue 20's fourth round: stratified sampling by scouted question difficulty, not adopted
     # (one miss in 50 seeds here; see the family README's round 4)
     "regret_race_strata4": ("regret_race", {"strata": 4}),
+    # the default of issue 20's third to sixth rounds: no bet behind a field of perfect arms
+    # (seventh round: point 12 of RegretRace, see the family README)
+    "regret_race_v3": ("regret_race", {"perfect_look": 0}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

@@ -156,6 +156,9 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"strata_share": 1.5}, "strata_share"),
         ({"scout_cost": -0.1}, "scout_cost"),
         ({"scout_at": -1}, "scout_at"),
+        ({"perfect_look": -1}, "perfect_look"),
+        ({"perfect_look": 2.5}, "perfect_look"),
+        ({"perfect_arms": 0}, "perfect_arms"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -519,3 +522,43 @@ async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
     assert [(c.name, c.evaluations) for c in resumed.combinations] == [
         (c.name, c.evaluations) for c in reference.combinations
     ]
+
+
+def _field_of_perfect_arms(perfect: int, missing: int, seed: int) -> tuple[SearchSpace, Arena]:
+    """``perfect`` arms right on all 200 questions, then ``missing`` arms wrong on the two
+    questions the race sees just before its look at 44 (positions 42 and 43 of its order) and
+    right everywhere else; the cheapest perfect arm is brute force's pick."""
+    k = perfect + missing
+    scores = np.ones((k, 200))
+    costs = np.repeat(np.linspace(0.001, 0.002, k)[:, None], 200, axis=1)
+    space = SearchSpace({"solver": [f"m{i:02d}" for i in range(k)]})
+    names = [space.name(i) for i in range(k)]
+    arena = Arena(k, 200, MatrixEvaluator(scores, costs), seed=seed, names=names)
+    scores[perfect:, [arena.order[42], arena.order[43]]] = 0.0  # filled before any evaluation
+    return space, arena
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+async def test_behind_a_field_of_perfect_arms_two_misses_drop_an_arm_at_the_perfect_look(
+    seed: int,
+) -> None:
+    # the race alone keeps an arm two losses behind a perfect leader for a while (point 10)
+    space, arena = _field_of_perfect_arms(8, 6, seed)
+    pick = await run_algorithm(RegretRace(perfect_look=0), arena, space)
+    kept = [arena.count(k) for k in range(8, 14)]
+    assert min(kept) > 44 and space.name(pick) == "solver=m00"
+    # behind eight perfect arms the bet is taken at the first look of >= 40 questions (44)
+    space, arena = _field_of_perfect_arms(8, 6, seed)
+    pick = await run_algorithm(RegretRace(perfect_look=40, perfect_arms=8), arena, space)
+    assert [arena.count(k) for k in range(8, 14)] == [44] * 6
+    assert space.name(pick) == "solver=m00"
+
+
+async def test_behind_too_few_perfect_arms_the_bet_is_not_taken() -> None:
+    space, arena = _field_of_perfect_arms(7, 6, 0)  # seven perfect arms, eight asked for
+    await run_algorithm(RegretRace(perfect_look=40, perfect_arms=8), arena, space)
+    with_bet_off = [arena.count(k) for k in range(7, 13)]
+    space, arena = _field_of_perfect_arms(7, 6, 0)
+    await run_algorithm(RegretRace(perfect_look=0), arena, space)
+    assert with_bet_off == [arena.count(k) for k in range(7, 13)]
+    assert min(with_bet_off) > 44
