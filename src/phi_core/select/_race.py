@@ -547,7 +547,7 @@ class RegretRace(SelectionAlgorithm):
         below 1 — arm elimination's rule, taken only behind a field of perfect arms."""
         leader = arena.best(active)
         x = arena.matrix(active, n)
-        perfect = (x >= 1.0).all(axis=1)
+        perfect: np.ndarray = np.asarray((x >= 1.0).all(axis=1))
         if not bool(perfect[active.index(leader)]) or int(perfect.sum()) < self.perfect_arms:
             return active
         upper = x.mean(axis=1) + x.std(axis=1, ddof=1) / math.sqrt(n)
