@@ -155,6 +155,20 @@ class WorldParams:
     """Single-step worlds: the candidate models (one configuration each); empty: the 10 x 10 grid."""
 
 
+def _near_perfect(
+    error_median: float, error_min: float, error_max: float, stream: int
+) -> WorldParams:
+    """A stress type: MathQA's shape with more errors (the best misses ``error_min`` or so)."""
+    return WorldParams(
+        kind="mathqa",
+        steps=("answer", "critic"),
+        error_median=error_median,
+        error_min=error_min,
+        error_max=error_max,
+        stream=stream,
+    )
+
+
 WORLDS: dict[str, WorldParams] = {
     "mathqa": WorldParams(kind="mathqa", steps=("answer", "critic"), cost_span=24.0, stream=1),
     "hotpotqa": WorldParams(
@@ -251,30 +265,9 @@ WORLDS: dict[str, WorldParams] = {
     # ---- stress types outside the family (never used to choose a selector): MathQA's shape with
     # more errors, so the best misses 1-5 % of the questions — between the family's noisy types
     # (best ~75 %) and its near-perfect ones (best ~99.8 %)
-    "near_perfect_95": WorldParams(
-        kind="mathqa",
-        steps=("answer", "critic"),
-        error_median=0.15,
-        error_min=0.07,
-        error_max=0.45,
-        stream=11,
-    ),
-    "near_perfect_98": WorldParams(
-        kind="mathqa",
-        steps=("answer", "critic"),
-        error_median=0.09,
-        error_min=0.04,
-        error_max=0.40,
-        stream=12,
-    ),
-    "near_perfect_99": WorldParams(
-        kind="mathqa",
-        steps=("answer", "critic"),
-        error_median=0.06,
-        error_min=0.02,
-        error_max=0.35,
-        stream=13,
-    ),
+    "near_perfect_95": _near_perfect(0.15, 0.07, 0.45, stream=11),
+    "near_perfect_98": _near_perfect(0.09, 0.04, 0.40, stream=12),
+    "near_perfect_99": _near_perfect(0.06, 0.02, 0.35, stream=13),
 }
 FAMILY = (
     "hotpotqa",
