@@ -27,7 +27,7 @@ from ..providers.call import CachedResponse, CallCache
 from ..providers.limiter import LimiterSlot
 from ._intercept import InterceptScope, _Pending, active_scope, refusal_body
 
-__all__ = ["SyncSlot", "patch_google", "patch_module", "run_on_loop"]
+__all__ = ["SyncSlot", "patch_google", "patch_module", "run_on_loop", "settle_sync"]
 
 _T = TypeVar("_T")
 logger = logging.getLogger("phi_core.select.intercept")
@@ -169,6 +169,23 @@ def _cache_put_sync(pending: _Pending, entry: CachedResponse | None) -> None:
         direct(pending.key, entry.message, entry.latency)
     except Exception as error:
         _cache_failed("write", error)
+
+
+def settle_sync(
+    pending: _Pending,
+    body: bytes,
+    *,
+    complete: bool,
+    slot: SyncSlot,
+    outcome: Callable[[LimiterSlot], None] | None,
+) -> None:
+    """Settle a sync client's call once its body has been read (or given up): meter it, release
+    its limiter slot and cache a whole answer. A call already settled is left alone."""
+    if pending.finished:
+        return
+    entry = pending.finish(pending.status, body, complete=complete)
+    slot.release(outcome)
+    _cache_put_sync(pending, entry)
 
 
 def patch_google() -> Callable[[], None]:
@@ -343,9 +360,7 @@ def _send_sync(
     pending.status = status
     pending.content_type = response.headers.get("content-type", "application/json")
     if not stream:
-        entry = pending.finish(status, response.content, complete=True)
-        slot.release(_outcome(status))
-        _cache_put_sync(pending, entry)
+        settle_sync(pending, response.content, complete=True, slot=slot, outcome=_outcome(status))
         return response
     response.stream = tee(response.stream, pending, slot, _outcome(status))
     return response
@@ -383,12 +398,10 @@ def _tees(module: ModuleType) -> tuple[type, type]:
                 self._finish()
 
         def _finish(self) -> None:
-            if self._pending.finished:
-                return
-            pending = self._pending
-            entry = pending.finish(pending.status, b"".join(self._parts), complete=self._complete)
-            self._slot.release(self._outcome)
-            _cache_put_sync(pending, entry)
+            body = b"".join(self._parts)
+            settle_sync(
+                self._pending, body, complete=self._complete, slot=self._slot, outcome=self._outcome
+            )
 
     class TeeAsync(module.AsyncByteStream):  # type: ignore[misc, name-defined]
         def __init__(self, inner: Any, pending: _Pending, stack: contextlib.AsyncExitStack) -> None:

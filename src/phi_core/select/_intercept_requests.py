@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import BudgetExceededError
 from ._intercept import _Pending, refusal_body
-from ._intercept_http import SyncSlot, _cache_get_sync, _cache_put_sync, _inside, _outcome
+from ._intercept_http import SyncSlot, _cache_get_sync, _inside, _outcome, settle_sync
 from ._intercept_http import _pending as pending_for
 
 __all__ = ["patch_requests"]
@@ -192,9 +192,5 @@ class _TeeRaw:
             self._finish(complete=False)
 
     def _finish(self, *, complete: bool) -> None:
-        pending = self._pending
-        if pending.finished:
-            return
-        entry = pending.finish(pending.status, b"".join(self._parts), complete=complete)
-        self._slot.release(self._outcome)
-        _cache_put_sync(pending, entry)
+        body = b"".join(self._parts)
+        settle_sync(self._pending, body, complete=complete, slot=self._slot, outcome=self._outcome)
