@@ -404,11 +404,11 @@ class RegretRace(SelectionAlgorithm):
     the chain of leaders, ``best - mu_F <= sum_e max(mu_e - mu_leader(e), 0)``, so the expected
     regret is at most the sum of the expected opportunity costs at the moments of elimination,
     which the run records in :attr:`expected_loss` (and which is at most ``eta`` times the sum
-    of the tolerance weights). The expectation is under the normal (central-limit) approximation of
-    each finite-population mean difference with a flat prior — a Bayesian, model-based
-    statement, not a distribution-free frequentist guarantee; for that, use :class:`PairedRace`
-    (delta-bounded, no cost awareness, 2-3x the spend on near-tie benchmarks). Every estimate is
-    exact at ``n = N`` and the cost never exceeds brute force's.
+    of the tolerance weights). The expectation is under the normal (central-limit)
+    approximation of each finite-population mean difference with a flat prior — a Bayesian,
+    model-based statement, not a distribution-free frequentist guarantee; for that, use
+    :class:`PairedRace` (delta-bounded, no cost awareness, 2-3x the spend on near-tie
+    benchmarks). Every estimate is exact at ``n = N`` and the cost never exceeds brute force's.
     """
 
     name = "regret_race"
