@@ -55,7 +55,14 @@ DEFAULT_DATA = HERE / "data" / "agentopt_hotpotqa"
 DEFAULT_OUT = HERE / "results" / "selection"
 AGENTOPT_VENV = HERE / ".agentopt-venv"
 
+
 # name -> (algorithm, parameters). Defaults unless a variant says otherwise.
+def _earlier(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A ``regret_race`` variant from before point 12 of ``RegretRace`` (issue 20's seventh
+    round): it pins ``perfect_look=0``, so its figures stay as they were recorded."""
+    return "regret_race", {**params, "perfect_look": 0}
+
+
 PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "brute_force": ("brute_force", {}),
     "random": ("random", {}),
@@ -67,44 +74,33 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "matrix_ucb": ("matrix_ucb", {}),
     "matrix_ucb_35": ("matrix_ucb", {"budget_fraction": 0.35}),
     "regret_race": ("regret_race", {}),
-    # the variants below are earlier defaults and candidates: they pin perfect_look=0 (no point 12
-    # of RegretRace, which came in issue 20's seventh round), so their figures stay as recorded
     # a larger regret tolerance per elimination: cheaper, more regret on near-tie benchmarks
-    "regret_race_3e-4": ("regret_race", {"eta": 3e-4, "perfect_look": 0}),
+    "regret_race_3e-4": _earlier({"eta": 3e-4}),
     "paired_race": ("paired_race", {}),
     # the same race with a fixed z = 3 instead of the delta-derived one (no formal guarantee)
     "paired_race_z3": ("paired_race", {"z": 3.0}),
     # the additive (planner + solver) prior: near-tie-robust on additive grids, not the default
-    "regret_race_additive": (
-        "regret_race",
-        {"eta": 3e-5, "additive_prior": 4.0, "perfect_look": 0},
-    ),
+    "regret_race_additive": _earlier({"eta": 3e-5, "additive_prior": 4.0}),
     # the default before issue 20 (no disagreement floor, no tie protection)
-    "regret_race_v0": (
-        "regret_race",
-        {"floor": 0.0, "tie_questions": 0.0, "tie_risk": 0.0, "perfect_look": 0},
-    ),
+    "regret_race_v0": _earlier({"floor": 0.0, "tie_questions": 0.0, "tie_risk": 0.0}),
     # the default of issue 20's first round (floor and tie rule, no tie-risk guard)
-    "regret_race_v1": ("regret_race", {"tie_risk": 0.0, "perfect_look": 0}),
+    "regret_race_v1": _earlier({"tie_risk": 0.0}),
     # tuning candidates for the default (issue 20 point 4; see results/selection_family/README.md)
-    "regret_race_f1t1": ("regret_race", {"floor": 1.0, "tie_risk": 0.0, "perfect_look": 0}),
-    "regret_race_f1t1_e2": (
-        "regret_race",
-        {"floor": 1.0, "eta": 2e-4, "tie_risk": 0.0, "perfect_look": 0},
-    ),
-    "regret_race_t1": ("regret_race", {"floor": 0.0, "tie_risk": 0.0, "perfect_look": 0}),
+    "regret_race_f1t1": _earlier({"floor": 1.0, "tie_risk": 0.0}),
+    "regret_race_f1t1_e2": _earlier({"floor": 1.0, "eta": 2e-4, "tie_risk": 0.0}),
+    "regret_race_t1": _earlier({"floor": 0.0, "tie_risk": 0.0}),
     # second round: the tie-risk guard with a larger regret tolerance (cheaper, see the README)
     # (the round-2 guard, as in the family README's figures)
-    "regret_race_e2": ("regret_race", {"eta": 2e-4, "exact_guard": False, "perfect_look": 0}),
+    "regret_race_e2": _earlier({"eta": 2e-4, "exact_guard": False}),
     # the default of issue 20's second round: the tie-risk guard under the normal approximation
     # (third round: the exact beta-binomial end game for 0/1 scores, see the family README)
-    "regret_race_v2": ("regret_race", {"exact_guard": False, "perfect_look": 0}),
+    "regret_race_v2": _earlier({"exact_guard": False}),
     # issue 20's fourth round: stratified sampling by scouted question difficulty, not adopted
     # (one miss in 50 seeds here; see the family README's round 4)
-    "regret_race_strata4": ("regret_race", {"strata": 4, "perfect_look": 0}),
+    "regret_race_strata4": _earlier({"strata": 4}),
     # the default of issue 20's third to sixth rounds: no bet behind a field of perfect arms
     # (seventh round: point 12 of RegretRace, see the family README)
-    "regret_race_v3": ("regret_race", {"perfect_look": 0}),
+    "regret_race_v3": _earlier({}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()
