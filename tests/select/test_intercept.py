@@ -52,9 +52,10 @@ TWO_STEPS = {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-c"]
 
 
 async def brute_force(
-    agent: Any, datapoints: int, models: Any = TWO_STEPS, max_concurrent: int = 4
+    agent: Any, datapoints: int, models: Any = TWO_STEPS, max_concurrent: int = 4, **options: Any
 ) -> Any:
-    """Every combination of ``models`` (default :data:`TWO_STEPS`) on the first datapoints."""
+    """Every combination of ``models`` (default :data:`TWO_STEPS`) on the first datapoints;
+    ``options`` override the selector's keywords (no cache by default)."""
     selector = ModelSelector(
         agent,
         models,
@@ -62,9 +63,7 @@ async def brute_force(
         exact,
         algorithm="brute_force",
         max_concurrent=max_concurrent,
-        cache=False,
-        model_prices=PRICES,
-        model_handles=False,
+        **{"cache": False, "model_prices": PRICES, "model_handles": False, **options},
     )
     return await selector.select_best()
 
@@ -256,23 +255,10 @@ async def test_cached_calls_are_free_shared_across_combinations_and_a_rerun_send
                 )
                 return reply.choices[0].message.content or ""
 
-        def selector() -> ModelSelector:
-            return ModelSelector(
-                TwoSteps,
-                {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-b"]},
-                DATASET[:5],
-                exact,
-                algorithm="brute_force",
-                max_concurrent=1,
-                cache=cache_path,
-                model_prices=PRICES,
-                model_handles=False,
-                journal=False,
-            )
-
-        first = await selector().select_best()
+        models = {"planner": ["model-b", "model-c"], "solver": ["model-a", "model-b"]}
+        first = await brute_force(TwoSteps, 5, models, 1, cache=cache_path, journal=False)
         sent_first = len(server.requests)
-        second = await selector().select_best()
+        second = await brute_force(TwoSteps, 5, models, 1, cache=cache_path, journal=False)
 
     # 4 combinations x 5 items x 2 calls, less those identical to one sent before: each planner
     # call is shared by two combinations, a solver call when both planners said the same

@@ -14,10 +14,10 @@ import requests
 
 from phi_core.metering import Budget, Meter, metering
 from phi_core.providers.limiter import Limiter
-from phi_core.select import ModelSelector, ResponseCache
+from phi_core.select import ResponseCache
 from phi_core.select._intercept import InterceptScope, intercepting
 from tests.select.llm_server import LlmServer, answer
-from tests.select.test_intercept import DATASET, PRICES, assert_rows_billed, brute_force, exact
+from tests.select.test_intercept import DATASET, assert_rows_billed, brute_force
 
 HEADERS = {"authorization": "Bearer sk-requests-secret"}
 
@@ -84,23 +84,10 @@ async def test_requests_calls_are_cached_and_a_rerun_sends_nothing(tmp_path: Pat
     async with LlmServer() as server:
         RequestsAgent.base = server.url
 
-        def selector() -> ModelSelector:
-            return ModelSelector(
-                RequestsAgent,
-                {"planner": ["model-b"], "solver": ["model-a", "model-c"]},
-                DATASET[:4],
-                exact,
-                algorithm="brute_force",
-                max_concurrent=2,
-                cache=cache_path,
-                model_prices=PRICES,
-                model_handles=False,
-                journal=False,
-            )
-
-        first = await selector().select_best()
+        models = {"planner": ["model-b"], "solver": ["model-a", "model-c"]}
+        first = await brute_force(RequestsAgent, 4, models, 2, cache=cache_path, journal=False)
         sent = len(server.requests)
-        second = await selector().select_best()
+        second = await brute_force(RequestsAgent, 4, models, 2, cache=cache_path, journal=False)
 
     assert sent == 4 + 2 * 4  # the planner's calls are shared by both combinations
     assert len(server.requests) == sent  # the re-run, streams included, came from the cache
