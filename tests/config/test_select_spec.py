@@ -102,6 +102,10 @@ async def test_an_object_inputs_fields_are_placeholders_too(tmp_path: Path) -> N
         (('scorer = "contains"', 'scorer = "nothere.py:score"'), "scorer"),
         (("cache = false", 'cache = false\nalgorithm = "bruteforce"'), "algorithm"),
         (
+            ("[steps]", 'algorithm = "regret_race"\n[algorithm_params]\nperfect_lok = 4\n[steps]'),
+            "algorithm_params",
+        ),
+        (
             ("cache = false", "cache = false\n[budget]\nmax_evaluations = 0"),
             "budget.max_evaluations",
         ),

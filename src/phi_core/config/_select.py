@@ -126,10 +126,11 @@ class SelectSpec(_Section):
             agent = _import(self.agent, "agent", source)
         else:
             agent = prompt_chain(self._prompts(dataset, row_keys))
-        try:
-            make_algorithm(self.algorithm, **self.algorithm_params)
-        except UserError as exc:
-            raise source.error(str(exc), ("algorithm",)) from None
+        for key, params in (("algorithm", {}), ("algorithm_params", self.algorithm_params)):
+            try:  # the name alone first, so a bad parameter is reported at its own table
+                make_algorithm(self.algorithm, **params)
+            except UserError as exc:
+                raise source.error(str(exc), (key,)) from None
         limits = self.budget or SelectBudget()
         budget = Budget(max_cost_usd=limits.max_cost) if limits.max_cost is not None else None
         cache = self.cache_path

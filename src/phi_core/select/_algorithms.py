@@ -10,6 +10,8 @@ combinations the algorithm still believes in (never an eliminated arm's lucky ea
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -444,6 +446,22 @@ def make_algorithm(algorithm: str | SelectionAlgorithm, **params: Any) -> Select
         raise UserError(
             f"Unknown selection algorithm {algorithm!r}; choose one of {sorted(registry)!r}."
         ) from None
+    accepted = [
+        name
+        for name, parameter in inspect.signature(cls.__init__).parameters.items()
+        if name != "self" and parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        hints = [difflib.get_close_matches(name, accepted, n=1) for name in unknown]
+        guesses = [
+            f"{name!r} (did you mean {hint[0]!r}?)" for name, hint in zip(unknown, hints) if hint
+        ]
+        raise UserError(
+            f"Unknown parameter(s) {', '.join(map(repr, unknown))} for algorithm {algorithm!r}"
+            + (f": {'; '.join(guesses)}" if guesses else "")
+            + f". It accepts: {', '.join(accepted) or 'no parameters'}."
+        )
     try:
         return cls(**params)
     except TypeError as error:
