@@ -455,7 +455,9 @@ def make_algorithm(algorithm: str | SelectionAlgorithm, **params: Any) -> Select
     if unknown:
         hints = [difflib.get_close_matches(name, accepted, n=1) for name in unknown]
         guesses = [
-            f"{name!r} (did you mean {hint[0]!r}?)" for name, hint in zip(unknown, hints) if hint
+            f"{name!r} (did you mean {hint[0]!r}?)"
+            for name, hint in zip(unknown, hints, strict=True)
+            if hint
         ]
         raise UserError(
             f"Unknown parameter(s) {', '.join(map(repr, unknown))} for algorithm {algorithm!r}"
