@@ -40,7 +40,11 @@ def test_a_good_spec_builds_a_selector(tmp_path: Path) -> None:
     spec = load_select_spec(write(tmp_path))
     selector = spec.selector()
     assert selector.max_concurrent == 4 and len(selector.dataset) == 2
-    assert spec.cache_path is None
+    assert spec.cache_path is None and selector.timeout is None
+    timed = load_select_spec(
+        write(tmp_path, SPEC.replace("cache = false", "cache = false\ntimeout = 90"))
+    )
+    assert timed.selector().timeout == 90.0
 
 
 def test_a_word_where_a_number_belongs_names_file_line_and_key(tmp_path: Path) -> None:
@@ -101,6 +105,7 @@ async def test_an_object_inputs_fields_are_placeholders_too(tmp_path: Path) -> N
         (("[steps]", "colour = 1\n[steps]"), "colour"),
         (('scorer = "contains"', 'scorer = "nothere.py:score"'), "scorer"),
         (("cache = false", 'cache = false\nalgorithm = "bruteforce"'), "algorithm"),
+        (("cache = false", "cache = false\ntimeout = 0"), "timeout"),
         (
             ("[steps]", 'algorithm = "regret_race"\n[algorithm_params]\nperfect_lok = 4\n[steps]'),
             "algorithm_params",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -634,3 +636,150 @@ async def test_cancelling_a_sync_agent_that_returns_a_coroutine_leaves_none_unaw
         made.clear()
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+async def test_a_run_past_the_timeout_is_stopped_scores_zero_and_the_rest_go_on(
+    strict_loop: list[dict[str, Any]],
+) -> None:
+    stopped: list[str] = []
+
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        answer = await models["solver"].complete(question)  # metered before the hang
+        if models["solver"].spec.endswith("stuck") and question in {"q2", "q5"}:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                stopped.append(question)
+                raise
+        return answer
+
+    stuck, _ = scripted("stuck", "right")
+    steady, _ = scripted("steady", "right", input_price=5.0)
+    selector = ModelSelector(
+        agent,
+        {"solver": [stuck, steady]},
+        DATASET,
+        exact,
+        algorithm="brute_force",
+        cache=False,
+        timeout=0.2,
+    )
+    result = await asyncio.wait_for(selector.select_best(), 60)
+    assert sorted(stopped) == ["q2", "q5"]  # the hung runs were cancelled, not left behind
+    assert result.best.models == {"solver": "scripted:steady"}  # 8/8 beats 6/8 despite its price
+    by_name = {c.name: c for c in result.combinations}
+    assert by_name["solver=scripted:stuck"].accuracy == pytest.approx(6 / 8)
+    assert by_name["solver=scripted:stuck"].failures == 2
+    rows = [r for r in result.datapoints if r.status != "ok"]
+    assert {(r.combination, r.datapoint, r.status, r.score) for r in rows} == {
+        ("solver=scripted:stuck", 2, "timeout", 0.0),
+        ("solver=scripted:stuck", 5, "timeout", 0.0),
+    }
+    assert all(r.error and "ran longer than timeout=0.2 s" in r.error for r in rows)
+    assert all(r.calls == 1 and r.input_tokens == 100 for r in rows)  # their calls still count
+    (warning,) = [w for w in result.warnings if "failed" in w]
+    assert "TimeoutError x2" in warning
+
+
+def test_a_sync_agents_timeout_counts_from_when_its_thread_starts() -> None:
+    """One thread (max_concurrent=1): the first run hangs past the timeout and keeps the thread
+    for a second; the runs queued behind it wait for it without being charged that wait."""
+    first = threading.Event()
+
+    def agent(models: dict[str, Any], question: str) -> str:
+        if not first.is_set():
+            first.set()
+            time.sleep(1.0)  # abandoned at 0.4 s, returns at 1 s
+        return "right"
+
+    selector = ModelSelector(
+        agent,
+        {"solver": ["a"]},
+        DATASET[:3],
+        exact,
+        algorithm="brute_force",
+        max_concurrent=1,
+        cache=False,
+        model_handles=False,
+        timeout=0.4,
+    )
+    result = selector.select_best_sync()
+    statuses = sorted(r.status for r in result.datapoints)
+    assert statuses == ["ok", "ok", "timeout"]
+    (late,) = [r for r in result.datapoints if r.status == "timeout"]
+    assert late.error is not None and "thread cannot be stopped" in late.error
+
+
+async def test_sys_exit_in_an_agent_fails_that_run_only(strict_loop: list[dict[str, Any]]) -> None:
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        if question == "q3":
+            raise SystemExit(2)
+        return await models["solver"].complete(question)
+
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        agent, {"solver": [good]}, DATASET, exact, algorithm="brute_force", cache=False
+    ).select_best()
+    assert [(f.datapoint, f.error) for f in result.failures] == [(3, "SystemExit: 2")]
+    assert result.best.accuracy == pytest.approx(7 / 8)
+
+
+async def test_a_stray_cancelled_error_from_an_agent_is_its_failure_not_a_cancellation(
+    strict_loop: list[dict[str, Any]],
+) -> None:
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        if question == "q1":  # e.g. the agent's own inner task was cancelled and it re-raised
+            raise asyncio.CancelledError("inner job")
+        return await models["solver"].complete(question)
+
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        agent, {"solver": [good]}, DATASET, exact, algorithm="brute_force", cache=False
+    ).select_best()
+    ((datapoint, error),) = [(f.datapoint, f.error) for f in result.failures]
+    assert datapoint == 1 and error.startswith("CancelledError: inner job")
+    assert result.evaluations == 8
+
+
+async def test_ctrl_c_inside_an_agent_stops_the_run_cleanly_and_keeps_the_journal(
+    tmp_path: Path, strict_loop: list[dict[str, Any]]
+) -> None:
+    finished: list[str] = []
+    interrupts = [KeyboardInterrupt()]  # one Ctrl-C
+
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        if question == "q6" and interrupts:
+            await asyncio.sleep(0.05)  # the others finish first
+            raise interrupts.pop()
+        answer = await models["solver"].complete(question)
+        finished.append(question)
+        return answer
+
+    good, _ = scripted("good", "right")
+
+    def build() -> ModelSelector:
+        return ModelSelector(
+            agent,
+            {"solver": [good]},
+            DATASET,
+            exact,
+            algorithm="brute_force",
+            cache=False,
+            journal=tmp_path / "runs.sqlite",
+        )
+
+    with pytest.raises(KeyboardInterrupt):
+        await build().select_best()
+    assert len(finished) == 7
+    # strict_loop checks that no task was left running and no error went unretrieved
+    finished.clear()
+    resumed = await build().select_best(resume=True)
+    assert resumed.resumed == 7 and resumed.evaluations == 8
+    assert finished == ["q6"]  # only the interrupted run ran again
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "30", True])
+def test_a_bad_timeout_is_refused(bad: Any) -> None:
+    good, _ = scripted("good", "right")
+    with pytest.raises(UserError, match=r"`timeout` must be a number of seconds > 0"):
+        ModelSelector(solver_agent, {"solver": [good]}, DATASET, exact, timeout=bad)

@@ -8,6 +8,7 @@
     algorithm = "auto"                     # auto (= regret_race), paired_race, arm_elimination, ...
     max_concurrent = 20
     seed = 0
+    timeout = 120                          # optional: seconds one agent run may take (then it scores 0)
     cache = true                           # or a path to the SQLite cache file
 
     [steps]
@@ -79,6 +80,7 @@ class SelectSpec(_Section):
     algorithm: str = "auto"
     max_concurrent: int = Field(default=20, ge=1, strict=True)
     seed: int | None = Field(default=None, strict=True)
+    timeout: float | None = Field(default=None, gt=0)
     cache: bool | str = True
     steps: dict[str, list[str]]
     prompts: dict[str, str] | None = None
@@ -147,6 +149,7 @@ class SelectSpec(_Section):
                 max_evaluations=limits.max_evaluations,
                 cache=cache if cache is not None else False,
                 algorithm_params=self.algorithm_params,
+                timeout=self.timeout,
             )
         except ConfigError:
             raise

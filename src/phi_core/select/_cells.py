@@ -18,12 +18,12 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from .._callables import is_async_callable
 from ..errors import UserError, redact
 from ..metering import Meter, metering
-from ..outcome import ErrorKind
+from ..outcome import ErrorKind, OutcomeStatus
 from ..types import Usage
 from ._arena import Evaluation
 from ._intercept import attribute
@@ -38,6 +38,8 @@ __all__ = [
     "read_datapoint",
     "run_cells",
 ]
+
+_E = TypeVar("_E", bound=BaseException)
 
 Scorer = Callable[[Any, Any], float | bool | Awaitable[float | bool]]
 
@@ -95,6 +97,9 @@ class CellRunner:
         scorer: ``(expected, actual) -> score in [0, 1]``.
         space: the search space (combination names and labels).
         seed: the run's seed (calls without their own seed derive one from it).
+        timeout: seconds one agent run may take, counted from when it starts (a sync agent's
+            from when its thread picks it up); a run past it is stopped and scores 0 with status
+            ``timeout``. ``None``: no limit.
     """
 
     def __init__(
@@ -105,7 +110,9 @@ class CellRunner:
         scorer: Scorer,
         space: SearchSpace,
         seed: int | None,
+        timeout: float | None = None,
     ) -> None:
+        self.timeout = timeout
         self.agent = agent
         self.candidates = {s: dict(c) for s, c in candidates.items()}
         self.dataset = dataset
@@ -139,13 +146,32 @@ class CellRunner:
         error: str | None = None
         score = 0.0
         started = time.perf_counter()
+        clock = _RunClock(self.timeout)
         with metering(meter), attribute(name, i):
             try:
-                actual = await self._run_agent(models, inputs, executor)
+                async with clock:
+                    actual = await self._run_agent(models, inputs, executor, clock.start)
             except UserError:
                 raise
-            except Exception as exc:
-                error = redact(f"{type(exc).__name__}: {exc}")
+            except KeyboardInterrupt as exc:  # the user's Ctrl-C, not the agent's failure
+                raise AgentInterrupted(exc) from None
+            except asyncio.CancelledError as exc:
+                if _being_cancelled():
+                    raise
+                # raised by the agent's own machinery, not a cancellation of this run
+                error = redact(
+                    f"CancelledError: {exc or 'raised'} (by the agent; nothing cancelled the run)"
+                )
+            except (
+                Exception,
+                SystemExit,
+                GeneratorExit,
+            ) as exc:  # sys.exit() in an agent: a failure
+                error = (
+                    clock.message(sync=not is_async_callable(self._entry()))
+                    if clock.expired()
+                    else redact(f"{type(exc).__name__}: {exc}")
+                )
             else:
                 try:
                     score = await self.score(expected, actual)
@@ -162,9 +188,10 @@ class CellRunner:
         per_model: dict[str, Usage] = {}
         for c in calls:
             per_model[c.model] = per_model.get(c.model, Usage()) + c.usage
+        status: OutcomeStatus = "timeout" if clock.expired() else ("error" if error else "ok")
         return Evaluation(
             config_id=name,
-            status="over_budget" if refused is not None else ("error" if error else "ok"),
+            status="over_budget" if refused is not None else status,
             score=0.0 if error else score,
             cost_usd=meter.cost,
             spent_usd=meter.spent,
@@ -172,14 +199,26 @@ class CellRunner:
             usage=meter.usage,
             error=refused.error if refused is not None else error,
             error_kind=(
-                cast("ErrorKind", failed.error_kind) if failed is not None and error else None
+                "timeout"
+                if clock.expired()
+                else cast("ErrorKind", failed.error_kind)
+                if failed is not None and error
+                else None
             ),
             calls=len(calls),
             model_usage=per_model,
         )
 
+    def _entry(self) -> Any:
+        """What runs the agent: its class's ``run`` or the function itself."""
+        return getattr(self.agent, "run", None) if inspect.isclass(self.agent) else self.agent
+
     async def _run_agent(
-        self, models: dict[str, Any], inputs: Any, executor: ThreadPoolExecutor
+        self,
+        models: dict[str, Any],
+        inputs: Any,
+        executor: ThreadPoolExecutor,
+        started: Callable[[], None],
     ) -> Any:
         agent: Any = self.agent
         if inspect.isclass(agent):
@@ -187,20 +226,80 @@ class CellRunner:
             instance: Any = factory(models)
             run: Any = instance.run
             if is_async_callable(run):
+                started()
                 return await run(inputs)
-            result = await _in_thread(executor, run, inputs)
+            result = await _in_thread(executor, started, run, inputs)
         elif is_async_callable(agent):
+            started()
             return await agent(models, inputs)
         else:
-            result = await _in_thread(executor, agent, models, inputs)
+            result = await _in_thread(executor, started, agent, models, inputs)
         if inspect.isawaitable(result):
             return await result
         return result
 
 
-async def _in_thread(executor: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Any:
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class AgentInterrupted(Exception):
+    """A ``KeyboardInterrupt`` raised while an agent ran, carried out of the cell's task as an
+    ordinary exception (so the batch's task groups cancel and await every sibling) and raised
+    again as itself once they have (:func:`each_combination`)."""
+
+    def __init__(self, interrupt: KeyboardInterrupt) -> None:
+        super().__init__("interrupted")
+        self.interrupt = interrupt
+
+
+class _RunClock:
+    """The per-run timeout, armed when the agent starts: a sync agent's run may first wait for
+    a free thread, and that wait is not the agent's time."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._timeout = asyncio.timeout(None)
+        self._open = False
+
+    async def __aenter__(self) -> None:
+        await self._timeout.__aenter__()
+        self._open = True
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._open = False
+        await self._timeout.__aexit__(*exc)  # turns its own cancellation into TimeoutError
+
+    def start(self) -> None:
+        """Start counting (on the event loop's thread); a no-op once the run has ended."""
+        if self.seconds is not None and self._open:
+            self._timeout.reschedule(asyncio.get_running_loop().time() + self.seconds)
+
+    def expired(self) -> bool:
+        return self._timeout.expired()
+
+    def message(self, *, sync: bool) -> str:
+        text = f"TimeoutError: the agent ran longer than timeout={self.seconds:g} s and was stopped"
+        if sync:  # Python cannot stop a thread; say so rather than pretend
+            text += " (a sync agent's thread cannot be stopped: it runs on in the background)"
+        return text
+
+
+async def _in_thread(
+    executor: ThreadPoolExecutor, started: Callable[[], None], fn: Callable[..., Any], *args: Any
+) -> Any:
     ctx = contextvars.copy_context()
-    job = executor.submit(ctx.run, fn, *args)
+    loop = asyncio.get_running_loop()
+
+    def work() -> Any:
+        try:
+            loop.call_soon_threadsafe(started)
+        except RuntimeError:  # the run ended and its loop closed before a thread was free
+            return None
+        return ctx.run(fn, *args)
+
+    job = executor.submit(work)
     try:
         return await asyncio.wrap_future(job)
     except asyncio.CancelledError:
@@ -262,18 +361,21 @@ async def each_combination(
             for k, datapoints in batch.items():
                 tg.create_task(run(k, datapoints))
     except BaseExceptionGroup as group:
-        user_error = first_user_error(group)
+        interrupted = _first(group, AgentInterrupted)
+        if interrupted is not None:  # every sibling has been cancelled and awaited by now
+            raise interrupted.interrupt from None
+        user_error = _first(group, UserError)
         if user_error is not None:
             raise user_error from None
         raise
 
 
-def first_user_error(group: BaseExceptionGroup[BaseException]) -> UserError | None:
+def _first(group: BaseExceptionGroup[BaseException], kind: type[_E]) -> _E | None:
     for error in group.exceptions:
-        if isinstance(error, UserError):
+        if isinstance(error, kind):
             return error
         if isinstance(error, BaseExceptionGroup):
-            found = first_user_error(error)
+            found = _first(error, kind)
             if found is not None:
                 return found
     return None

@@ -54,10 +54,11 @@ def run_fingerprint(
     algorithm: str,
     params: dict[str, Any],
     objective: tuple[float, float],
+    timeout: float | None = None,
 ) -> str:
     """The identity of a run: a SHA-256 over what decides its cells and its path."""
     digest = hashlib.sha256()
-    head = {
+    head: dict[str, Any] = {
         "combinations": list(combinations),
         "agent": _name(agent),
         "scorer": _name(scorer),
@@ -67,6 +68,8 @@ def run_fingerprint(
         "objective": list(objective),
         "n": len(dataset),
     }
+    if timeout is not None:  # absent when unset, so the runs journalled before it still resume
+        head["timeout"] = timeout
     digest.update(json.dumps(head, sort_keys=True, default=repr).encode())
     for item in dataset:
         digest.update(repr(item).encode())

@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..errors import MissingExtraError, UserError
+from ..outcome import OutcomeStatus
 from ..types import Usage
 from ._arena import Arena, Objective
 from ._space import SearchSpace
@@ -50,6 +51,8 @@ class DatapointResult(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     calls: int = 0
+    status: OutcomeStatus = "ok"
+    """How the run ended: ``ok``, ``error`` (the agent or the scorer raised) or ``timeout``."""
     error: str | None = None
 
 
@@ -377,6 +380,7 @@ def build_result(
                 input_tokens=int(arena.input_tokens[k, p]),
                 output_tokens=int(arena.output_tokens[k, p]),
                 calls=int(arena.calls[k, p]),
+                status=ev.status,
                 error=arena.errors.get((k, p)),
             )
         )

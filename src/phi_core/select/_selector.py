@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 import uuid
 from collections import Counter
@@ -194,6 +195,10 @@ class ModelSelector:
         ray_options: options for the Ray tasks (default ``{"num_cpus": 1}``).
         journal: record every finished cell so an interrupted run can resume: ``True``
             (``$PHI_HOME/select-runs.sqlite``), ``False`` or a path.
+        timeout: seconds one agent run may take (counted from when it starts; a sync agent's
+            from when a thread picks it up). A run past it is stopped, scores 0 and is reported
+            with status ``timeout``; the calls it made still count. ``None``: no limit. A sync
+            agent's thread cannot be stopped, only abandoned: it runs on in the background.
     """
 
     def __init__(
@@ -219,6 +224,7 @@ class ModelSelector:
         ray_address: str | None = None,
         ray_options: Mapping[str, Any] | None = None,
         journal: bool | str | Path = True,
+        timeout: float | None = None,
     ) -> None:
         if not callable(agent):
             raise UserError(
@@ -246,6 +252,16 @@ class ModelSelector:
             raise UserError("The dataset is empty; give at least one (input, expected) pair.")
         for i in range(len(dataset)):  # every item, before anything is spent on the first ones
             read_datapoint(dataset, i)
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise UserError(
+                f"`timeout` must be a number of seconds > 0 (or None for no limit), got {timeout!r}."
+            )
+        self.timeout = None if timeout is None else float(timeout)
         if executor not in ("local", "ray"):
             raise UserError(f"`executor` must be 'local' or 'ray', got {executor!r}.")
         self.agent = agent
@@ -348,7 +364,13 @@ class ModelSelector:
 
     def _runner(self) -> CellRunner:
         return CellRunner(
-            self.agent, self._candidates, self.dataset, self.scorer, self.space, self.seed
+            self.agent,
+            self._candidates,
+            self.dataset,
+            self.scorer,
+            self.space,
+            self.seed,
+            self.timeout,
         )
 
     def _journal(self, algorithm: SelectionAlgorithm) -> RunJournal | None:
@@ -365,6 +387,7 @@ class ModelSelector:
             algorithm=algorithm.name,
             params=algorithm.params(),
             objective=(self.objective.cost_weight, self.objective.latency_weight),
+            timeout=self.timeout,
         )
         return RunJournal(path, run)
 
