@@ -9,13 +9,18 @@ to WAL and its tables are created: a second process starting at the same moment 
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sqlite3
 import time
 from pathlib import Path
 
 from .errors import StateStoreError
 
-__all__ = ["init_wal", "sqlite_failure"]
+__all__ = ["init_wal", "quarantine", "sqlite_failure"]
+
+logger = logging.getLogger("phi_core.state")
 
 
 def init_wal(conn: sqlite3.Connection, schema: str, *, timeout: float = 30.0) -> None:
@@ -38,7 +43,7 @@ def init_wal(conn: sqlite3.Connection, schema: str, *, timeout: float = 30.0) ->
             delay = min(delay * 2, 0.25)
 
 
-def sqlite_failure(exc: sqlite3.Error, path: Path | str, action: str) -> StateStoreError:
+def sqlite_failure(exc: sqlite3.Error | OSError, path: Path | str, action: str) -> StateStoreError:
     """A SQLite failure as a :class:`StateStoreError` that names the real cause."""
     text = str(exc)
     lowered = text.lower()
@@ -51,8 +56,23 @@ def sqlite_failure(exc: sqlite3.Error, path: Path | str, action: str) -> StateSt
         )
     elif "readonly" in lowered or "read-only" in lowered:
         cause = "the file or its folder is read-only"
+    elif "not a database" in lowered or "malformed" in lowered:
+        cause = "it is not a SQLite database, or a damaged one (move it aside, or use another file)"
     elif "unable to open" in lowered:
         cause = "it cannot be opened (check that the folder exists and is readable)"
     else:
         cause = text
     return StateStoreError(f"Cannot {action} {path}: {cause}.")
+
+
+def quarantine(path: Path, why: str, *, kind: str) -> Path:
+    """Move a file that is not ``kind`` (garbage, truncated, the wrong shape) and its SQLite
+    companions aside, with one warning, so a fresh one can take its place; nothing is deleted."""
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm", "-journal"):
+        companion = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(companion, aside.with_name(aside.name + suffix))
+    logger.warning("%s is not %s (%s); moved it to %s and starting afresh.", path, kind, why, aside)
+    return aside

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from phi_core.errors import StateStoreError
 from phi_core.metering import metering
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.providers.call import ModelCall
@@ -99,3 +100,36 @@ async def test_a_locked_cache_never_fails_a_call_already_paid_for(
     assert "locked" in warning and "the answer is kept" in warning
     assert len(cache) == 0
     cache.close()
+
+
+def set_aside(folder: Path, name: str) -> list[bytes]:
+    """The contents of the files moved aside as damaged copies of ``name``."""
+    companions = ("-wal", "-shm", "-journal")
+    return [
+        p.read_bytes() for p in folder.glob(f"{name}.corrupt-*") if not p.name.endswith(companions)
+    ]
+
+
+async def test_a_damaged_cache_file_is_moved_aside_and_a_fresh_one_takes_its_place(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "cache.sqlite"
+    garbage = b"this is not a database\n" * 200
+    path.write_bytes(garbage)
+    cache = ResponseCache(path)
+    message = AssistantMessage(content=[TextContent(text="hello")])
+    await cache.put("k", message, 0.5)
+    assert (await cache.get("k")) is not None
+    cache.close()
+    assert set_aside(tmp_path, "cache.sqlite") == [garbage]  # kept, not deleted
+    assert any(
+        "is not a response cache" in r.message and "moved it to" in r.message
+        for r in caplog.records
+    )
+
+
+def test_a_cache_that_cannot_be_opened_names_the_file_and_why(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a folder should be")
+    with pytest.raises(StateStoreError, match=r"Cannot open the response cache .*file/c\.sqlite"):
+        ResponseCache(blocker / "c.sqlite")

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from phi_core.errors import UserError
+from phi_core.errors import StateStoreError, UserError
 from phi_core.select import ModelSelector
 from tests.select.agents import Counting
 from tests.select.llm_server import SKILL as SERVER_SKILL
 from tests.select.llm_server import answer
+from tests.select.test_cache import set_aside
 
 DATASET = [(i, "right") for i in range(40)]
 MODELS = {"solver": ["m1", "m2", "m3", "m4"]}
@@ -103,3 +104,26 @@ async def test_an_unwritable_journal_is_a_warning_not_a_failed_run(
     result = await selector(counting(), journal=blocker / "runs.sqlite").select_best()
     assert result.evaluations > 0
     assert any("cannot be resumed" in r.message for r in caplog.records)
+
+
+async def test_a_damaged_journal_is_moved_aside_and_the_next_run_can_resume(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "runs.sqlite"
+    journal.write_bytes(b"\x00garbage" * 500)
+    first = await selector(counting(), journal).select_best()
+    assert set_aside(tmp_path, "runs.sqlite") == [b"\x00garbage" * 500]
+    again = counting()
+    replayed = await selector(again, journal).select_best(resume=True)
+    assert again.runs == [] and replayed.resumed == first.evaluations
+
+
+async def test_resuming_from_a_journal_that_cannot_be_read_stops_before_running_anything(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a folder should be")
+    agent = counting()
+    with pytest.raises(StateStoreError, match=r"Cannot resume: the run journal .*runs\.sqlite"):
+        await selector(agent, journal=blocker / "runs.sqlite").select_best(resume=True)
+    assert agent.runs == []

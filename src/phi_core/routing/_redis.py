@@ -29,9 +29,10 @@ import numpy as np
 
 from .._files import atomic_write, file_lock
 from .._paths import user_path
+from .._sqlite import quarantine
 from ..errors import MissingExtraError, StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats
-from .stores import STATE_VERSION, _number, _quarantine, stats_from_json
+from .stores import STATE_VERSION, _number, stats_from_json
 
 __all__ = ["APPLIED_TTL_S", "CLAIM_TTL_S", "RedisPreviewCache", "RedisStateStore", "spool_path"]
 
@@ -193,7 +194,7 @@ class _Spool:
                 raise ValueError(f"'updates' is {updates!r:.40}, not a list")
             return [_Pending.from_json(u, f"updates[{i}]") for i, u in enumerate(updates)]
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8 and shape errors
-            _quarantine(self.path, str(exc) or type(exc).__name__, kind="a router update spool")
+            quarantine(self.path, str(exc) or type(exc).__name__, kind="a router update spool")
             return []
 
     def peek(self) -> list[_Pending]:

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._files import atomic_write, file_lock
-from .._sqlite import init_wal, sqlite_failure
+from .._sqlite import init_wal, quarantine, sqlite_failure
 from ..errors import StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats
 
@@ -153,18 +153,6 @@ def _check_document(data: Any) -> dict[str, dict[str, ArmStats]]:
     return out
 
 
-def _quarantine(path: Path, why: str, *, kind: str = "a router state") -> Path:
-    """Move a file of the wrong shape (and its SQLite companions) aside, with one warning."""
-    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    os.replace(path, aside)
-    for suffix in ("-wal", "-shm", "-journal"):
-        companion = path.with_name(path.name + suffix)
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(companion, aside.with_name(aside.name + suffix))
-    logger.warning("%s is not %s (%s); moved it to %s and starting afresh.", path, kind, why, aside)
-    return aside
-
-
 def _corrupt(path: Path, why: str) -> StateCorruptError:
     return StateCorruptError(
         f"{path} is not a router state ({why}). It was left unchanged: move it aside, or pass "
@@ -211,7 +199,7 @@ class JsonFileStateStore:
             why = str(exc) or type(exc).__name__
             if self.read_only:
                 raise _corrupt(self.path, why) from None
-            _quarantine(self.path, why)
+            quarantine(self.path, why, kind="a router state")
             return {}
 
     def _write(self, data: dict[str, dict[str, ArmStats]]) -> None:
@@ -324,7 +312,7 @@ class SQLiteStateStore:
         try:
             self._init()
         except StateCorruptError as exc:
-            _quarantine(self.path, exc.reason)
+            quarantine(self.path, exc.reason, kind="a router state")
             self._init()
 
     def _init(self) -> None:
@@ -380,7 +368,7 @@ class SQLiteStateStore:
         """A corrupt file found while reading: writers move it aside (and start empty)."""
         error = _corrupt(self.path, why)
         if not self.read_only:
-            _quarantine(self.path, why)
+            quarantine(self.path, why, kind="a router state")
             self._init()
         return error
 
@@ -454,7 +442,7 @@ class SQLiteStateStore:
                         conn.execute("ROLLBACK")
                 if isinstance(exc, StateCorruptError):
                     conn.close()
-                    _quarantine(self.path, exc.reason)
+                    quarantine(self.path, exc.reason, kind="a router state")
                     self._init()
                     raise
                 if isinstance(exc, sqlite3.OperationalError):
@@ -554,7 +542,7 @@ class SQLitePreviewCache:
         except sqlite3.OperationalError as exc:
             raise sqlite_failure(exc, self.path, "open the preview cache") from None
         except sqlite3.DatabaseError as exc:  # garbage or truncated: a cache can start afresh
-            _quarantine(self.path, str(exc), kind="a preview cache")
+            quarantine(self.path, str(exc), kind="a preview cache")
             self._init()
 
     def _init(self) -> None:

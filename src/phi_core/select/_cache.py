@@ -14,7 +14,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from .._sqlite import init_wal, sqlite_failure
+from .._sqlite import init_wal, quarantine, sqlite_failure
 from ..providers.call import CachedResponse
 from ..types import AssistantMessage
 
@@ -31,19 +31,32 @@ class ResponseCache:
 
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 5.0) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout)
-        with self._lock:
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = self._open(timeout)
+        except (sqlite3.OperationalError, OSError) as exc:  # locked, read-only, full: for the user
+            raise sqlite_failure(exc, self.path, "open the response cache") from None
+        except sqlite3.DatabaseError as exc:  # garbage or truncated: a cache can start afresh
+            quarantine(Path(self.path), str(exc), kind="a response cache")
+            self._db = self._open(timeout)
+        self.hits = 0
+        self.misses = 0
+
+    def _open(self, timeout: float) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout)
+        try:
             init_wal(
-                self._db,
+                db,
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, message TEXT NOT NULL,"
                 " latency REAL NOT NULL)",
                 timeout=max(timeout, 1.0),
             )
-        self.hits = 0
-        self.misses = 0
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def get_sync(self, key: str) -> CachedResponse | None:
         with self._lock:

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .._paths import user_path
-from .._sqlite import init_wal
+from .._sqlite import init_wal, quarantine
 from ._arena import Evaluation
 
 __all__ = ["RunJournal", "default_journal_path", "run_fingerprint"]
@@ -85,10 +85,29 @@ class RunJournal:
         self.run = run
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self.error: str | None = None
+        """Why the journal cannot be used (``None``: it can)."""
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0)
+            try:
+                self._db = self._open()
+            except sqlite3.OperationalError:
+                raise
+            except sqlite3.DatabaseError as exc:  # garbage or truncated: kept aside, start afresh
+                quarantine(Path(self.path), str(exc), kind="a selection run journal")
+                self._db = self._open()
+        except (sqlite3.Error, OSError) as error:
+            self.error = str(error) or type(error).__name__
+            logger.warning(
+                "Selection run journal %s cannot be opened (%s): this run cannot be resumed.",
+                self.path,
+                error,
+            )
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0)
+        try:
             init_wal(
                 db,
                 "CREATE TABLE IF NOT EXISTS cells (run TEXT NOT NULL, combination TEXT NOT NULL,"
@@ -96,13 +115,10 @@ class RunJournal:
                 " PRIMARY KEY (run, combination, datapoint))",
                 timeout=5.0,
             )
-            self._db = db
-        except (sqlite3.Error, OSError) as error:
-            logger.warning(
-                "Selection run journal %s cannot be opened (%s): this run cannot be resumed.",
-                self.path,
-                error,
-            )
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def load(self) -> dict[tuple[str, int], Evaluation]:
         """The recorded cells of this run, by ``(combination name, dataset index)``."""
@@ -115,6 +131,7 @@ class RunJournal:
                     (self.run,),
                 ).fetchall()
         except sqlite3.Error as error:
+            self.error = str(error) or type(error).__name__
             logger.warning("Selection run journal %s unreadable (%s).", self.path, error)
             return {}
         out: dict[tuple[str, int], Evaluation] = {}

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._paths import user_path
-from ..errors import BudgetExhausted, UserError, redact
+from ..errors import BudgetExhausted, StateStoreError, UserError, redact
 from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart, Warning
 from ..metering import Budget, Meter, metering
 from ..providers.base import ModelConfig
@@ -488,6 +488,12 @@ class ModelSelector:
         if resume and journal is None:
             raise UserError("resume=True needs the run journal; do not pass journal=False.")
         recorded = journal.load() if journal is not None and resume else {}
+        if resume and journal is not None and journal.error is not None:
+            journal.close()
+            raise StateStoreError(  # before anything is spent again
+                f"Cannot resume: the run journal {journal.path} cannot be read ({journal.error}). "
+                "Fix or free it and resume again; running without resume starts over."
+            )
         started = time.perf_counter()
         scope = InterceptScope(cache=self.cache, model_prices=self.model_prices, loop=loop)
         run_meter = Meter(self.budget)
