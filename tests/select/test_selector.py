@@ -253,12 +253,15 @@ async def test_rows_with_input_and_expected_keys_are_datapoints_and_a_failing_re
             return 4
 
         def __getitem__(self, i: int) -> tuple[str, str]:
-            if i == 2:
-                raise OSError("shard 2 is missing")
+            if i == 2:  # the loader's error carries the credential it used
+                raise OSError("shard 2 is missing (GET ...?api_key=sk-hf-0123456789abcdef)")
             return f"q{i}", "right"
 
-    with pytest.raises(UserError, match="Reading dataset item 2 failed: OSError: shard 2 is"):
+    with pytest.raises(
+        UserError, match="Reading dataset item 2 failed: OSError: shard 2 is"
+    ) as info:
         ModelSelector(solver_agent, {"solver": [good]}, Lazy(), exact, cache=False)
+    assert "sk-hf" not in str(info.value) and "[REDACTED]" in str(info.value)
 
 
 async def test_an_async_scorer_is_awaited_and_a_bad_score_is_a_user_error() -> None:

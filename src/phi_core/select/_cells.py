@@ -63,7 +63,9 @@ def read_datapoint(dataset: Sequence[Any], i: int) -> tuple[Any, Any]:
     try:
         item = dataset[i]
     except Exception as exc:  # a lazy dataset (a file, a Hugging Face split) failed to load it
-        raise UserError(f"Reading dataset item {i} failed: {type(exc).__name__}: {exc}") from None
+        raise UserError(
+            redact(f"Reading dataset item {i} failed: {type(exc).__name__}: {exc}")
+        ) from None
     if isinstance(item, Mapping):
         if "input" in item and "expected" in item:
             return item["input"], item["expected"]
@@ -78,7 +80,7 @@ def read_datapoint(dataset: Sequence[Any], i: int) -> tuple[Any, Any]:
             pass
         else:
             return inputs, expected
-    text = repr(item)
+    text = redact(repr(item))
     text = text if len(text) <= 120 else text[:117] + "..."
     raise UserError(
         f'Dataset item {i} is not an (input, expected) pair or an {{"input", "expected"}} '
