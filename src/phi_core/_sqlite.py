@@ -20,8 +20,6 @@ from .errors import StateStoreError
 
 __all__ = ["init_wal", "quarantine", "sqlite_failure"]
 
-logger = logging.getLogger("phi_core.state")
-
 
 def init_wal(conn: sqlite3.Connection, schema: str, *, timeout: float = 30.0) -> None:
     """Switch ``conn``'s database to WAL and run ``schema`` (``CREATE ... IF NOT EXISTS``),
@@ -65,14 +63,15 @@ def sqlite_failure(exc: sqlite3.Error | OSError, path: Path | str, action: str) 
     return StateStoreError(f"Cannot {action} {path}: {cause}.")
 
 
-def quarantine(path: Path, why: str, *, kind: str) -> Path:
+def quarantine(path: Path, why: str, *, kind: str, log: logging.Logger) -> Path:
     """Move a file that is not ``kind`` (garbage, truncated, the wrong shape) and its SQLite
-    companions aside, with one warning, so a fresh one can take its place; nothing is deleted."""
+    companions aside, with one warning on ``log`` (the owner's logger), so a fresh one can take
+    its place; nothing is deleted."""
     aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     os.replace(path, aside)
     for suffix in ("-wal", "-shm", "-journal"):
         companion = path.with_name(path.name + suffix)
         with contextlib.suppress(FileNotFoundError):
             os.replace(companion, aside.with_name(aside.name + suffix))
-    logger.warning("%s is not %s (%s); moved it to %s and starting afresh.", path, kind, why, aside)
+    log.warning("%s is not %s (%s); moved it to %s and starting afresh.", path, kind, why, aside)
     return aside

@@ -194,7 +194,9 @@ class _Spool:
                 raise ValueError(f"'updates' is {updates!r:.40}, not a list")
             return [_Pending.from_json(u, f"updates[{i}]") for i, u in enumerate(updates)]
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8 and shape errors
-            quarantine(self.path, str(exc) or type(exc).__name__, kind="a router update spool")
+            quarantine(
+                self.path, str(exc) or type(exc).__name__, kind="a router update spool", log=logger
+            )
             return []
 
     def peek(self) -> list[_Pending]:

@@ -199,7 +199,7 @@ class JsonFileStateStore:
             why = str(exc) or type(exc).__name__
             if self.read_only:
                 raise _corrupt(self.path, why) from None
-            quarantine(self.path, why, kind="a router state")
+            quarantine(self.path, why, kind="a router state", log=logger)
             return {}
 
     def _write(self, data: dict[str, dict[str, ArmStats]]) -> None:
@@ -312,7 +312,7 @@ class SQLiteStateStore:
         try:
             self._init()
         except StateCorruptError as exc:
-            quarantine(self.path, exc.reason, kind="a router state")
+            quarantine(self.path, exc.reason, kind="a router state", log=logger)
             self._init()
 
     def _init(self) -> None:
@@ -368,7 +368,7 @@ class SQLiteStateStore:
         """A corrupt file found while reading: writers move it aside (and start empty)."""
         error = _corrupt(self.path, why)
         if not self.read_only:
-            quarantine(self.path, why, kind="a router state")
+            quarantine(self.path, why, kind="a router state", log=logger)
             self._init()
         return error
 
@@ -442,7 +442,7 @@ class SQLiteStateStore:
                         conn.execute("ROLLBACK")
                 if isinstance(exc, StateCorruptError):
                     conn.close()
-                    quarantine(self.path, exc.reason, kind="a router state")
+                    quarantine(self.path, exc.reason, kind="a router state", log=logger)
                     self._init()
                     raise
                 if isinstance(exc, sqlite3.OperationalError):
@@ -542,7 +542,7 @@ class SQLitePreviewCache:
         except sqlite3.OperationalError as exc:
             raise sqlite_failure(exc, self.path, "open the preview cache") from None
         except sqlite3.DatabaseError as exc:  # garbage or truncated: a cache can start afresh
-            quarantine(self.path, str(exc), kind="a preview cache")
+            quarantine(self.path, str(exc), kind="a preview cache", log=logger)
             self._init()
 
     def _init(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 from .._sqlite import init_wal, quarantine, sqlite_failure
 from ..providers.call import CachedResponse
 from ..types import AssistantMessage
+
+logger = logging.getLogger("phi_core.select.cache")
 
 __all__ = ["ResponseCache"]
 
@@ -39,7 +42,7 @@ class ResponseCache:
         except (sqlite3.OperationalError, OSError) as exc:  # locked, read-only, full: for the user
             raise sqlite_failure(exc, self.path, "open the response cache") from None
         except sqlite3.DatabaseError as exc:  # garbage or truncated: a cache can start afresh
-            quarantine(Path(self.path), str(exc), kind="a response cache")
+            quarantine(Path(self.path), str(exc), kind="a response cache", log=logger)
             self._db = self._open(timeout)
         self.hits = 0
         self.misses = 0

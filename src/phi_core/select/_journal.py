@@ -95,7 +95,7 @@ class RunJournal:
             except sqlite3.OperationalError:
                 raise
             except sqlite3.DatabaseError as exc:  # garbage or truncated: kept aside, start afresh
-                quarantine(Path(self.path), str(exc), kind="a selection run journal")
+                quarantine(Path(self.path), str(exc), kind="a selection run journal", log=logger)
                 self._db = self._open()
         except (sqlite3.Error, OSError) as error:
             self.error = str(error) or type(error).__name__
