@@ -149,3 +149,27 @@ async def test_the_prompt_chain_agent_feeds_each_step_the_input_and_earlier_repl
     assert await chain(models, "Q") == "ANSWER"
     assert planner_provider.requests[0].messages[0].content[0].text == "plan for Q"  # type: ignore[union-attr]
     assert solver_provider.requests[0].messages[0].content[0].text == "Q using PLAN"  # type: ignore[union-attr]
+
+
+def test_timeout_stops_a_slow_run_and_reports_it(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "import time\n"
+        + agent.read_text().replace(
+            "    skill = QUALITY",
+            '    if question == "q3" and models["solver"].spec == "scripted:b":\n'
+            "        time.sleep(2)\n"
+            "    skill = QUALITY",
+        )
+    )
+    result = CliRunner().invoke(make_app(), [str(spec), "--timeout", "0.5", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    (late,) = [r for r in payload["datapoints"] if r["status"] != "ok"]
+    assert (late["combination"], late["datapoint"], late["status"]) == (
+        "solver=scripted:b",
+        3,
+        "timeout",
+    )
+    assert "ran longer than timeout=0.5 s" in late["error"]

@@ -97,6 +97,14 @@ def command(
     max_concurrent: Annotated[
         int | None, typer.Option("--max-concurrent", min=1, help="Agent runs in flight.")
     ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0.001,
+            help="Seconds one agent run may take (then it stops and scores 0); overrides the spec.",
+        ),
+    ] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the response cache.")
     ] = False,
@@ -134,6 +142,7 @@ def command(
             algorithm=algorithm,
             seed=seed,
             max_concurrent=max_concurrent,
+            timeout=timeout,
             cache=False if no_cache else None,
         )
         selector = loaded.selector()
