@@ -316,30 +316,25 @@ def test_construction_errors_say_what_is_wrong() -> None:
             solver_agent, {"solver": [good]}, DATASET, exact, algorithm="grid", cache=False
         )
     # a misspelt parameter is named, the nearest valid name suggested and every valid one listed
-    with pytest.raises(
-        UserError,
-        match=r"Unknown parameter\(s\) 'perfect_lok' for algorithm 'regret_race': "
-        r"'perfect_lok' \(did you mean 'perfect_look'\?\)\. It accepts: eta, .*perfect_arms\.",
+    for algorithm, params, says in (
+        (
+            "regret_race",
+            {"perfect_lok": 40},
+            r"Unknown parameter\(s\) 'perfect_lok' for algorithm 'regret_race': 'perfect_lok' "
+            r"\(did you mean 'perfect_look'\?\)\. It accepts: eta, .*perfect_arms\.",
+        ),
+        ("brute_force", {"seed": 1}, r"for algorithm 'brute_force'\. It accepts: no parameters"),
     ):
-        ModelSelector(
-            solver_agent,
-            {"solver": [good]},
-            DATASET,
-            exact,
-            algorithm="regret_race",
-            algorithm_params={"perfect_lok": 40},
-            cache=False,
-        )
-    with pytest.raises(UserError, match=r"for algorithm 'brute_force'\. It accepts: no parameters"):
-        ModelSelector(
-            solver_agent,
-            {"solver": [good]},
-            DATASET,
-            exact,
-            algorithm="brute_force",
-            algorithm_params={"seed": 1},
-            cache=False,
-        )
+        with pytest.raises(UserError, match=says):
+            ModelSelector(
+                solver_agent,
+                {"solver": [good]},
+                DATASET,
+                exact,
+                algorithm=algorithm,
+                algorithm_params=params,
+                cache=False,
+            )
     with pytest.raises(UserError, match="no candidate"):
         ModelSelector(solver_agent, {"solver": []}, DATASET, exact, cache=False)
     for bad, hint in (
