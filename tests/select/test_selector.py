@@ -679,6 +679,28 @@ async def test_a_run_past_the_timeout_is_stopped_scores_zero_and_the_rest_go_on(
     assert "TimeoutError x2" in warning
 
 
+async def test_an_agent_that_swallows_the_timeouts_cancellation_still_timed_out(
+    strict_loop: list[dict[str, Any]],
+) -> None:
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        answer = await models["solver"].complete(question)
+        if question == "q4":
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                return answer  # answers anyway, after the deadline
+        return answer
+
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        agent, {"solver": [good]}, DATASET, exact, algorithm="brute_force", cache=False, timeout=0.2
+    ).select_best()
+    (late,) = [r for r in result.datapoints if r.status != "ok"]
+    assert (late.datapoint, late.status, late.score) == (4, "timeout", 0.0)
+    assert late.error is not None and "ran longer than timeout=0.2 s" in late.error
+    assert result.best.accuracy == pytest.approx(7 / 8)
+
+
 def test_a_sync_agents_timeout_counts_from_when_its_thread_starts() -> None:
     """One thread (max_concurrent=1): the first run hangs past the timeout and keeps the thread
     for a second; the runs queued behind it wait for it without being charged that wait."""

@@ -152,7 +152,7 @@ class CellRunner:
         with metering(meter), attribute(name, i):
             try:
                 async with clock:
-                    actual = await self._run_agent(models, inputs, executor, clock.start)
+                    actual = await self._run_agent(models, inputs, executor, clock)
             except UserError:
                 raise
             except KeyboardInterrupt as exc:  # the user's Ctrl-C, not the agent's failure
@@ -164,16 +164,9 @@ class CellRunner:
                 error = redact(
                     f"CancelledError: {exc or 'raised'} (by the agent; nothing cancelled the run)"
                 )
-            except (
-                Exception,
-                SystemExit,
-                GeneratorExit,
-            ) as exc:  # sys.exit() in an agent: a failure
-                error = (
-                    clock.message(sync=not is_async_callable(self._entry()))
-                    if clock.expired()
-                    else redact(f"{type(exc).__name__}: {exc}")
-                )
+            # sys.exit() in an agent fails its run, like any exception
+            except (Exception, SystemExit, GeneratorExit) as exc:
+                error = redact(f"{type(exc).__name__}: {exc}")
             else:
                 try:
                     score = await self.score(expected, actual)
@@ -181,6 +174,8 @@ class CellRunner:
                     raise
                 except Exception as exc:
                     error = redact(f"scorer raised {type(exc).__name__}: {exc}")
+            if clock.expired():  # also when the agent swallowed the cancellation and answered
+                error, score = clock.message(), 0.0
         wall = time.perf_counter() - started
         calls = list(meter.calls)
         # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
@@ -211,16 +206,12 @@ class CellRunner:
             model_usage=per_model,
         )
 
-    def _entry(self) -> Any:
-        """What runs the agent: its class's ``run`` or the function itself."""
-        return getattr(self.agent, "run", None) if inspect.isclass(self.agent) else self.agent
-
     async def _run_agent(
         self,
         models: dict[str, Any],
         inputs: Any,
         executor: ThreadPoolExecutor,
-        started: Callable[[], None],
+        clock: _RunClock,
     ) -> Any:
         agent: Any = self.agent
         if inspect.isclass(agent):
@@ -228,14 +219,14 @@ class CellRunner:
             instance: Any = factory(models)
             run: Any = instance.run
             if is_async_callable(run):
-                started()
+                clock.start()
                 return await run(inputs)
-            result = await _in_thread(executor, started, run, inputs)
+            result = await _in_thread(executor, clock, run, inputs)
         elif is_async_callable(agent):
-            started()
+            clock.start()
             return await agent(models, inputs)
         else:
-            result = await _in_thread(executor, started, agent, models, inputs)
+            result = await _in_thread(executor, clock, agent, models, inputs)
         if inspect.isawaitable(result):
             return await result
         return result
@@ -262,6 +253,8 @@ class _RunClock:
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
+        self.threaded = False
+        """The agent runs in a worker thread (which a timeout cannot stop)."""
         self._timeout = asyncio.timeout(None)
         self._open = False
 
@@ -281,22 +274,23 @@ class _RunClock:
     def expired(self) -> bool:
         return self._timeout.expired()
 
-    def message(self, *, sync: bool) -> str:
+    def message(self) -> str:
         text = f"TimeoutError: the agent ran longer than timeout={self.seconds:g} s and was stopped"
-        if sync:  # Python cannot stop a thread; say so rather than pretend
+        if self.threaded:  # Python cannot stop a thread; say so rather than pretend
             text += " (a sync agent's thread cannot be stopped: it runs on in the background)"
         return text
 
 
 async def _in_thread(
-    executor: ThreadPoolExecutor, started: Callable[[], None], fn: Callable[..., Any], *args: Any
+    executor: ThreadPoolExecutor, clock: _RunClock, fn: Callable[..., Any], *args: Any
 ) -> Any:
     ctx = contextvars.copy_context()
     loop = asyncio.get_running_loop()
+    clock.threaded = True
 
     def work() -> Any:
         try:
-            loop.call_soon_threadsafe(started)
+            loop.call_soon_threadsafe(clock.start)
         except RuntimeError:  # the run ended and its loop closed before a thread was free
             return None
         return ctx.run(fn, *args)
