@@ -60,6 +60,7 @@ from typing import Any, Literal
 
 __all__ = [
     "AgentBusyError",
+    "AgentInterrupted",
     "AllBranchesFailedError",
     "AmbiguousModelError",
     "AuthError",
@@ -361,6 +362,16 @@ class SessionLockedError(SessionError):
 class BudgetExhausted(RunError):
     """Raised inside a selection algorithm when the budget is spent; the runner recommends from
     what has been evaluated."""
+
+
+class AgentInterrupted(PhiError):
+    """A ``KeyboardInterrupt`` raised while a selection's agent ran, carried out of its cell's
+    task as an ordinary exception (so the batch's task groups cancel and await every sibling)
+    and raised again as the original ``interrupt`` once they have. Internal to selection."""
+
+    def __init__(self, interrupt: KeyboardInterrupt) -> None:
+        super().__init__("interrupted")
+        self.interrupt = interrupt
 
 
 class OpenApiError(UserError):

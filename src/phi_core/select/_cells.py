@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from .._callables import is_async_callable
-from ..errors import UserError, redact
+from ..errors import AgentInterrupted, UserError, redact
 from ..metering import Meter, metering
 from ..outcome import ErrorKind, OutcomeStatus
 from ..types import Usage
@@ -235,16 +235,6 @@ class CellRunner:
 def _being_cancelled() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-class AgentInterrupted(Exception):
-    """A ``KeyboardInterrupt`` raised while an agent ran, carried out of the cell's task as an
-    ordinary exception (so the batch's task groups cancel and await every sibling) and raised
-    again as itself once they have (:func:`each_combination`)."""
-
-    def __init__(self, interrupt: KeyboardInterrupt) -> None:
-        super().__init__("interrupted")
-        self.interrupt = interrupt
 
 
 class _RunClock:
