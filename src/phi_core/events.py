@@ -303,7 +303,8 @@ class SelectionEvaluation(_Event):
     combination: str
     datapoint: int
     status: str
-    """The evaluation's :data:`~phi_core.outcome.OutcomeStatus` (``ok``, ``error``, ``over_budget``)."""
+    """The evaluation's :data:`~phi_core.outcome.OutcomeStatus` (``ok``, ``error``, ``timeout``,
+    ``over_budget``)."""
     score: float
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0

@@ -120,6 +120,32 @@ async def test_observers_see_one_start_and_one_end_even_when_cancelled() -> None
     assert not [e for e in seen if isinstance(e, SelectionEvaluation) and "slow" in e.combination]
 
 
+async def test_a_ctrl_c_inside_an_agent_is_one_cancelled_end() -> None:
+    seen: list[Any] = []
+
+    async def interrupted(models: dict[str, MeteredModel], question: str) -> str:
+        if question == "q1":
+            raise KeyboardInterrupt
+        return await models["solver"].complete(question)
+
+    remove = add_observer(seen.append)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            await ModelSelector(
+                interrupted,
+                {"solver": [scripted("a", "right")]},
+                DATASET,
+                exact,
+                algorithm="brute_force",
+                cache=False,
+                journal=False,
+            ).select_best()
+    finally:
+        remove()
+    ends = [e for e in seen if isinstance(e, SelectionEnd)]
+    assert [e.status for e in ends] == ["cancelled"]
+
+
 async def test_a_selection_warning_reaches_observers_before_the_end() -> None:
     """A warning of the run (here: no call was metered) is a Warning event, then the end."""
     seen: list[Any] = []

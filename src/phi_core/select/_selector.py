@@ -448,7 +448,7 @@ class ModelSelector:
 
         try:
             result = await self._select_best(on_progress, resume, observe)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, KeyboardInterrupt):  # stopped, by the program or a Ctrl-C
             emitter.emit(SelectionEnd(session_id=session_id, status="cancelled"))
             raise
         except BaseException as exc:
