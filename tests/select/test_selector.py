@@ -803,3 +803,56 @@ def test_a_bad_timeout_is_refused(bad: Any) -> None:
     good, _ = scripted("good", "right")
     with pytest.raises(UserError, match=r"`timeout` must be a number of seconds > 0"):
         ModelSelector(solver_agent, {"solver": [good]}, DATASET, exact, timeout=bad)
+
+
+async def test_an_llm_judges_calls_are_paid_by_the_run_not_charged_to_the_combination(
+    strict_loop: list[dict[str, Any]],
+) -> None:
+    judge, judge_provider = scripted("judge", "1", input_price=10.0, output_price=10.0, delay=0.3)
+
+    async def llm_judge(expected: str, actual: str) -> float:
+        verdict = await judge.complete(f"Is {actual!r} the same as {expected!r}? Answer 1 or 0.")
+        return float(verdict.strip() == "1") * float(expected == actual)
+
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        solver_agent, {"solver": [good]}, DATASET, llm_judge, algorithm="brute_force", cache=False
+    ).select_best()
+    assert len(judge_provider.requests) == 8 and result.best.accuracy == 1.0
+    agent_cost = 8 * (100 * 1.0 + 50 * 2.0) / 1e6
+    judge_cost = 8 * (100 * 10.0 + 50 * 10.0) / 1e6
+    # the combination costs what its agent costs; the run paid for the judge as well
+    assert result.best.cost_usd == pytest.approx(agent_cost)
+    assert result.best.input_tokens == 8 * 100
+    assert result.cost_usd == pytest.approx(agent_cost + judge_cost)
+    assert result.scoring_cost_usd == pytest.approx(judge_cost)
+    assert "of it scoring" in result.summary()
+    # nor is the judge's 0.3 s part of the combination's latency
+    assert all(r.latency_s < 0.3 for r in result.datapoints)
+
+
+async def test_a_sync_scorer_runs_in_worker_threads_beside_the_others() -> None:
+    lock = threading.Lock()
+    now, peak = [0], [0]
+
+    def slow_scorer(expected: str, actual: str) -> float:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.05)  # e.g. a sync HTTP call to a judge
+        with lock:
+            now[0] -= 1
+        return float(expected == actual)
+
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        solver_agent,
+        {"solver": [good]},
+        DATASET,
+        slow_scorer,
+        algorithm="brute_force",
+        max_concurrent=8,
+        cache=False,
+    ).select_best()
+    assert result.best.accuracy == 1.0
+    assert peak[0] > 1  # on the event loop's thread they would run one at a time

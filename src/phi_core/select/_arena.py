@@ -53,7 +53,11 @@ class Evaluation(Outcome):
     score: float = 0.0
     calls: int = 0
     spent_usd: float | None = None
-    """Dollars actually paid for this run (``None``: the same as ``cost_usd``)."""
+    """Dollars actually paid for this run, its scoring included (``None``: the same as
+    ``cost_usd``)."""
+    scoring_usd: float = 0.0
+    """Dollars the scorer's own model calls cost (an LLM judge): paid, so in ``spent_usd``, but
+    not the combination's cost."""
     model_usage: dict[str, Usage] = field(default_factory=dict)
     """Tokens per model (``provider:model``) of this run's calls."""
 

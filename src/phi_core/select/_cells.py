@@ -125,8 +125,14 @@ class CellRunner:
     def datapoint(self, i: int) -> tuple[Any, Any]:
         return read_datapoint(self.dataset, i)
 
-    async def score(self, expected: Any, actual: Any) -> float:
-        value = self.scorer(expected, actual)
+    async def score(self, expected: Any, actual: Any, executor: ThreadPoolExecutor) -> float:
+        """The scorer's verdict on ``actual`` (a sync scorer in ``executor``'s threads, so an
+        LLM judge called synchronously does not stop every other run while it waits)."""
+        value: Any = (
+            self.scorer(expected, actual)  # a coroutine, awaited below
+            if is_async_callable(self.scorer)
+            else await _in_thread(executor, None, self.scorer, expected, actual)
+        )
         if inspect.isawaitable(value):
             value = await value
         try:
@@ -140,7 +146,12 @@ class CellRunner:
         return score
 
     async def run(self, k: int, i: int, executor: ThreadPoolExecutor) -> Evaluation:
-        """Run combination ``k`` on dataset item ``i`` (sync agents in ``executor``'s threads)."""
+        """Run combination ``k`` on dataset item ``i`` (sync agents in ``executor``'s threads).
+
+        The agent's run is timed and metered as the combination's; the scorer runs after it,
+        under its own meter: what its model calls cost (an LLM judge) is paid by the run and
+        counted in ``spent_usd`` and ``scoring_usd``, never in the combination's ``cost_usd``,
+        tokens or latency."""
         models = {s: self.candidates[s][label] for s, label in self.space.labels(k).items()}
         name = self.space.name(k)
         inputs, expected = self.datapoint(i)
@@ -149,6 +160,7 @@ class CellRunner:
         score = 0.0
         started = time.perf_counter()
         clock = _RunClock(self.timeout)
+        answered = False
         with metering(meter), attribute(name, i):
             try:
                 async with clock:
@@ -168,19 +180,23 @@ class CellRunner:
             except (Exception, SystemExit, GeneratorExit) as exc:
                 error = redact(f"{type(exc).__name__}: {exc}")
             else:
+                answered = True
+            if clock.expired():  # also when the agent swallowed the cancellation and answered
+                error, answered = clock.message(), False
+        wall = time.perf_counter() - started
+        scoring = Meter(seed=self.seed)
+        if answered:  # intercepted judge calls belong to the datapoint, not to a combination
+            with metering(scoring), attribute(None, i):
                 try:
-                    score = await self.score(expected, actual)
+                    score = await self.score(expected, actual, executor)
                 except UserError:
                     raise
                 except Exception as exc:
                     error = redact(f"scorer raised {type(exc).__name__}: {exc}")
-            if clock.expired():  # also when the agent swallowed the cancellation and answered
-                error, score = clock.message(), 0.0
-        wall = time.perf_counter() - started
         calls = list(meter.calls)
         # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
         latency = wall + sum(c.latency_s for c in calls if c.cached)
-        refused = next((c for c in calls if c.error_kind == "budget"), None)
+        refused = next((c for c in [*calls, *scoring.calls] if c.error_kind == "budget"), None)
         failed = next((c for c in calls if c.error_kind is not None), None)
         per_model: dict[str, Usage] = {}
         for c in calls:
@@ -191,7 +207,8 @@ class CellRunner:
             status="over_budget" if refused is not None else status,
             score=0.0 if error else score,
             cost_usd=meter.cost,
-            spent_usd=meter.spent,
+            spent_usd=meter.spent + scoring.spent,
+            scoring_usd=scoring.spent,
             latency_s=latency,
             usage=meter.usage,
             error=refused.error if refused is not None else error,
@@ -272,17 +289,21 @@ class _RunClock:
 
 
 async def _in_thread(
-    executor: ThreadPoolExecutor, clock: _RunClock, fn: Callable[..., Any], *args: Any
+    executor: ThreadPoolExecutor, clock: _RunClock | None, fn: Callable[..., Any], *args: Any
 ) -> Any:
+    """``fn(*args)`` in a worker thread with this context; ``clock`` (if any) starts when the
+    thread picks it up."""
     ctx = contextvars.copy_context()
     loop = asyncio.get_running_loop()
-    clock.threaded = True
+    if clock is not None:
+        clock.threaded = True
 
     def work() -> Any:
-        try:
-            loop.call_soon_threadsafe(clock.start)
-        except RuntimeError:  # the run ended and its loop closed before a thread was free
-            return None
+        if clock is not None:
+            try:
+                loop.call_soon_threadsafe(clock.start)
+            except RuntimeError:  # the run ended and its loop closed before a thread was free
+                return None
         return ctx.run(fn, *args)
 
     job = executor.submit(work)

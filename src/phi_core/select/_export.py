@@ -147,7 +147,9 @@ def summary_text(result: SelectionResult, limit: int | None = 20) -> str:
         lines.append(f"... and {hidden} more")
     lines.append(
         f"{result.algorithm}: {result.evaluations}/{result.grid_evaluations} evaluations, "
-        f"${result.cost_usd:.4f} spent, {result.wall_time_s:.1f}s"
+        f"${result.cost_usd:.4f} spent"
+        + (f" (${result.scoring_cost_usd:.4f} of it scoring)" if result.scoring_cost_usd else "")
+        + f", {result.wall_time_s:.1f}s"
         + (f", {result.resumed} resumed" if result.resumed else "")
     )
     lines.append(f"best: {result.best.name}")

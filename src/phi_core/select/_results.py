@@ -102,7 +102,10 @@ class SelectionResult(BaseModel):
     grid_evaluations: int
     """What brute force would run: combinations x datapoints."""
     cost_usd: float
-    """Dollars paid during this run (cache hits are free)."""
+    """Dollars paid during this run (cache hits are free), the scorer's model calls included."""
+    scoring_cost_usd: float = 0.0
+    """Of ``cost_usd``, what the scorer's own model calls cost (an LLM judge); no combination's
+    cost includes it."""
     wall_time_s: float
     failures: list[FailureRecord] = Field(default_factory=list)
     budget_exhausted: bool = False
@@ -399,6 +402,7 @@ def build_result(
         evaluations=arena.evaluations,
         grid_evaluations=arena.n_combos * total,
         cost_usd=spent,
+        scoring_cost_usd=sum(ev.scoring_usd for ev in arena.cells.values()),
         wall_time_s=wall_time,
         failures=failure_records,
         budget_exhausted=budget_exhausted,
