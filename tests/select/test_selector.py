@@ -826,6 +826,7 @@ async def test_an_llm_judges_calls_are_paid_by_the_run_not_charged_to_the_combin
     assert result.best.input_tokens == 8 * 100
     assert result.cost_usd == pytest.approx(agent_cost + judge_cost)
     assert result.scoring_cost_usd == pytest.approx(judge_cost)
+    assert [r.scoring_cost_usd for r in result.datapoints] == pytest.approx([judge_cost / 8] * 8)
     assert "of it scoring" in result.summary()
     # nor is the judge's 0.3 s part of the combination's latency
     assert all(r.latency_s < 0.3 for r in result.datapoints)

@@ -53,6 +53,8 @@ class DatapointResult(BaseModel):
     calls: int = 0
     status: OutcomeStatus = "ok"
     """How the run ended: ``ok``, ``error`` (the agent or the scorer raised) or ``timeout``."""
+    scoring_cost_usd: float = 0.0
+    """What the scorer's own model calls cost here (not part of ``cost_usd``)."""
     error: str | None = None
 
 
@@ -384,6 +386,7 @@ def build_result(
                 output_tokens=int(arena.output_tokens[k, p]),
                 calls=int(arena.calls[k, p]),
                 status=ev.status,
+                scoring_cost_usd=ev.scoring_usd,
                 error=arena.errors.get((k, p)),
             )
         )
