@@ -44,9 +44,9 @@ def exact(expected: str, actual: str) -> float:
     return float(expected == actual)
 
 
-def selector(*models: MeteredModel, scorer: Any = exact) -> ModelSelector:
+def selector(*models: MeteredModel, scorer: Any = exact, agent: Any = solver) -> ModelSelector:
     return ModelSelector(
-        solver,
+        agent,
         {"solver": list(models)},
         DATASET,
         scorer,
@@ -131,15 +131,7 @@ async def test_a_ctrl_c_inside_an_agent_is_one_cancelled_end() -> None:
     remove = add_observer(seen.append)
     try:
         with pytest.raises(KeyboardInterrupt):
-            await ModelSelector(
-                interrupted,
-                {"solver": [scripted("a", "right")]},
-                DATASET,
-                exact,
-                algorithm="brute_force",
-                cache=False,
-                journal=False,
-            ).select_best()
+            await selector(scripted("a", "right"), agent=interrupted).select_best()
     finally:
         remove()
     ends = [e for e in seen if isinstance(e, SelectionEnd)]
@@ -155,15 +147,7 @@ async def test_a_selection_warning_reaches_observers_before_the_end() -> None:
 
     remove = add_observer(seen.append)
     try:
-        result = await ModelSelector(
-            offline,
-            {"solver": [scripted("a", "right")]},
-            DATASET,
-            exact,
-            algorithm="brute_force",
-            cache=False,
-            journal=False,
-        ).select_best()
+        result = await selector(scripted("a", "right"), agent=offline).select_best()
     finally:
         remove()
     assert result.warnings
