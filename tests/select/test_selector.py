@@ -857,3 +857,37 @@ async def test_a_sync_scorer_runs_in_worker_threads_beside_the_others() -> None:
     ).select_best()
     assert result.best.accuracy == 1.0
     assert peak[0] > 1  # on the event loop's thread they would run one at a time
+
+
+async def test_a_hung_judge_is_stopped_by_the_timeout_too(
+    strict_loop: list[dict[str, Any]],
+) -> None:
+    async def judge(expected: str, actual: str) -> float:
+        if actual == "stall":
+            await asyncio.sleep(3600)  # a judge call that never returns
+        return float(expected == actual)
+
+    async def agent(models: dict[str, MeteredModel], question: str) -> str:
+        answer = await models["solver"].complete(question)
+        return "stall" if question == "q6" else answer
+
+    good, _ = scripted("good", "right")
+    result = await asyncio.wait_for(
+        ModelSelector(
+            agent,
+            {"solver": [good]},
+            DATASET,
+            judge,
+            algorithm="brute_force",
+            cache=False,
+            timeout=0.2,
+        ).select_best(),
+        60,
+    )
+    ((datapoint, error),) = [(f.datapoint, f.error) for f in result.failures]
+    assert datapoint == 6
+    assert (
+        error
+        == "scorer raised TimeoutError: the scorer ran longer than timeout=0.2 s and was stopped"
+    )
+    assert result.best.accuracy == pytest.approx(7 / 8)

@@ -101,7 +101,8 @@ class CellRunner:
         seed: the run's seed (calls without their own seed derive one from it).
         timeout: seconds one agent run may take, counted from when it starts (a sync agent's
             from when its thread picks it up); a run past it is stopped and scores 0 with status
-            ``timeout``. ``None``: no limit.
+            ``timeout``. Scoring gets the same time again, separately (a scorer past it fails the
+            cell like a scorer that raised). ``None``: no limit.
     """
 
     def __init__(
@@ -125,16 +126,20 @@ class CellRunner:
     def datapoint(self, i: int) -> tuple[Any, Any]:
         return read_datapoint(self.dataset, i)
 
-    async def score(self, expected: Any, actual: Any, executor: ThreadPoolExecutor) -> float:
+    async def score(
+        self, expected: Any, actual: Any, executor: ThreadPoolExecutor, clock: _RunClock
+    ) -> float:
         """The scorer's verdict on ``actual`` (a sync scorer in ``executor``'s threads, so an
-        LLM judge called synchronously does not stop every other run while it waits)."""
-        value: Any = (
-            self.scorer(expected, actual)  # a coroutine, awaited below
-            if is_async_callable(self.scorer)
-            else await _in_thread(executor, None, self.scorer, expected, actual)
-        )
-        if inspect.isawaitable(value):
-            value = await value
+        LLM judge called synchronously does not stop every other run while it waits), within
+        ``clock``'s timeout."""
+        async with clock:
+            if is_async_callable(self.scorer):
+                clock.start()
+                value: Any = self.scorer(expected, actual)
+            else:
+                value = await _in_thread(executor, clock, self.scorer, expected, actual)
+            if inspect.isawaitable(value):
+                value = await value
         try:
             score = float(value)
         except (TypeError, ValueError):
@@ -186,13 +191,16 @@ class CellRunner:
         wall = time.perf_counter() - started
         scoring = Meter(seed=self.seed)
         if answered:  # intercepted judge calls belong to the datapoint, not to a combination
+            judging = _RunClock(self.timeout, "scorer")
             with metering(scoring), attribute(None, i):
                 try:
-                    score = await self.score(expected, actual, executor)
+                    score = await self.score(expected, actual, executor, judging)
                 except UserError:
                     raise
                 except Exception as exc:
                     error = redact(f"scorer raised {type(exc).__name__}: {exc}")
+            if judging.expired():
+                error, score = f"scorer raised {judging.message()}", 0.0
         calls = list(meter.calls)
         # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
         latency = wall + sum(c.latency_s for c in calls if c.cached)
@@ -255,11 +263,12 @@ def _being_cancelled() -> bool:
 
 
 class _RunClock:
-    """The per-run timeout, armed when the agent starts: a sync agent's run may first wait for
-    a free thread, and that wait is not the agent's time."""
+    """The timeout of one agent run (or one scoring), armed when it starts: a sync agent or
+    scorer may first wait for a free thread, and that wait is not its time."""
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, who: str = "agent") -> None:
         self.seconds = seconds
+        self.who = who
         self.threaded = False
         """The agent runs in a worker thread (which a timeout cannot stop)."""
         self._timeout = asyncio.timeout(None)
@@ -282,9 +291,12 @@ class _RunClock:
         return self._timeout.expired()
 
     def message(self) -> str:
-        text = f"TimeoutError: the agent ran longer than timeout={self.seconds:g} s and was stopped"
+        text = (
+            f"TimeoutError: the {self.who} ran longer than timeout={self.seconds:g} s and was "
+            "stopped"
+        )
         if self.threaded:  # Python cannot stop a thread; say so rather than pretend
-            text += " (a sync agent's thread cannot be stopped: it runs on in the background)"
+            text += f" (a sync {self.who}'s thread cannot be stopped: it runs on in the background)"
         return text
 
 

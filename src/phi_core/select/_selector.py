@@ -197,8 +197,10 @@ class ModelSelector:
             (``$PHI_HOME/select-runs.sqlite``), ``False`` or a path.
         timeout: seconds one agent run may take (counted from when it starts; a sync agent's
             from when a thread picks it up). A run past it is stopped, scores 0 and is reported
-            with status ``timeout``; the calls it made still count. ``None``: no limit. A sync
-            agent's thread cannot be stopped, only abandoned: it runs on in the background.
+            with status ``timeout``; the calls it made still count. The scorer (an LLM judge)
+            gets the same time again for each verdict; one past it fails that cell. ``None``: no
+            limit. A sync agent's or scorer's thread cannot be stopped, only abandoned: it runs
+            on in the background.
     """
 
     def __init__(
