@@ -14,6 +14,8 @@ decides its verdict from what happened:
   journal.
 - *hostile scorer*: NaN, infinities, out-of-range numbers, ``None``, words, an object whose
   ``__float__`` raises. ``blocked``: a :class:`~phi_core.errors.UserError` that names the value.
+  A judge that never answers, with ``timeout=``: ``contained`` when every verdict was stopped
+  and the run ended.
 - *bad dataset*: a generator, a dict, a string, nothing, items of the wrong shape, a loader that
   raises. ``blocked``: a ``UserError`` before the agent ran once.
 - *secret in a failure*: an agent, a scorer or a dataset loader fails with an API key in its
@@ -281,7 +283,34 @@ async def _scorer_cases() -> list[Row]:
         except Exception as exc:  # the verdict reports what escaped
             result, detail = "leaked", f"{type(exc).__name__}: {exc}"[:120]
         rows.append(_row("hostile scorer", f"returns {name}", result, detail))
+    rows.append(await _hung_judge_case())
     return rows
+
+
+async def _hung_judge_case() -> Row:
+    case = "never answers (an LLM judge that hangs), timeout=0.3"
+
+    async def judge(expected: Any, actual: Any) -> float:
+        await asyncio.sleep(3600)
+        return 1.0
+
+    selector = ModelSelector(
+        lambda models, q: "right", {"solver": ["a"]}, DATASET, judge, algorithm="brute_force",
+        cache=False, journal=False, model_handles=False, timeout=0.3,
+    )  # fmt: skip
+    started = time.monotonic()
+    async with _Watch() as watch:
+        try:
+            result = await asyncio.wait_for(selector.select_best(), 30)
+        except BaseException as exc:  # the verdict reports what escaped
+            return _row("hostile scorer", case, "leaked", f"the run raised {type(exc).__name__}")
+    seconds = time.monotonic() - started
+    timed_out = [f for f in result.failures if "scorer ran longer than timeout" in f.error]
+    ok = len(timed_out) == len(DATASET) and not watch.errors
+    detail = (
+        f"{seconds:.1f} s; {len(timed_out)} verdicts stopped; loop errors: {watch.errors or 'none'}"
+    )
+    return _row("hostile scorer", case, "contained" if ok else "leaked", detail)
 
 
 # -------------------------------------------------------------------------- bad dataset
