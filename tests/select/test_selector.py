@@ -891,3 +891,25 @@ async def test_a_hung_judge_is_stopped_by_the_timeout_too(
         == "scorer raised TimeoutError: the scorer ran longer than timeout=0.2 s and was stopped"
     )
     assert result.best.accuracy == pytest.approx(7 / 8)
+
+
+async def test_a_scorer_that_exits_or_is_interrupted_is_treated_like_an_agent(
+    strict_loop: list[dict[str, Any]],
+) -> None:
+    def exits(expected: str, actual: str) -> float:
+        raise SystemExit(4)
+
+    async def interrupted(expected: str, actual: str) -> float:
+        raise KeyboardInterrupt
+
+    good, _ = scripted("good", "right")
+
+    def build(scorer: Any) -> ModelSelector:
+        return ModelSelector(
+            solver_agent, {"solver": [good]}, DATASET, scorer, algorithm="brute_force", cache=False
+        )
+
+    result = await build(exits).select_best()
+    assert {f.error for f in result.failures} == {"scorer raised SystemExit: 4"}
+    with pytest.raises(KeyboardInterrupt):
+        await build(interrupted).select_best()

@@ -170,20 +170,8 @@ class CellRunner:
             try:
                 async with clock:
                     actual = await self._run_agent(models, inputs, executor, clock)
-            except UserError:
-                raise
-            except KeyboardInterrupt as exc:  # the user's Ctrl-C, not the agent's failure
-                raise AgentInterrupted(exc) from None
-            except asyncio.CancelledError as exc:
-                if _being_cancelled():
-                    raise
-                # raised by the agent's own machinery, not a cancellation of this run
-                error = redact(
-                    f"CancelledError: {exc or 'raised'} (by the agent; nothing cancelled the run)"
-                )
-            # sys.exit() in an agent fails its run, like any exception
-            except (Exception, SystemExit, GeneratorExit) as exc:
-                error = redact(f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:
+                error = _failure(exc)
             else:
                 answered = True
             if clock.expired():  # also when the agent swallowed the cancellation and answered
@@ -195,10 +183,8 @@ class CellRunner:
             with metering(scoring), attribute(None, i):
                 try:
                     score = await self.score(expected, actual, executor, judging)
-                except UserError:
-                    raise
-                except Exception as exc:
-                    error = redact(f"scorer raised {type(exc).__name__}: {exc}")
+                except BaseException as exc:
+                    error = f"scorer raised {_failure(exc)}"
             if judging.expired():
                 error, score = f"scorer raised {judging.message()}", 0.0
         calls = list(meter.calls)
@@ -257,9 +243,20 @@ class CellRunner:
         return result
 
 
-def _being_cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+def _failure(exc: BaseException) -> str:
+    """What a failed agent run or scoring records (redacted); raises again what is not that
+    run's failure: a usage mistake, the user's Ctrl-C, a cancellation of the selection."""
+    if isinstance(exc, UserError):
+        raise exc
+    if isinstance(exc, KeyboardInterrupt):
+        raise AgentInterrupted(exc) from None
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() > 0:
+            raise exc
+        # raised by the user's code on its own (an inner task of its was cancelled)
+        return redact(f"CancelledError: {exc or 'raised'} (nothing cancelled the run)")
+    return redact(f"{type(exc).__name__}: {exc}")  # sys.exit() included: that run failed
 
 
 class _RunClock:
