@@ -172,13 +172,9 @@ async def _agent_case(
         agent, models, DATASET, _exact, algorithm="brute_force", cache=False, journal=False,
         **options,
     )  # fmt: skip
-    started = time.monotonic()
-    async with _Watch() as watch:
-        try:
-            result = await asyncio.wait_for(selector.select_best(), 30)
-        except BaseException as exc:  # the verdict reports what escaped
-            return _row(cls, case, "leaked", f"the run raised {type(exc).__name__}: {exc}")
-    seconds = time.monotonic() - started
+    result, seconds, errors = await _watched(selector)
+    if result is None:
+        return _row(cls, case, "leaked", f"the run raised {errors[0]}")
     bad = [r for r in result.datapoints if r.datapoint == 2]
     others = [r for r in result.datapoints if r.datapoint != 2]
     ok = (
@@ -187,14 +183,26 @@ async def _agent_case(
         and bad[0].score == 0.0
         and len(others) == 5
         and all(r.status == "ok" and r.score == 1.0 for r in others)
-        and not watch.errors
+        and not errors
     )
     detail = (
         f"{seconds:.1f} s; bad cell: {bad[0].status if bad else 'missing'} "
         f"({(bad[0].error or '')[:80] if bad else ''}); {len(others)} others ok; "
-        f"loop errors: {watch.errors or 'none'}"
+        f"loop errors: {errors or 'none'}"
     )
     return _row(cls, case, "contained" if ok else "leaked", detail)
+
+
+async def _watched(selector: ModelSelector) -> tuple[Any, float, list[str]]:
+    """Run ``selector`` (30 s at most) under a :class:`_Watch`: ``(result or None, seconds,
+    loop errors)``; with no result, the first error is what the run raised."""
+    started = time.monotonic()
+    async with _Watch() as watch:
+        try:
+            result = await asyncio.wait_for(selector.select_best(), 30)
+        except BaseException as exc:  # the verdict reports what escaped
+            return None, time.monotonic() - started, [f"{type(exc).__name__}: {exc}"]
+    return result, time.monotonic() - started, watch.errors
 
 
 async def _interrupt_case(folder: Path) -> Row:
@@ -298,18 +306,12 @@ async def _hung_judge_case() -> Row:
         lambda models, q: "right", {"solver": ["a"]}, DATASET, judge, algorithm="brute_force",
         cache=False, journal=False, model_handles=False, timeout=0.3,
     )  # fmt: skip
-    started = time.monotonic()
-    async with _Watch() as watch:
-        try:
-            result = await asyncio.wait_for(selector.select_best(), 30)
-        except BaseException as exc:  # the verdict reports what escaped
-            return _row("hostile scorer", case, "leaked", f"the run raised {type(exc).__name__}")
-    seconds = time.monotonic() - started
+    result, seconds, errors = await _watched(selector)
+    if result is None:
+        return _row("hostile scorer", case, "leaked", f"the run raised {errors[0]}")
     timed_out = [f for f in result.failures if "scorer ran longer than timeout" in f.error]
-    ok = len(timed_out) == len(DATASET) and not watch.errors
-    detail = (
-        f"{seconds:.1f} s; {len(timed_out)} verdicts stopped; loop errors: {watch.errors or 'none'}"
-    )
+    ok = len(timed_out) == len(DATASET) and not errors
+    detail = f"{seconds:.1f} s; {len(timed_out)} verdicts stopped; loop errors: {errors or 'none'}"
     return _row("hostile scorer", case, "contained" if ok else "leaked", detail)
 
 
