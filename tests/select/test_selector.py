@@ -827,7 +827,10 @@ async def test_an_llm_judges_calls_are_paid_by_the_run_not_charged_to_the_combin
     assert result.cost_usd == pytest.approx(agent_cost + judge_cost)
     assert result.scoring_cost_usd == pytest.approx(judge_cost)
     assert [r.scoring_cost_usd for r in result.datapoints] == pytest.approx([judge_cost / 8] * 8)
-    assert "of it scoring" in result.summary()
+    assert (
+        f"${agent_cost + judge_cost:.4f} spent (${judge_cost:.4f} of it scoring)" in result.totals()
+    )
+    assert result.totals() in result.summary()  # and the CLI's table title
     # nor is the judge's 0.3 s part of the combination's latency
     assert all(r.latency_s < 0.3 for r in result.datapoints)
 

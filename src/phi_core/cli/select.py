@@ -34,12 +34,7 @@ __all__ = ["command", "result_table"]
 def result_table(result: SelectionResult, limit: int | None = 20) -> Table:
     """The ranked combinations as a rich table (best first; Pareto-optimal ones marked)."""
     pareto = {c.name for c in result.pareto_front()}
-    table = Table(
-        title=(
-            f"{result.algorithm}: {result.evaluations}/{result.grid_evaluations} evaluations, "
-            f"${result.cost_usd:.4f} spent, {result.wall_time_s:.1f}s"
-        )
-    )
+    table = Table(title=result.totals())
     for column in (
         "#",
         "combination",

@@ -14,7 +14,7 @@ from ..providers.registry import qualify_model_name, split_model_settings
 if TYPE_CHECKING:
     from ._results import CombinationResult, SelectionResult
 
-__all__ = ["litellm_config", "qualified_model", "race_config", "summary_text"]
+__all__ = ["litellm_config", "qualified_model", "race_config", "summary_text", "totals_text"]
 
 # phi-core provider -> LiteLLM's provider prefix, where they differ.
 _LITELLM = {"google": "gemini", "vertex": "vertex_ai", "llamacpp": "openai", "vllm": "hosted_vllm"}
@@ -110,6 +110,17 @@ def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
 
+def totals_text(result: SelectionResult) -> str:
+    """One line: the algorithm, evaluations of the grid, dollars (the scorer's share), time."""
+    return (
+        f"{result.algorithm}: {result.evaluations}/{result.grid_evaluations} evaluations, "
+        f"${result.cost_usd:.4f} spent"
+        + (f" (${result.scoring_cost_usd:.4f} of it scoring)" if result.scoring_cost_usd else "")
+        + f", {result.wall_time_s:.1f}s"
+        + (f", {result.resumed} resumed" if result.resumed else "")
+    )
+
+
 def summary_text(result: SelectionResult, limit: int | None = 20) -> str:
     """The ranking as plain text: best first, the Pareto front marked, then totals and warnings."""
     shown: list[CombinationResult] = result.evaluated()[:limit] if limit else result.evaluated()
@@ -145,13 +156,7 @@ def summary_text(result: SelectionResult, limit: int | None = 20) -> str:
     hidden = len(result.evaluated()) - len(shown)
     if hidden > 0:
         lines.append(f"... and {hidden} more")
-    lines.append(
-        f"{result.algorithm}: {result.evaluations}/{result.grid_evaluations} evaluations, "
-        f"${result.cost_usd:.4f} spent"
-        + (f" (${result.scoring_cost_usd:.4f} of it scoring)" if result.scoring_cost_usd else "")
-        + f", {result.wall_time_s:.1f}s"
-        + (f", {result.resumed} resumed" if result.resumed else "")
-    )
+    lines.append(totals_text(result))
     lines.append(f"best: {result.best.name}")
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)

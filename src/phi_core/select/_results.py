@@ -206,6 +206,12 @@ class SelectionResult(BaseModel):
             for c in self.combinations:
                 writer.writerow([getattr(c, k) for k in fields] + [json.dumps(c.models)])
 
+    def totals(self) -> str:
+        """One line: the algorithm, evaluations of the grid, dollars (the scorer's share), time."""
+        from ._export import totals_text
+
+        return totals_text(self)
+
     def summary(self, limit: int | None = 20) -> str:
         """A plain-text ranking (best first), with the run's totals and warnings."""
         from ._export import summary_text
