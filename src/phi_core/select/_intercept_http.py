@@ -27,7 +27,15 @@ from ..providers.call import CachedResponse, CallCache
 from ..providers.limiter import LimiterSlot
 from ._intercept import InterceptScope, _Pending, active_scope, refusal_body
 
-__all__ = ["SyncSlot", "patch_google", "patch_module", "run_on_loop", "settle_sync"]
+__all__ = [
+    "SyncBody",
+    "SyncSlot",
+    "patch_google",
+    "patch_module",
+    "run_on_loop",
+    "send_sync",
+    "settle_sync",
+]
 
 _T = TypeVar("_T")
 logger = logging.getLogger("phi_core.select.intercept")
@@ -188,6 +196,44 @@ def settle_sync(
     _cache_put_sync(pending, entry)
 
 
+def send_sync(pending: _Pending, send: Callable[[], Any]) -> tuple[Any, SyncSlot]:
+    """Send a sync client's call through ``send()`` in a limiter slot, marked as intercepted (a
+    client nested in the transport passes); record its status and content type, or its failure
+    (the slot freed). Returns the response and the slot, which settling the call releases."""
+    slot = SyncSlot(pending.scope, pending.call.provider, pending.call.spec)
+    try:
+        pending.started = time.perf_counter()
+        token = _inside.set(True)
+        try:
+            response = send()
+        finally:
+            _inside.reset(token)
+    except BaseException as error:
+        pending.fail(error)
+        slot.release(None)
+        raise
+    pending.status = response.status_code
+    pending.content_type = response.headers.get("content-type", "application/json")
+    return response, slot
+
+
+class SyncBody:
+    """The body of a sync client's intercepted call, collected as the client reads it, and the
+    call's settling once it has been read (``complete``) or given up (:func:`settle_sync`)."""
+
+    def __init__(
+        self, pending: _Pending, slot: SyncSlot, outcome: Callable[[LimiterSlot], None] | None
+    ) -> None:
+        self.pending = pending
+        self.slot = slot
+        self.outcome = outcome
+        self.parts: list[bytes] = []
+
+    def settle(self, *, complete: bool) -> None:
+        body = b"".join(self.parts)
+        settle_sync(self.pending, body, complete=complete, slot=self.slot, outcome=self.outcome)
+
+
 def patch_google() -> Callable[[], None]:
     """google-genai sends async calls through aiohttp when it is installed: inside a scope, make
     it use its httpx client instead (which is intercepted)."""
@@ -344,25 +390,12 @@ def _send_sync(
         request = _prepared(module, request, pending.reserve())
     except BudgetExceededError as refused:
         return _refusal(module, request, refused)
-    slot = SyncSlot(pending.scope, pending.call.provider, pending.call.spec)
-    try:
-        pending.started = time.perf_counter()
-        token = _inside.set(True)
-        try:
-            response = original(client, request, stream=stream, **kwargs)
-        finally:
-            _inside.reset(token)
-    except BaseException as error:
-        pending.fail(error)
-        slot.release(None)
-        raise
+    response, slot = send_sync(pending, lambda: original(client, request, stream=stream, **kwargs))
     status = response.status_code
-    pending.status = status
-    pending.content_type = response.headers.get("content-type", "application/json")
     if not stream:
         settle_sync(pending, response.content, complete=True, slot=slot, outcome=_outcome(status))
         return response
-    response.stream = tee(response.stream, pending, slot, _outcome(status))
+    response.stream = tee(response.stream, SyncBody(pending, slot, _outcome(status)))
     return response
 
 
@@ -374,34 +407,23 @@ def _tees(module: ModuleType) -> tuple[type, type]:
     """Byte-stream wrappers of ``module``'s kinds (its responses check the stream's type)."""
 
     class TeeSync(module.SyncByteStream):  # type: ignore[misc, name-defined]
-        def __init__(
-            self, inner: Any, pending: _Pending, slot: SyncSlot, outcome: Callable[..., None]
-        ) -> None:
+        def __init__(self, inner: Any, body: SyncBody) -> None:
             self._inner = inner
-            self._pending = pending
-            self._slot = slot
-            self._outcome = outcome
-            self._parts: list[bytes] = []
+            self._body = body
             self._complete = False
 
         def __iter__(self) -> Iterator[bytes]:
             for chunk in self._inner:
-                self._parts.append(chunk)
+                self._body.parts.append(chunk)
                 yield chunk
             self._complete = True
-            self._finish()
+            self._body.settle(complete=True)
 
         def close(self) -> None:
             try:
                 self._inner.close()
             finally:
-                self._finish()
-
-        def _finish(self) -> None:
-            body = b"".join(self._parts)
-            settle_sync(
-                self._pending, body, complete=self._complete, slot=self._slot, outcome=self._outcome
-            )
+                self._body.settle(complete=self._complete)
 
     class TeeAsync(module.AsyncByteStream):  # type: ignore[misc, name-defined]
         def __init__(self, inner: Any, pending: _Pending, stack: contextlib.AsyncExitStack) -> None:

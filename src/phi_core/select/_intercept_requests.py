@@ -16,14 +16,13 @@ import functools
 import http
 import importlib
 import io
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BudgetExceededError
 from ._intercept import _Pending, refusal_body
-from ._intercept_http import SyncSlot, _cache_get_sync, _inside, _outcome, settle_sync
+from ._intercept_http import SyncBody, _cache_get_sync, _outcome, send_sync
 from ._intercept_http import _pending as pending_for
 
 __all__ = ["patch_requests"]
@@ -100,21 +99,8 @@ def _send(
         request.body = lowered
         request.headers["Content-Length"] = str(len(lowered))
     request.headers["Accept-Encoding"] = "identity"  # the bytes observed are the bytes parsed
-    slot = SyncSlot(pending.scope, pending.call.provider, pending.call.spec)
-    try:
-        pending.started = time.perf_counter()
-        token = _inside.set(True)
-        try:
-            response = original(adapter, request, stream, *args, **kwargs)
-        finally:
-            _inside.reset(token)
-    except BaseException as error:
-        pending.fail(error)
-        slot.release(None)
-        raise
-    pending.status = response.status_code
-    pending.content_type = response.headers.get("content-type", "application/json")
-    response.raw = _TeeRaw(response.raw, pending, slot, _outcome(response.status_code))
+    response, slot = send_sync(pending, lambda: original(adapter, request, stream, *args, **kwargs))
+    response.raw = _TeeRaw(response.raw, SyncBody(pending, slot, _outcome(response.status_code)))
     if not stream:
         _ = response.content  # read here, through the tee, as the session would right after
     return response
@@ -144,14 +130,9 @@ class _TeeRaw:
     call is settled (metered, slot released, whole answers cached) once the body has been read
     to the end, or when it is closed before that (abandoned: estimated, not cached)."""
 
-    def __init__(
-        self, inner: Any, pending: _Pending, slot: SyncSlot, outcome: Callable[..., None]
-    ) -> None:
+    def __init__(self, inner: Any, body: SyncBody) -> None:
         self._inner = inner
-        self._pending = pending
-        self._slot = slot
-        self._outcome = outcome
-        self._parts: list[bytes] = []
+        self._body = body
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -161,36 +142,32 @@ class _TeeRaw:
     ) -> Iterator[bytes]:
         try:
             for chunk in self._inner.stream(amt, decode_content=decode_content):
-                self._parts.append(chunk)
+                self._body.parts.append(chunk)
                 yield chunk
         except BaseException:
-            self._finish(complete=False)
+            self._body.settle(complete=False)
             raise
-        self._finish(complete=True)
+        self._body.settle(complete=True)
 
     def read(self, amt: int | None = None, *args: Any, **kwargs: Any) -> bytes:
         try:
             data: bytes = self._inner.read(amt, *args, **kwargs)
         except BaseException:
-            self._finish(complete=False)
+            self._body.settle(complete=False)
             raise
-        self._parts.append(data)
+        self._body.parts.append(data)
         if amt is None or not data:
-            self._finish(complete=True)
+            self._body.settle(complete=True)
         return data
 
     def close(self) -> None:
         try:
             self._inner.close()
         finally:
-            self._finish(complete=False)
+            self._body.settle(complete=False)
 
     def release_conn(self) -> None:
         try:
             self._inner.release_conn()
         finally:
-            self._finish(complete=False)
-
-    def _finish(self, *, complete: bool) -> None:
-        body = b"".join(self._parts)
-        settle_sync(self._pending, body, complete=complete, slot=self._slot, outcome=self._outcome)
+            self._body.settle(complete=False)
