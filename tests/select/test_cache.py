@@ -122,6 +122,7 @@ async def test_a_damaged_cache_file_is_moved_aside_and_a_fresh_one_takes_its_pla
     assert (await cache.get("k")) is not None
     cache.close()
     assert set_aside(tmp_path, "cache.sqlite") == [garbage]  # kept, not deleted
+    assert cache.set_aside is not None and cache.set_aside.read_bytes() == garbage
     assert any(
         "is not a response cache" in r.message and "moved it to" in r.message
         for r in caplog.records

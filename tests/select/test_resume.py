@@ -113,6 +113,8 @@ async def test_a_damaged_journal_is_moved_aside_and_the_next_run_can_resume(
     journal.write_bytes(b"\x00garbage" * 500)
     first = await selector(counting(), journal).select_best()
     assert set_aside(tmp_path, "runs.sqlite") == [b"\x00garbage" * 500]
+    (warning,) = [w for w in first.warnings if "was not a database" in w]
+    assert warning.startswith(f"The run journal {journal} was not a database: it was moved to ")
     again = counting()
     replayed = await selector(again, journal).select_best(resume=True)
     assert again.runs == [] and replayed.resumed == first.evaluations

@@ -916,3 +916,15 @@ async def test_a_scorer_that_exits_or_is_interrupted_is_treated_like_an_agent(
     assert {f.error for f in result.failures} == {"scorer raised SystemExit: 4"}
     with pytest.raises(KeyboardInterrupt):
         await build(interrupted).select_best()
+
+
+async def test_a_damaged_cache_file_is_reported_in_the_results_warnings(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite"
+    path.write_bytes(b"not a database" * 100)
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        solver_agent, {"solver": [good]}, DATASET, exact, algorithm="brute_force", cache=path
+    ).select_best()
+    (warning,) = [w for w in result.warnings if "was not a database" in w]
+    assert warning.startswith(f"The response cache {path} was not a database: it was moved to ")
+    assert result.evaluations == 8

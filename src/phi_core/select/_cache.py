@@ -34,6 +34,8 @@ class ResponseCache:
 
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 5.0) -> None:
         self.path = str(path)
+        self.set_aside: Path | None = None
+        """Where a damaged file found at ``path`` was moved (``None``: none was)."""
         self._lock = threading.Lock()
         try:
             if self.path != ":memory:":
@@ -42,7 +44,9 @@ class ResponseCache:
         except (sqlite3.OperationalError, OSError) as exc:  # locked, read-only, full: for the user
             raise sqlite_failure(exc, self.path, "open the response cache") from None
         except sqlite3.DatabaseError as exc:  # garbage or truncated: a cache can start afresh
-            quarantine(Path(self.path), str(exc), kind="a response cache", log=logger)
+            self.set_aside = quarantine(
+                Path(self.path), str(exc), kind="a response cache", log=logger
+            )
             self._db = self._open(timeout)
         self.hits = 0
         self.misses = 0

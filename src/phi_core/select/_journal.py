@@ -87,6 +87,8 @@ class RunJournal:
         self._db: sqlite3.Connection | None = None
         self.error: str | None = None
         """Why the journal cannot be used (``None``: it can)."""
+        self.set_aside: Path | None = None
+        """Where a damaged file found at ``path`` was moved (``None``: none was)."""
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +97,9 @@ class RunJournal:
             except sqlite3.OperationalError:
                 raise
             except sqlite3.DatabaseError as exc:  # garbage or truncated: kept aside, start afresh
-                quarantine(Path(self.path), str(exc), kind="a selection run journal", log=logger)
+                self.set_aside = quarantine(
+                    Path(self.path), str(exc), kind="a selection run journal", log=logger
+                )
                 self._db = self._open()
         except (sqlite3.Error, OSError) as error:
             self.error = str(error) or type(error).__name__

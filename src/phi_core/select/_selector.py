@@ -479,14 +479,17 @@ class ModelSelector:
     ) -> SelectionResult:
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
         loop = asyncio.get_running_loop()
+        stores: list[tuple[str, ResponseCache | RunJournal | None]] = []
         if self.cache is None:
             self.cache = _cache(self._cache_setting)
+            stores.append(("response cache", self.cache))  # opened by this run
         for handles in self._handles.values():
             for h in handles.values():
                 h.loop = loop
                 if h.cache is None:
                     h.cache = self.cache
         journal = self._journal(algorithm)
+        stores.append(("run journal", journal))
         if resume and journal is None:
             raise UserError("resume=True needs the run journal; do not pass journal=False.")
         recorded = journal.load() if journal is not None and resume else {}
@@ -532,6 +535,12 @@ class ModelSelector:
         for warning in warnings:
             logger.warning("%s", warning)
         warnings += algorithm.warnings  # logged by the algorithm as they happened
+        warnings += [  # logged when the file was moved
+            f"The {what} {store.path} was not a database: it was moved to {store.set_aside} "
+            "(kept) and a fresh one was used."
+            for what, store in stores
+            if store is not None and store.set_aside is not None
+        ]
         return build_result(
             arena,
             self.space,
