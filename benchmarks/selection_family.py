@@ -56,6 +56,7 @@ FAMILY_SELECTORS = (
     "regret_race_v1",
     "regret_race_v2",
     "regret_race_v3",
+    "regret_race_v4",
     "regret_race",
     "regret_race_strata4",
 )

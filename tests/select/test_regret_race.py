@@ -159,6 +159,8 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"perfect_look": -1}, "perfect_look"),
         ({"perfect_look": 2.5}, "perfect_look"),
         ({"perfect_arms": 0}, "perfect_arms"),
+        ({"max_correlation": -0.1}, "max_correlation"),
+        ({"max_correlation": 1.5}, "max_correlation"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -291,6 +293,30 @@ def test_the_tie_risk_guard_keeps_only_arms_that_may_still_end_level() -> None:
     guarded, plain = losses[0.05][0], losses[0.0][0]
     assert math.isinf(guarded[1]) and plain[1] < losses[0.0][1][1]  # the guard decides
     assert guarded[2] == plain[2] < losses[0.0][1][2]  # a clear loser is still dropped
+
+
+def test_a_pair_that_fails_together_is_credited_with_at_most_the_capped_correlation() -> None:
+    """On 120 questions the leader misses 10; ``together`` misses the same 10 and two more (two
+    disagreements: a paired variance near zero, correlation about 0.9); ``opposite`` misses 12
+    others (22 disagreements). Without the cap, ``together`` is dropped on its two losses; with
+    it, the pair's own variances decide and it is kept. ``opposite`` is left alone (its paired
+    variance is above the capped one already)."""
+    n = 200
+    scores = np.ones((3, n))
+    scores[0, 0:10] = 0.0
+    scores[1, 0:12] = 0.0  # together
+    scores[2, 10:22] = 0.0  # opposite
+    judged = {}
+    for cap in (0.4, 1.0):
+        arena = Arena(3, n, MatrixEvaluator(scores), seed=0, shuffle=False)
+        asyncio.run(arena.evaluate_prefix(range(3), 120))
+        race = RegretRace(max_correlation=cap, tie_risk=0.0)  # the guard off: the cap alone
+        loss, tolerance, leader = race._judge(arena, [0, 1, 2], 120)
+        assert leader == 0
+        judged[cap] = (loss, tolerance)
+    (capped, tolerance), (plain, _) = judged[0.4], judged[1.0]
+    assert plain[1] < tolerance[1] < capped[1]  # dropped without the cap, kept with it
+    assert capped[2] == plain[2]  # independent enough: untouched
 
 
 def test_the_beta_binomial_pmf_matches_its_closed_form() -> None:
