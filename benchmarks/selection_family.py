@@ -17,6 +17,12 @@ two questions of the best (exact ties included) — the ones no selector can tel
 before the full data — is run on every question and nothing else is run at all. Where that limit
 is below 70 %, the issue's "≥ 70 % saved at ≤ 0.2 pts regret" cannot be met by any selector.
 
+Every run's outcome is kept in ``results.json`` (``runs``), and the tables end with a paired
+comparison of the default with the anchor (the same worlds, seeds and question orders): the
+runs only one of them found, with an exact sign test, and the differences in regret and
+savings with 95 % intervals over worlds. ``--render A.json B.json`` pools the runs of several
+results files (other world seeds) into that comparison.
+
 Usage::
 
     .venv/bin/python benchmarks/selection_family.py --split report --world-seeds 3 --seeds 10
@@ -28,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -78,6 +86,8 @@ def run_family(kinds: list[str], world_seeds: list[int], seeds: int) -> dict[str
     out: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         per: dict[str, list[dict[str, float]]] = {}
+        # per selector, per world, per selector seed: [found 0/1, regret pts, saved %]
+        outcomes: dict[str, list[list[list[float]]]] = {}
         limits: list[dict[str, float]] = []
         bests: list[float] = []
         started = time.perf_counter()
@@ -87,6 +97,7 @@ def run_family(kinds: list[str], world_seeds: list[int], seeds: int) -> dict[str
             bests.append(float(m.accuracy[m.rows[m.best()]].mean()))
             for name, runs in run_phi(m, seeds).items():
                 per.setdefault(name, []).append(summarise(m, runs))
+                outcomes.setdefault(name, []).append([_outcome(summarise(m, [r])) for r in runs])
         out[kind] = {
             "shape": list(m.shape),
             "best_accuracy": float(np.mean(bests)),
@@ -96,8 +107,120 @@ def run_family(kinds: list[str], world_seeds: list[int], seeds: int) -> dict[str
                 name: {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
                 for name, rows in per.items()
             },
+            "runs": outcomes,
         }
         print(f"{kind}: {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+    return out
+
+
+def _outcome(one: dict[str, float]) -> list[float]:
+    """One run's [found 0/1, regret pts, saved %] (``summarise`` of that run alone)."""
+    return [
+        one["find_rate"] / 100.0,
+        round(one["mean_regret_pts"], 6),
+        round(one["cost_saved_pct"], 4),
+    ]
+
+
+# two-sided 95 % quantiles of Student's t, df = 1..30 (beyond: 1.96 + 2.4 / df, within 0.002)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def _t975(df: int) -> float:
+    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Exact two-sided sign test (McNemar's, on the discordant pairs) of ``wins`` against
+    ``losses``."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail: float = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired(ours: list[list[list[float]]], anchor: list[list[list[float]]]) -> dict[str, Any]:
+    """The default against the anchor on the same worlds and selector seeds (the same shuffled
+    question order): runs that only one of them found (and the sign test of those), and the
+    mean differences (ours - anchor) in regret and savings with 95 % intervals over *worlds*
+    (the runs of one world are not independent), Student's t with worlds - 1 df."""
+    o, a = np.asarray(ours, dtype=float), np.asarray(anchor, dtype=float)  # world x seed x 3
+    found_ours = int((o[:, :, 0] > a[:, :, 0]).sum())
+    found_anchor = int((a[:, :, 0] > o[:, :, 0]).sum())
+    regret = (o[:, :, 1] - a[:, :, 1]).mean(axis=1).tolist()  # per world
+    saved = (o[:, :, 2] - a[:, :, 2]).mean(axis=1).tolist()
+
+    def interval(diffs: list[float]) -> list[float]:
+        mean = float(np.mean(diffs))
+        if len(diffs) < 2:
+            return [mean, mean, mean]
+        half = _t975(len(diffs) - 1) * float(np.std(diffs, ddof=1)) / math.sqrt(len(diffs))
+        return [mean, mean - half, mean + half]
+
+    return {
+        "runs": int(o.shape[0] * o.shape[1]),
+        "found_only_by_default": found_ours,
+        "found_only_by_anchor": found_anchor,
+        "sign_test_p": sign_test(found_ours, found_anchor),
+        "regret_diff_pts": interval(regret),
+        "saved_diff_pts": interval(saved),
+    }
+
+
+def paired_table(family: dict[str, dict[str, Any]]) -> list[str]:
+    """Per world type: the paired comparison of the default with the anchor, and which
+    differences are significant at 5 % (the sign test; an interval that excludes 0)."""
+    lines = [
+        f"\n### Paired with {ANCHOR} (the same worlds and selector seeds; {DEFAULT} - {ANCHOR}, "
+        "95 % intervals over worlds)\n",
+        "| type | runs | found only by the default / only by the anchor (sign test p) "
+        "| regret pts | saved pts | significant |",
+        "|---|---:|---|---|---|---|",
+    ]
+    for kind, w in family.items():
+        runs = w.get("runs", {})
+        if DEFAULT not in runs or ANCHOR not in runs:
+            continue
+        d = paired(runs[DEFAULT], runs[ANCHOR])
+        (r, r_lo, r_hi), (s, s_lo, s_hi) = d["regret_diff_pts"], d["saved_diff_pts"]
+        # significant at 5 %: > 0 where the default is better, < 0 where the anchor is
+        signs = {
+            "find": (d["found_only_by_default"] - d["found_only_by_anchor"])
+            * (d["sign_test_p"] < 0.05),
+            "regret": -r * (r_lo > 0 or r_hi < 0),  # lower regret is better
+            "savings": s * (s_lo > 0 or s_hi < 0),
+        }
+        better = [name for name, sign in signs.items() if sign > 0]
+        worse = [name for name, sign in signs.items() if sign < 0]
+        verdict = "; ".join(
+            part
+            for part in (
+                f"better: {', '.join(better)}" if better else "",
+                f"**worse: {', '.join(worse)}**" if worse else "",
+            )
+            if part
+        )
+        lines.append(
+            f"| {kind} | {d['runs']} | {d['found_only_by_default']} / "
+            f"{d['found_only_by_anchor']} (p {d['sign_test_p']:.2g}) | "
+            f"{r:+.3f} [{r_lo:+.3f}, {r_hi:+.3f}] | {s:+.2f} [{s_lo:+.2f}, {s_hi:+.2f}] | "
+            f"{verdict or 'none'} |"
+        )
+    return lines
+
+
+def pooled(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The per-run outcomes of several results files, world after world (their world seeds
+    should differ), for the world types and selectors they all have."""
+    kinds = [k for k in results[0]["family"] if all(k in r["family"] for r in results)]
+    out: dict[str, dict[str, Any]] = {}
+    for kind in kinds:
+        runs = [r["family"][kind].get("runs", {}) for r in results]
+        names = [n for n in runs[0] if all(n in x for x in runs)]
+        out[kind] = {"runs": {n: [w for x in runs for w in x[n]] for n in names}}
     return out
 
 
@@ -174,6 +297,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{r['evals_pct']:.1f} | {r['cost_saved_pct']:.1f} |"
             )
     lines += goal(result)
+    lines += paired_table(result["family"])
     lines.append("\n### Worst case across the world types\n")
     lines.append(
         f"| selector | min find % | max regret pts | min saved % | mean regret | mean saved % "
@@ -187,6 +311,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['mean_cost_saved_pct']:.1f} | {r['types_matching_anchor']}/{len(result['family'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def dump(result: dict[str, Any]) -> str:
+    """``result`` as indented JSON with each list of numbers on one line (a run's outcome)."""
+    text = json.dumps(result, indent=2)
+    return (
+        re.sub(r"\[\s+([-+\d.eE,\s]+?)\s+\]", lambda m: f"[{' '.join(m[1].split())}]", text) + "\n"
+    )
 
 
 def _candidate(
@@ -233,13 +365,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
-        "--render", type=Path, default=None, metavar="JSON", help="only rewrite table.md from JSON"
+        "--render",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="only rewrite table.md from JSON; with several results files (the same world types, "
+        "other world seeds), print the paired comparison of their runs pooled",
     )
     args = parser.parse_args(argv)
     if args.render is not None:
-        result = json.loads(args.render.read_text())
+        results = [json.loads(path.read_text()) for path in args.render]
+        if len(results) > 1:
+            print("\n".join(paired_table(pooled(results))))
+            return 0
+        result = results[0]
         result["worst_case"] = worst_case(result["family"])
-        (args.render.parent / "table.md").write_text(markdown(result))
+        (args.render[0].parent / "table.md").write_text(markdown(result))
         print(markdown(result))
         return 0
     kinds = args.worlds.split(",")
@@ -272,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = args.out or DEFAULT_OUT / args.split
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "results.json").write_text(dump(result))
     table = markdown(result)
     (out / "table.md").write_text(table)
     print(table)

@@ -1,0 +1,88 @@
+"""benchmarks/selection_family.py: the paired comparison with the anchor (sign test, intervals
+over worlds) and the per-run outcomes it rests on, on one small world type (the family run
+itself is a benchmark, not a test)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def family() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(BENCHMARKS))  # the benchmarks import each other by plain name
+    try:
+        import selection_family
+
+        yield selection_family
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_the_sign_test_is_exact_and_two_sided(family: ModuleType) -> None:
+    assert family.sign_test(0, 3) == family.sign_test(3, 0) == 0.25  # 2 * (1/2)^3
+    assert family.sign_test(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+    assert family.sign_test(0, 0) == 1.0  # no discordant pair: no evidence either way
+    assert family.sign_test(5, 5) == 1.0  # capped at 1
+    assert 0 < family.sign_test(600, 500) < 0.01  # big counts stay exact (no float overflow)
+
+
+def test_the_paired_intervals_are_taken_over_worlds(family: ModuleType) -> None:
+    """Two worlds of two seeds: within each world the savings differ by a constant (+1 and +3
+    points), so the interval is set by the two worlds' means (2 +- t(1) * 1), not by the four
+    runs; one run is found by the default only, none by the anchor only."""
+    ours = [[[1, 0.0, 51.0], [1, 0.0, 61.0]], [[1, 0.0, 73.0], [0, 0.5, 43.0]]]
+    anchor = [[[1, 0.0, 50.0], [0, 1.0, 60.0]], [[1, 0.0, 70.0], [0, 0.5, 40.0]]]
+    d = family.paired(ours, anchor)
+    assert d["runs"] == 4
+    assert (d["found_only_by_default"], d["found_only_by_anchor"]) == (1, 0)
+    mean, lo, hi = d["saved_diff_pts"]
+    assert mean == pytest.approx(2.0)
+    assert hi - mean == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))  # sd of (1, 3)
+    assert lo == pytest.approx(2.0 - 12.706)
+    assert d["regret_diff_pts"][0] == pytest.approx(-0.25)  # (-0.5 + 0) / 2
+
+
+def test_the_family_run_records_each_run_and_the_table_flags_what_is_significant(
+    family: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import selection_replay
+
+    monkeypatch.setattr(
+        selection_replay,
+        "PHI_SELECTORS",
+        {
+            "arm_elimination": ("arm_elimination", {}),
+            "regret_race": ("regret_race", {}),
+        },
+    )
+    out = family.run_family(["gpqa"], [0, 1], 3)
+    runs = out["gpqa"]["runs"]
+    assert set(runs) == {"arm_elimination", "regret_race"}
+    for name, worlds in runs.items():
+        cells = np.asarray(worlds)  # world x seed x (found, regret, saved)
+        assert cells.shape == (2, 3, 3)
+        summary = out["gpqa"]["selectors"][name]
+        assert 100 * cells[:, :, 0].mean() == pytest.approx(summary["find_rate"])
+        assert cells[:, :, 1].mean() == pytest.approx(summary["mean_regret_pts"], abs=1e-5)
+        assert cells[:, :, 2].mean() == pytest.approx(summary["cost_saved_pct"], abs=1e-3)
+    line = next(x for x in family.paired_table(out) if x.startswith("| gpqa |"))
+    assert line.startswith("| gpqa | 6 |")
+    # a made-up anchor that finds nothing, with a point more regret and 5 points less saved in
+    # every run: the default is better on all three
+    out["gpqa"]["runs"]["arm_elimination"] = [
+        [[0.0, regret + 1.0, saved - 5.0] for _, regret, saved in world]
+        for world in runs["regret_race"]
+    ]
+    found = int(np.asarray(runs["regret_race"])[:, :, 0].sum())
+    line = next(x for x in family.paired_table(out) if x.startswith("| gpqa |"))
+    assert f"| {found} / 0 " in line
+    assert "better: find, regret, savings" in line and "worse" not in line
