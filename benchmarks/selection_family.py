@@ -187,27 +187,21 @@ def paired_table(family: dict[str, dict[str, Any]]) -> list[str]:
         d = paired(runs[DEFAULT], runs[ANCHOR])
         (r, r_lo, r_hi), (s, s_lo, s_hi) = d["regret_diff_pts"], d["saved_diff_pts"]
         # significant at 5 %: > 0 where the default is better, < 0 where the anchor is
+        found = d["found_only_by_default"] - d["found_only_by_anchor"]
         signs = {
-            "find": (d["found_only_by_default"] - d["found_only_by_anchor"])
-            * (d["sign_test_p"] < 0.05),
-            "regret": -r * (r_lo > 0 or r_hi < 0),  # lower regret is better
-            "savings": s * (s_lo > 0 or s_hi < 0),
+            "find": found if d["sign_test_p"] < 0.05 else 0,
+            "regret": -r if r_lo > 0 or r_hi < 0 else 0.0,  # lower regret is better
+            "savings": s if s_lo > 0 or s_hi < 0 else 0.0,
         }
         better = [name for name, sign in signs.items() if sign > 0]
         worse = [name for name, sign in signs.items() if sign < 0]
-        verdict = "; ".join(
-            part
-            for part in (
-                f"better: {', '.join(better)}" if better else "",
-                f"**worse: {', '.join(worse)}**" if worse else "",
-            )
-            if part
-        )
+        parts = [f"better: {', '.join(better)}"] if better else []
+        parts += [f"**worse: {', '.join(worse)}**"] if worse else []
         lines.append(
             f"| {kind} | {d['runs']} | {d['found_only_by_default']} / "
             f"{d['found_only_by_anchor']} (p {d['sign_test_p']:.2g}) | "
             f"{r:+.3f} [{r_lo:+.3f}, {r_hi:+.3f}] | {s:+.2f} [{s_lo:+.2f}, {s_hi:+.2f}] | "
-            f"{verdict or 'none'} |"
+            f"{'; '.join(parts) or 'none'} |"
         )
     return lines
 
