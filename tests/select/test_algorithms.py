@@ -142,6 +142,25 @@ def test_bad_algorithm_parameters_are_a_user_error() -> None:
         make_algorithm("paired_race", z=0.0)
 
 
+def test_a_parameter_of_the_wrong_type_is_named() -> None:
+    """A spec's ``max_correlation = "high"`` or ``exact_guard = 1`` names the parameter and
+    what it takes (before: "'<=' not supported between instances of 'int' and 'str'")."""
+    for params, says in (
+        (
+            {"max_correlation": "high"},
+            "'max_correlation' of algorithm 'regret_race' must be a number",
+        ),
+        ({"eta": True}, "'eta' of algorithm 'regret_race' must be a number, got True"),
+        ({"exact_guard": 1}, "'exact_guard' of algorithm 'regret_race' must be true or false"),
+    ):
+        with pytest.raises(UserError, match=says):
+            make_algorithm("regret_race", **params)
+    # numpy numbers are numbers; None stays the constructors' business (n_initial=None: default)
+    race = make_algorithm("regret_race", perfect_look=np.int64(30), eta=np.float64(2e-4))
+    assert (race.perfect_look, race.eta) == (30, 2e-4)  # type: ignore[attr-defined]
+    assert make_algorithm("arm_elimination", n_initial=None).name == "arm_elimination"
+
+
 def test_space_neighbours_differ_in_exactly_one_step(space_3x4: SearchSpace) -> None:
     k = space_3x4.find({"planner": "p1", "solver": "s2"})
     for other in space_3x4.neighbours(k):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import numbers
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -446,9 +447,10 @@ def make_algorithm(algorithm: str | SelectionAlgorithm, **params: Any) -> Select
         raise UserError(
             f"Unknown selection algorithm {algorithm!r}; choose one of {sorted(registry)!r}."
         ) from None
+    signature = inspect.signature(cls.__init__).parameters
     accepted = [
         name
-        for name, parameter in inspect.signature(cls.__init__).parameters.items()
+        for name, parameter in signature.items()
         if name != "self" and parameter.kind is not inspect.Parameter.VAR_KEYWORD
     ]
     unknown = sorted(set(params) - set(accepted))
@@ -464,6 +466,21 @@ def make_algorithm(algorithm: str | SelectionAlgorithm, **params: Any) -> Select
             + (f": {'; '.join(guesses)}" if guesses else "")
             + f". It accepts: {', '.join(accepted) or 'no parameters'}."
         )
+    for name, value in params.items():
+        default = signature[name].default
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise UserError(
+                f"Parameter {name!r} of algorithm {algorithm!r} must be true or false, "
+                f"got {value!r}."
+            )
+        if (
+            isinstance(default, int | float)
+            and not isinstance(default, bool)
+            and (isinstance(value, bool) or not isinstance(value, numbers.Real))
+        ):
+            raise UserError(
+                f"Parameter {name!r} of algorithm {algorithm!r} must be a number, got {value!r}."
+            )
     try:
         return cls(**params)
     except TypeError as error:
