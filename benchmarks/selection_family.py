@@ -15,7 +15,13 @@ case** across the world types.
 Per world type the table also states the **limit**: the cost saved if every configuration within
 two questions of the best (exact ties included) — the ones no selector can tell apart from it
 before the full data — is run on every question and nothing else is run at all. Where that limit
-is below 70 %, the issue's "≥ 70 % saved at ≤ 0.2 pts regret" cannot be met by any selector.
+is below 70 %, the issue's "≥ 70 % saved at ≤ 0.2 pts regret" cannot be met by any selector
+that finds the best. That limit charges nothing for ruling out the rest of the field; the
+**oracle limit** (:func:`oracle_limit`) does: each configuration is run until its true gap to
+the best is one standard error of the paired difference wide. A third section lists the most
+any selector of the run saved at <= 0.2 pts regret, and at the anchor's find rate and regret or
+better (:func:`attained`): over a scan of settings (``--candidate``), what the world allows in
+practice.
 
 Every run's outcome is kept in ``results.json`` (``runs``), and the tables end with a paired
 comparison of the default with the anchor (the same worlds, seeds and question orders): the
@@ -68,6 +74,31 @@ FAMILY_SELECTORS = (
     "regret_race",
     "regret_race_strata4",
 )
+FRONTIER: dict[str, tuple[str, dict[str, Any]]] = {
+    # --frontier: settings along the savings / regret trade, beside the library's selectors
+    "ae_c0.5": ("arm_elimination", {"confidence": 0.5}),
+    "ae_c0.75": ("arm_elimination", {"confidence": 0.75}),
+    "ae_c1.5": ("arm_elimination", {"confidence": 1.5}),
+    "ae_g1.5": ("arm_elimination", {"growth_factor": 1.5}),
+    "pr_z0.5": ("paired_race", {"z": 0.5}),
+    "pr_z1": ("paired_race", {"z": 1.0}),
+    "rr_e3e-4": ("regret_race", {"eta": 3e-4}),
+    "rr_e1e-3": ("regret_race", {"eta": 1e-3}),
+    "rr_e3e-3": ("regret_race", {"eta": 3e-3}),
+    "rr_cp0": ("regret_race", {"cost_power": 0.0}),
+    # "ng": no tie guards (points 8-10 of RegretRace off), a plain expected-regret race
+    **{
+        f"rr_ng_e{eta}": (
+            "regret_race",
+            {"eta": float(eta), "tie_risk": 0.0, "exact_guard": False, "tie_questions": 0.0},
+        )
+        for eta in ("1e-4", "3e-4", "5e-4", "1e-3")
+    },
+}
+FRONTIER_SELECTORS = (
+    "random,hill_climbing,threshold,epsilon_lucb,arm_elimination,matrix_ucb,matrix_ucb_35,"
+    "paired_race,regret_race"
+)
 DEFAULT = "regret_race"
 ANCHOR = "arm_elimination"
 
@@ -82,6 +113,43 @@ def limit(m: Matrices, questions: int = 2) -> dict[str, float]:
     }
 
 
+def oracle_limit(m: Matrices, z: float = 1.0) -> float:
+    """Savings bound of an oracle that knows every configuration's full-data gap to the best,
+    ``Delta_i``, and the spread ``s_i`` of their paired per-question differences, and runs each
+    only until the gap is ``z`` finite-population standard errors wide (``z = 1``: arm
+    elimination's one-standard-error rule), the smallest ``n`` with
+    ``Delta_i >= z s_i sqrt((N - n) / (n (N - 1)))``; a configuration level with the best (no
+    gap) runs to ``N``, and the best runs as long as the longest. Unlike :func:`limit` it charges
+    for ruling out the field, so no selector that needs that much evidence saves more."""
+    x = m.accuracy[m.rows]  # space order
+    best = m.best()
+    n_questions = x.shape[1]
+    diff = x[best][None, :] - x
+    gap = diff.mean(axis=1)
+    spread = diff.var(axis=1, ddof=1) * z * z
+    with np.errstate(divide="ignore", invalid="ignore"):
+        needed = n_questions * spread / (gap * gap * (n_questions - 1) + spread)
+    n = np.where(gap > 1e-12, np.clip(np.ceil(needed - 1e-9), 1, n_questions), n_questions)
+    others = np.delete(n, best)
+    n[best] = others.max() if others.size else n_questions
+    cost = m.cost[m.rows].mean(axis=1)
+    return 100.0 * (1 - float((cost * n).sum()) / float(cost.sum() * n_questions))
+
+
+def _fill_oracle_limits(result: dict[str, Any]) -> None:
+    """Results written before :func:`oracle_limit` existed: compute it from their worlds."""
+    for kind, w in result["family"].items():
+        if "oracle_saved_pct" not in w:
+            w["oracle_saved_pct"] = float(
+                np.mean(
+                    [
+                        oracle_limit(Matrices.from_world(make_world(kind, seed=ws)))
+                        for ws in result["world_seeds"]
+                    ]
+                )
+            )
+
+
 def run_family(kinds: list[str], world_seeds: list[int], seeds: int) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for kind in kinds:
@@ -93,7 +161,7 @@ def run_family(kinds: list[str], world_seeds: list[int], seeds: int) -> dict[str
         started = time.perf_counter()
         for ws in world_seeds:
             m = Matrices.from_world(make_world(kind, seed=ws))
-            limits.append(limit(m))
+            limits.append({**limit(m), "oracle_saved_pct": oracle_limit(m)})
             bests.append(float(m.accuracy[m.rows[m.best()]].mean()))
             for name, runs in run_phi(m, seeds).items():
                 per.setdefault(name, []).append(summarise(m, runs))
@@ -103,6 +171,7 @@ def run_family(kinds: list[str], world_seeds: list[int], seeds: int) -> dict[str
             "best_accuracy": float(np.mean(bests)),
             "indistinguishable": float(np.mean([x["indistinguishable"] for x in limits])),
             "limit_saved_pct": float(np.mean([x["limit_saved_pct"] for x in limits])),
+            "oracle_saved_pct": float(np.mean([x["oracle_saved_pct"] for x in limits])),
             "selectors": {
                 name: {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
                 for name, rows in per.items()
@@ -246,6 +315,61 @@ def worst_case(family: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     return out
 
 
+def attained(
+    selectors: dict[str, dict[str, float]], regret_pts: float = 0.2, match_anchor: bool = False
+) -> tuple[str, float] | None:
+    """The selector of this run that saves the most at a mean regret of at most
+    ``regret_pts`` (with ``match_anchor``: also at the anchor's find rate and regret or better),
+    as (name, saved %); None if none qualifies. Over a scan of settings (``--candidate``) it
+    is what the world allows in practice, where :func:`oracle_limit` is what it allows at most."""
+    anchor = selectors.get(ANCHOR)
+    ok = [
+        (r["cost_saved_pct"], name)
+        for name, r in selectors.items()
+        if r["mean_regret_pts"] <= regret_pts + 1e-9
+        and (
+            not match_anchor
+            or anchor is None
+            or (
+                r["find_rate"] >= anchor["find_rate"] - 1e-9
+                and r["mean_regret_pts"] <= anchor["mean_regret_pts"] + 1e-9
+            )
+        )
+    ]
+    if not ok:
+        return None
+    saved, name = max(ok)
+    return name, saved
+
+
+def frontier(result: dict[str, Any]) -> list[str]:
+    """Per world type: the limits beside the most that any selector of this run saved at
+    <= 0.2 pts regret, and at the anchor's find rate and regret or better."""
+    lines = [
+        "\n### What the world allows: limits and the most any selector of this run saved\n",
+        "| type | limit % (near-ties only) | oracle limit % | most saved at <= 0.2 pts | "
+        "most saved at the anchor's find rate and regret or better |",
+        "|---|---:|---:|---|---|",
+    ]
+
+    def cell(best: tuple[str, float] | None) -> str:
+        return "none" if best is None else f"{best[1]:.1f} ({best[0]})"
+
+    for kind, w in result["family"].items():
+        oracle = w.get("oracle_saved_pct")
+        lines.append(
+            f"| {kind} | {w['limit_saved_pct']:.1f} | "
+            f"{'-' if oracle is None else f'{oracle:.1f}'} | {cell(attained(w['selectors']))} | "
+            f"{cell(attained(w['selectors'], match_anchor=True))} |"
+        )
+    return lines
+
+
+def _oracle_note(w: dict[str, Any]) -> str:
+    oracle = w.get("oracle_saved_pct")
+    return "" if oracle is None else f"; oracle limit {oracle:.1f} %"
+
+
 def _cell(r: dict[str, float]) -> str:
     return f"{r['find_rate']:.0f} / {r['mean_regret_pts']:.3f} / {r['cost_saved_pct']:.1f}"
 
@@ -280,7 +404,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"\n### {kind} ({w['shape'][0]} x {w['shape'][1]}, best {100 * w['best_accuracy']:.2f} %; "
             f"limit {w['limit_saved_pct']:.1f} % saved: {w['indistinguishable']:.1f} configurations "
-            "within two questions of the best)\n"
+            f"within two questions of the best{_oracle_note(w)})\n"
         )
         lines.append("| selector | find % | regret pts | evals % | saved % |")
         lines.append("|---|---:|---:|---:|---:|")
@@ -291,6 +415,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{r['evals_pct']:.1f} | {r['cost_saved_pct']:.1f} |"
             )
     lines += goal(result)
+    lines += frontier(result)
     lines += paired_table(result["family"])
     lines.append("\n### Worst case across the world types\n")
     lines.append(
@@ -319,11 +444,13 @@ def _candidate(
     parser: argparse.ArgumentParser, spec: str
 ) -> tuple[str, tuple[str, dict[str, Any]]]:
     """``NAME=ALGO:KEY=VALUE,...`` -> (NAME, (ALGO, {KEY: VALUE})): a number where VALUE reads
-    as one, else the word itself (e.g. ``algorithm=hill_climbing``)."""
+    as one, a bool for ``true`` / ``false``, else the word itself (``algorithm=hill_climbing``)."""
     name, _, rest = spec.partition("=")
     algo, _, params = rest.partition(":")
 
-    def value(text: str) -> float | str:
+    def value(text: str) -> float | bool | str:
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
         try:
             return float(text)
         except ValueError:
@@ -357,6 +484,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=ALGO:KEY=VALUE,...",
         help="an extra selector to try (repeatable), e.g. rr_e2=regret_race:eta=2e-4,tie_risk=0.05",
     )
+    parser.add_argument(
+        "--frontier",
+        action="store_true",
+        help="the scan of settings along the savings / regret trade (FRONTIER) beside "
+        f"{FRONTIER_SELECTORS.replace(',', ', ')} (instead of --selectors)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--render",
@@ -374,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(paired_table(pooled(results))))
             return 0
         result = results[0]
+        _fill_oracle_limits(result)
         result["worst_case"] = worst_case(result["family"])
         (args.render[0].parent / "table.md").write_text(markdown(result))
         print(markdown(result))
@@ -382,7 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(WORLDS)
     if unknown:
         parser.error(f"unknown world types {sorted(unknown)}; choose from {sorted(WORLDS)}")
-    chosen = args.selectors.split(",")
+    chosen = (FRONTIER_SELECTORS if args.frontier else args.selectors).split(",")
+    if args.frontier:
+        PHI_SELECTORS.update(FRONTIER)
+        chosen += list(FRONTIER)
     for spec in args.candidate:
         name, algo_params = _candidate(parser, spec)
         PHI_SELECTORS[name] = algo_params

@@ -253,8 +253,13 @@ def _read_matrix(path: Path) -> tuple[list[str], np.ndarray]:
 
 def _space_from_names(names: list[str]) -> tuple[SearchSpace, list[int]]:
     """A step space from ``"planner=a + solver=b"`` row names (a one-step space if not a grid)."""
-    parsed = [dict(part.split("=", 1) for part in name.split(" + ")) for name in names]
-    if all("=" in name for name in names) and len({tuple(p) for p in parsed}) == 1:
+    gridded = all("=" in part for name in names for part in name.split(" + "))
+    parsed = (
+        [dict(part.split("=", 1) for part in name.split(" + ")) for name in names]
+        if gridded
+        else []
+    )
+    if gridded and len({tuple(p) for p in parsed}) == 1:
         steps: dict[str, list[str]] = {s: [] for s in parsed[0]}
         for p in parsed:
             for s, m in p.items():

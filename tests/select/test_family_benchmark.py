@@ -86,3 +86,75 @@ def test_the_family_run_records_each_run_and_the_table_flags_what_is_significant
     line = next(x for x in family.paired_table(out) if x.startswith("| gpqa |"))
     assert f"| {found} / 0 " in line
     assert "better: find, regret, savings" in line and "worse" not in line
+
+
+def test_a_candidate_reads_numbers_bools_and_words(family: ModuleType) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    name, (algo, params) = family._candidate(
+        parser, "t=regret_race:eta=0.001,exact_guard=false,strata=4,algorithm=hill_climbing"
+    )
+    assert (name, algo) == ("t", "regret_race")
+    assert params == {
+        "eta": 0.001,
+        "exact_guard": False,
+        "strata": 4.0,
+        "algorithm": "hill_climbing",
+    }
+    assert params["exact_guard"] is False
+    assert family._candidate(parser, "t=regret_race:exact_guard=True")[1][1] == {
+        "exact_guard": True
+    }
+    with pytest.raises(SystemExit):  # parser.error
+        family._candidate(parser, "t=regret_race:eta")
+
+
+def _matrices(family: ModuleType, rows: dict[str, list[float]], cost: dict[str, float]) -> object:
+    from types import SimpleNamespace
+
+    import selection_replay
+
+    names = list(rows)
+    accuracy = np.array([rows[n] for n in names])
+    world = SimpleNamespace(
+        names=names,
+        accuracy=accuracy,
+        cost=np.array([[cost[n]] * accuracy.shape[1] for n in names]),
+        latency=np.zeros_like(accuracy),
+    )
+    return selection_replay.Matrices.from_world(world)
+
+
+def test_the_oracle_limit_charges_for_telling_the_field_apart(family: ModuleType) -> None:
+    """Ten questions. 'a' is right on all, 'b' on half: the paired differences have mean 1/2
+    and variance 5/18, so one standard error (finite population) is at most 1/2 from n = 2 on
+    (n = 1 leaves it at 1.58). 'c' ties 'a' at twice the cost, so only the full data tells it
+    from 'a', and 'a' runs as long as the longest."""
+    two = _matrices(family, {"a": [1.0] * 10, "b": [1.0] * 5 + [0.0] * 5}, {"a": 1.0, "b": 1.0})
+    assert family.oracle_limit(two) == pytest.approx(100 * (1 - (2 + 2) / 20))
+    three = _matrices(
+        family,
+        {"a": [1.0] * 10, "b": [1.0] * 5 + [0.0] * 5, "c": [1.0] * 10},
+        {"a": 1.0, "b": 1.0, "c": 2.0},
+    )
+    assert family.oracle_limit(three) == pytest.approx(100 * (1 - (10 + 2 + 2 * 10) / 40))
+    # a stricter oracle (two standard errors) needs more of 'b': 10 * 4 (5/18) / (9/4 + 4 (5/18))
+    # = 3.3, so 4 questions
+    assert family.oracle_limit(two, z=2.0) == pytest.approx(100 * (1 - (4 + 4) / 20))
+    # near-ties only (the old limit) charges nothing for 'b': more than the oracle allows
+    assert family.limit(three)["limit_saved_pct"] > family.oracle_limit(three)
+
+
+def test_the_most_saved_is_taken_within_the_regret_and_the_anchor_s_quality(
+    family: ModuleType,
+) -> None:
+    selectors = {
+        "arm_elimination": {"find_rate": 90.0, "mean_regret_pts": 0.1, "cost_saved_pct": 50.0},
+        "cheap": {"find_rate": 60.0, "mean_regret_pts": 0.19, "cost_saved_pct": 75.0},
+        "cheaper": {"find_rate": 20.0, "mean_regret_pts": 0.9, "cost_saved_pct": 90.0},
+        "careful": {"find_rate": 95.0, "mean_regret_pts": 0.05, "cost_saved_pct": 55.0},
+    }
+    assert family.attained(selectors) == ("cheap", 75.0)
+    assert family.attained(selectors, match_anchor=True) == ("careful", 55.0)
+    assert family.attained(selectors, regret_pts=0.01) is None
