@@ -9,8 +9,9 @@ against its own brute force (find rate, regret in accuracy points, cost saved, a
 Disjoint sets of world seeds: ``--split tuning`` (world seeds 0..K-1) is where selector
 parameters may be tried; ``--split report`` (world seeds 100..100+K-1) is run once for the
 figures; ``--split holdout`` (world seeds 300..300+K-1) is a second held-out set, for a
-candidate chosen after the report had been seen. The default selector is judged by its **worst
-case** across the world types.
+candidate chosen after the report had been seen; ``--split confirm`` (world seeds 500..) is a
+third, run only to confirm the default against the anchor, never to choose. The default
+selector is judged by its **worst case** across the world types.
 
 Per world type the table also states the **limit**: the cost saved if every configuration within
 two questions of the best (exact ties included) — the ones no selector can tell apart from it
@@ -54,7 +55,7 @@ from selection_worlds import FAMILY, WORLDS, make_world
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "selection_family"
-SPLITS = {"tuning": 0, "report": 100, "holdout": 300}
+SPLITS = {"tuning": 0, "report": 100, "holdout": 300, "confirm": 500}
 FAMILY_SELECTORS = (
     "random",
     "hill_climbing",
