@@ -22,8 +22,16 @@ from phi_core.runlog import RunLog, RunQuery
 from phi_core.view import ViewData, ViewServer
 
 HERE = Path(__file__).parent
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+)
 
 
 def main() -> None:
@@ -40,13 +48,19 @@ def main() -> None:
             for fragment, name in ((f"/runs/{run_id}", "view-race"),):
                 driver.get(server.url + "#" + fragment)
                 WebDriverWait(driver, 15).until(
-                    lambda d: d.find_element(By.ID, "main").get_attribute("data-ready") == fragment
+                    lambda d, ready=fragment: (
+                        d.find_element(By.ID, "main").get_attribute("data-ready") == ready
+                    )
                 )
                 height = driver.execute_script("return document.documentElement.scrollHeight")
                 driver.execute_cdp_cmd(
                     "Emulation.setDeviceMetricsOverride",
-                    {"width": 1400, "height": min(int(height), 2600), "deviceScaleFactor": 1,
-                     "mobile": False},
+                    {
+                        "width": 1400,
+                        "height": min(int(height), 2600),
+                        "deviceScaleFactor": 1,
+                        "mobile": False,
+                    },
                 )
                 driver.save_screenshot(str(HERE / f"{name}.png"))
                 print(HERE / f"{name}.png")
