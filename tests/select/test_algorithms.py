@@ -186,3 +186,53 @@ async def test_bayesian_optimisation_is_reproducible_with_a_seed(space_3x4: Sear
         )
     assert picks[0] == picks[1]
     assert len({k for k, _ in picks[0][1]}) == 3  # ceil(0.25 * 12) combinations on the full data
+
+
+def _degenerate_worlds() -> list[tuple[str, np.ndarray, np.ndarray, int]]:
+    """(label, scores, costs, brute force's pick): tiny, flat and partial-credit worlds."""
+    rng = np.random.default_rng(5)
+    thirds = np.round(rng.random((6, 13)) * 3) / 3
+    thirds_cost = rng.random((6, 13)) + 0.1
+    thirds_best = min(range(6), key=lambda k: (-thirds[k].mean(), thirds_cost[k].mean()))
+    return [
+        ("one combination, one question", np.ones((1, 1)), np.ones((1, 1)), 0),
+        ("one question", np.array([[0.0], [1.0], [0.0]]), np.ones((3, 1)), 1),
+        (
+            "all wrong: the cheapest",
+            np.zeros((4, 2)),
+            np.array([[3.0], [1.0], [2.0], [4.0]]) * np.ones((4, 2)),
+            1,
+        ),
+        (
+            "all right: the cheapest",
+            np.ones((5, 7)),
+            np.array([[5.0], [4.0], [3.0], [0.5], [1.0]]) * np.ones((5, 7)),
+            3,
+        ),
+        ("identical: the first name", np.array([[1.0, 0.0, 1.0]] * 2), np.ones((2, 3)), 0),
+        ("partial credit", thirds, thirds_cost, thirds_best),
+        (
+            "free combinations",
+            np.array([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]]),
+            np.zeros((2, 4)),
+            0,
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", [*sorted(ALGORITHMS), "paired_race", "regret_race", "matrix_ucb_lrf"]
+)
+async def test_every_algorithm_survives_tiny_flat_and_partial_credit_worlds(name: str) -> None:
+    """No division by zero (RuntimeWarnings are errors here), a valid pick, never a cell
+    evaluated twice or beyond the grid; the exact selectors also pick brute force's best, ties
+    going to the cheaper combination and then to the first name."""
+    for label, scores, costs, best in _degenerate_worlds():
+        space = SearchSpace({"config": [f"c{k}" for k in range(scores.shape[0])]})
+        pick, arena = await select(name, space, scores, costs=costs)
+        assert 0 <= pick < scores.shape[0], label
+        assert arena.evaluations <= scores.size, label
+        requested = arena.evaluator.requested  # type: ignore[attr-defined]
+        assert len(requested) == len(set(requested)), f"{label}: a cell evaluated twice"
+        if name in ("brute_force", "paired_race", "regret_race"):
+            assert pick == best, f"{label}: {name} picked c{pick}, brute force c{best}"
