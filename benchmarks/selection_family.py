@@ -21,7 +21,7 @@ that finds the best. That limit charges nothing for ruling out the rest of the f
 **oracle limit** (:func:`oracle_limit`) does: each configuration is run until its true gap to
 the best is one standard error of the paired difference wide. A third section lists the most
 any selector of the run saved at <= 0.2 pts regret, and at the anchor's find rate and regret or
-better (:func:`attained`): over a scan of settings (``--candidate``), what the world allows in
+better (:func:`attained`): over a scan of settings (``--frontier``), what the world allows in
 practice.
 
 Every run's outcome is kept in ``results.json`` (``runs``), and the tables end with a paired
@@ -321,7 +321,7 @@ def attained(
 ) -> tuple[str, float] | None:
     """The selector of this run that saves the most at a mean regret of at most
     ``regret_pts`` (with ``match_anchor``: also at the anchor's find rate and regret or better),
-    as (name, saved %); None if none qualifies. Over a scan of settings (``--candidate``) it
+    as (name, saved %); None if none qualifies. Over a scan of settings (``--frontier``) it
     is what the world allows in practice, where :func:`oracle_limit` is what it allows at most."""
     anchor = selectors.get(ANCHOR)
     ok = [
