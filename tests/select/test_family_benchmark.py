@@ -158,3 +158,13 @@ def test_the_most_saved_is_taken_within_the_regret_and_the_anchor_s_quality(
     assert family.attained(selectors) == ("cheap", 75.0)
     assert family.attained(selectors, match_anchor=True) == ("careful", 55.0)
     assert family.attained(selectors, regret_pts=0.01) is None
+    # the goal table's verdict where the limit allows 70 %: who, if anyone, reaches it
+    world = {"selectors": selectors}
+    assert family._shortfall(world) == (
+        "no (reached in this run only below the anchor's find rate or regret)"
+    )
+    selectors["careful"]["cost_saved_pct"] = 71.0
+    assert family._shortfall(world) == "no (careful reaches it)"
+    assert family._shortfall({"selectors": {"arm_elimination": selectors["arm_elimination"]}}) == (
+        "no (nor any selector of this run)"
+    )
