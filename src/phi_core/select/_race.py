@@ -422,7 +422,8 @@ class RegretRace(SelectionAlgorithm):
     approximation of each finite-population mean difference with a flat prior — a Bayesian,
     model-based statement, not a distribution-free frequentist guarantee; for that, use
     :class:`PairedRace` (delta-bounded, no cost awareness, 1.5-1.7x the spend on the
-    family's near-tie worlds). Every estimate is exact at ``n = N`` and the cost never exceeds brute force's.
+    family's near-tie worlds). Every estimate is exact at ``n = N`` and the cost never exceeds
+    brute force's.
     """
 
     name = "regret_race"
