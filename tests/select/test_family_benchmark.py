@@ -111,6 +111,8 @@ def test_a_candidate_reads_numbers_bools_and_words(family: ModuleType) -> None:
 
 
 def _matrices(family: ModuleType, rows: dict[str, list[float]], cost: dict[str, float]) -> object:
+    """A one-step ``Matrices`` from per-configuration scores and a cost per question (``family``
+    is taken only so that the benchmarks are importable)."""
     from types import SimpleNamespace
 
     import selection_replay
