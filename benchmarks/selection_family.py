@@ -529,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(WORLDS)
     if unknown:
         parser.error(f"unknown world types {sorted(unknown)}; choose from {sorted(WORLDS)}")
+    if args.frontier and args.selectors != parser.get_default("selectors"):
+        parser.error("--frontier runs its own selectors; drop --selectors (or --frontier)")
     chosen = (FRONTIER_SELECTORS if args.frontier else args.selectors).split(",")
     if args.frontier:
         PHI_SELECTORS.update(FRONTIER)

@@ -170,3 +170,12 @@ def test_the_most_saved_is_taken_within_the_regret_and_the_anchor_s_quality(
     assert family._shortfall({"selectors": {"arm_elimination": selectors["arm_elimination"]}}) == (
         "no (nor any selector of this run)"
     )
+
+
+def test_the_frontier_scan_refuses_a_selector_list_it_would_ignore(
+    family: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        family.main(["--frontier", "--selectors", "regret_race"])
+    assert exit_.value.code == 2
+    assert "--frontier runs its own selectors" in capsys.readouterr().err
