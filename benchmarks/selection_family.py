@@ -10,7 +10,8 @@ Disjoint sets of world seeds: ``--split tuning`` (world seeds 0..K-1) is where s
 parameters may be tried; ``--split report`` (world seeds 100..100+K-1) is run once for the
 figures; ``--split holdout`` (world seeds 300..300+K-1) is a second held-out set, for a
 candidate chosen after the report had been seen; ``--split confirm`` (world seeds 500..) is a
-third, run only to confirm the default against the anchor, never to choose. The default
+third, run only to confirm the default against the anchor, never to choose; ``--split verify``
+(world seeds 700..) is a fourth, for the candidate of the eleventh session. The default
 selector is judged by its **worst case** across the world types.
 
 Per world type the table also states the **limit**: the cost saved if every configuration within
@@ -55,7 +56,7 @@ from selection_worlds import FAMILY, WORLDS, make_world
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "selection_family"
-SPLITS = {"tuning": 0, "report": 100, "holdout": 300, "confirm": 500}
+SPLITS = {"tuning": 0, "report": 100, "holdout": 300, "confirm": 500, "verify": 700}
 FAMILY_SELECTORS = (
     "random",
     "hill_climbing",
