@@ -24,7 +24,9 @@ FULL_COVERAGE = {
 }
 
 
-@pytest.mark.parametrize("name", [*sorted(ALGORITHMS), "paired_race", "regret_race"])
+@pytest.mark.parametrize(
+    "name", [*sorted(ALGORITHMS), "paired_race", "regret_race", "regret_race_thrifty"]
+)
 async def test_every_algorithm_finds_the_clear_best_combination(
     name: str, space_3x4: SearchSpace
 ) -> None:
@@ -36,7 +38,15 @@ async def test_every_algorithm_finds_the_clear_best_combination(
 
 @pytest.mark.parametrize(
     "name",
-    ["arm_elimination", "epsilon_lucb", "paired_race", "regret_race", "matrix_ucb", "threshold"],
+    [
+        "arm_elimination",
+        "epsilon_lucb",
+        "paired_race",
+        "regret_race",
+        "regret_race_thrifty",
+        "matrix_ucb",
+        "threshold",
+    ],
 )
 async def test_adaptive_algorithms_spend_less_than_brute_force(
     name: str, space_3x4: SearchSpace
@@ -221,7 +231,8 @@ def _degenerate_worlds() -> list[tuple[str, np.ndarray, np.ndarray, int]]:
 
 
 @pytest.mark.parametrize(
-    "name", [*sorted(ALGORITHMS), "paired_race", "regret_race", "matrix_ucb_lrf"]
+    "name",
+    [*sorted(ALGORITHMS), "paired_race", "regret_race", "regret_race_thrifty", "matrix_ucb_lrf"],
 )
 async def test_every_algorithm_survives_tiny_flat_and_partial_credit_worlds(name: str) -> None:
     """No division by zero (RuntimeWarnings are errors here), a valid pick, never a cell

@@ -260,6 +260,7 @@ DETERMINISM = [
     "lm_proposal",
     "paired_race",
     "regret_race",
+    "regret_race_thrifty",
     "auto",
 ]
 

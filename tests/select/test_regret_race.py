@@ -159,6 +159,7 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"perfect_look": -1}, "perfect_look"),
         ({"perfect_look": 2.5}, "perfect_look"),
         ({"perfect_arms": 0}, "perfect_arms"),
+        ({"perfect_z": -0.5}, "perfect_z"),
         ({"max_correlation": -0.1}, "max_correlation"),
         ({"max_correlation": 1.5}, "max_correlation"),
     ],
@@ -550,17 +551,19 @@ async def test_an_interrupted_stratified_race_resumes_to_the_same_result(
     ]
 
 
-def _field_of_perfect_arms(perfect: int, missing: int, seed: int) -> tuple[SearchSpace, Arena]:
-    """``perfect`` arms right on all 200 questions, then ``missing`` arms wrong on the two
-    questions the race sees just before its look at 44 (positions 42 and 43 of its order) and
-    right everywhere else; the cheapest perfect arm is brute force's pick."""
+def _field_of_perfect_arms(
+    perfect: int, missing: int, seed: int, misses: tuple[int, ...] = (42, 43)
+) -> tuple[SearchSpace, Arena]:
+    """``perfect`` arms right on all 200 questions, then ``missing`` arms wrong on the questions
+    at ``misses`` of the race's order (by default the two it sees just before its look at 44)
+    and right everywhere else; the cheapest perfect arm is brute force's pick."""
     k = perfect + missing
     scores = np.ones((k, 200))
     costs = np.repeat(np.linspace(0.001, 0.002, k)[:, None], 200, axis=1)
     space = SearchSpace({"solver": [f"m{i:02d}" for i in range(k)]})
     names = [space.name(i) for i in range(k)]
     arena = Arena(k, 200, MatrixEvaluator(scores, costs), seed=seed, names=names)
-    scores[perfect:, [arena.order[42], arena.order[43]]] = 0.0  # filled before any evaluation
+    scores[perfect:, [arena.order[m] for m in misses]] = 0.0  # filled before any evaluation
     return space, arena
 
 
@@ -578,6 +581,61 @@ async def test_behind_a_field_of_perfect_arms_two_misses_drop_an_arm_at_the_perf
     pick = await run_algorithm(RegretRace(perfect_look=40, perfect_arms=8), arena, space)
     assert [arena.count(k) for k in range(8, 14)] == [44] * 6
     assert space.name(pick) == "solver=m00"
+
+
+async def test_with_perfect_every_the_bet_is_taken_at_every_look_behind_a_perfect_field() -> None:
+    """Misses at positions 60 and 61 come after the first look of >= 20 questions (21): taken
+    once, the bet finds nothing to drop; taken at every look, it drops the arms at the first
+    look that has seen both misses (64)."""
+    once = RegretRace(perfect_look=20, perfect_arms=8)
+    space, arena = _field_of_perfect_arms(8, 6, 0, misses=(60, 61))
+    assert space.name(await run_algorithm(once, arena, space)) == "solver=m00"
+    assert min(arena.count(k) for k in range(8, 14)) > 64
+    every = RegretRace(perfect_look=20, perfect_arms=8, perfect_every=True)
+    space, arena = _field_of_perfect_arms(8, 6, 0, misses=(60, 61))
+    assert space.name(await run_algorithm(every, arena, space)) == "solver=m00"
+    assert [arena.count(k) for k in range(8, 14)] == [64] * 6
+
+
+async def test_perfect_z_below_one_drops_on_a_single_miss_behind_a_perfect_field() -> None:
+    """Mean plus one standard error of an arm with one miss is exactly 1 (kept); at
+    ``perfect_z=0.5`` the same arm is dropped at the look."""
+    space, arena = _field_of_perfect_arms(8, 6, 0, misses=(42,))
+    await run_algorithm(RegretRace(perfect_look=40, perfect_arms=8), arena, space)
+    assert min(arena.count(k) for k in range(8, 14)) > 44
+    space, arena = _field_of_perfect_arms(8, 6, 0, misses=(42,))
+    pick = await run_algorithm(
+        RegretRace(perfect_look=40, perfect_arms=8, perfect_z=0.5), arena, space
+    )
+    assert [arena.count(k) for k in range(8, 14)] == [44] * 6
+    assert space.name(pick) == "solver=m00"
+
+
+async def test_the_thrifty_race_is_the_default_where_no_field_is_perfect() -> None:
+    """A noisy 24-arm world (best 80 %): the same pick and the same cells, arm for arm."""
+    space = SearchSpace({"solver": [f"m{i:02d}" for i in range(24)]})
+    scores = bernoulli_world(np.linspace(0.55, 0.8, 24), 200, seed=3)
+    default_pick, default = await select("regret_race", space, scores, seed=1)
+    thrifty_pick, thrifty = await select("regret_race_thrifty", space, scores, seed=1)
+    assert thrifty_pick == default_pick
+    assert [thrifty.count(k) for k in range(24)] == [default.count(k) for k in range(24)]
+
+
+async def test_the_thrifty_race_drops_one_miss_behind_a_perfect_field_the_default_keeps() -> None:
+    """Twelve perfect arms and six that miss one question, seen at position 25: the default
+    carries the six past the look; the thrifty race drops them at the first look that saw
+    the miss (30) and still picks the cheapest perfect arm."""
+    space, arena = _field_of_perfect_arms(12, 6, 0, misses=(25,))
+    assert space.name(await run_algorithm(make_algorithm("auto"), arena, space)) == "solver=m00"
+    assert min(arena.count(k) for k in range(12, 18)) > 30
+    space, arena = _field_of_perfect_arms(12, 6, 0, misses=(25,))
+    thrifty = make_algorithm("regret_race_thrifty")
+    assert space.name(await run_algorithm(thrifty, arena, space)) == "solver=m00"
+    assert [arena.count(k) for k in range(12, 18)] == [30] * 6
+    # eleven perfect arms are not a field of twelve: no drop at 30
+    space, arena = _field_of_perfect_arms(11, 6, 0, misses=(25,))
+    await run_algorithm(make_algorithm("regret_race_thrifty"), arena, space)
+    assert min(arena.count(k) for k in range(11, 17)) > 30
 
 
 async def test_behind_too_few_perfect_arms_the_bet_is_not_taken() -> None:

@@ -91,7 +91,7 @@ def tied_world(n_combos: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray
     return scores, costs, latencies
 
 
-ALL = [*sorted(ALGORITHMS), "paired_race", "regret_race"]
+ALL = [*sorted(ALGORITHMS), "paired_race", "regret_race", "regret_race_thrifty"]
 COVER = {"bayesian": {"sample_fraction": 0.5}}
 
 

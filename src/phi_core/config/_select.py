@@ -5,7 +5,7 @@
     dataset = "questions.jsonl"            # one {"input": ..., "expected": ...} per line
     scorer = "contains"                    # "exact", "contains", or "module:function" / "file.py:function"
     agent = "my_agent.py:PlannerSolver"    # optional: class(models) with run(input), or function(models, input)
-    algorithm = "auto"                     # auto (= regret_race), paired_race, arm_elimination, ...
+    algorithm = "auto"                     # auto (= regret_race), regret_race_thrifty, arm_elimination, ...
     max_concurrent = 20
     seed = 0
     timeout = 120                          # optional: seconds one agent run may take (then it scores 0)

@@ -3,7 +3,8 @@
 ``select/`` owns the search space of step -> candidate models, the evaluation arena that the
 best-arm identification algorithms run against, the algorithms themselves (AgentOpt's baselines
 with their defects fixed, AgentOpt's newer low-rank matrix UCB and LM proposal, plus our
-:class:`RegretRace`, the default, and :class:`PairedRace`),
+:class:`RegretRace`, the default, its savings-first :class:`ThriftyRegretRace`, and
+:class:`PairedRace`),
 the metered model handle agents call, the interception of the calls an agent makes itself
 through vendors' SDKs or httpx, the response cache, the run journal, the local and Ray executors
 and the result tables. It builds on ``providers/`` and never imports the CLI.
@@ -33,7 +34,7 @@ from ._intercept import InterceptedCall, InterceptScope, intercepting
 from ._lowrank import LowRankMatrixUCB
 from ._meter import MeteredModel, current_meter
 from ._proposal import LMProposal, parse_proposals
-from ._race import PairedRace, RegretRace
+from ._race import PairedRace, RegretRace, ThriftyRegretRace
 from ._results import CombinationResult, DatapointResult, FailureRecord, SelectionResult
 from ._selector import AgentEvaluator, ModelSelector, default_cache_path
 from ._space import SearchSpace
@@ -73,6 +74,7 @@ __all__ = [
     "SelectionAlgorithm",
     "SelectionResult",
     "ThresholdSuccessiveElimination",
+    "ThriftyRegretRace",
     "current_meter",
     "default_cache_path",
     "intercepting",

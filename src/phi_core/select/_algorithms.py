@@ -431,12 +431,13 @@ def make_algorithm(algorithm: str | SelectionAlgorithm, **params: Any) -> Select
         return algorithm
     from ._lowrank import LowRankMatrixUCB
     from ._proposal import LMProposal
-    from ._race import PairedRace, RegretRace
+    from ._race import PairedRace, RegretRace, ThriftyRegretRace
 
     registry: dict[str, type[SelectionAlgorithm]] = {
         **ALGORITHMS,
         PairedRace.name: PairedRace,
         RegretRace.name: RegretRace,
+        ThriftyRegretRace.name: ThriftyRegretRace,
         LowRankMatrixUCB.name: LowRankMatrixUCB,
         LMProposal.name: LMProposal,
         "auto": RegretRace,

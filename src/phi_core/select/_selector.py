@@ -168,8 +168,9 @@ class ModelSelector:
         dataset: a sequence of ``(input, expected)`` pairs or ``{"input": ..., "expected":
             ...}`` rows (any object with ``len`` and indexing: a list, a Hugging Face split).
         scorer: ``(expected, actual) -> float`` in [0, 1] (or bool), sync or async.
-        algorithm: a name (``"auto"`` = ``"regret_race"``, ``"paired_race"``, ``"arm_elimination"``,
-            ``"matrix_ucb_lrf"``, ``"lm_proposal"``, ...) or a :class:`SelectionAlgorithm`
+        algorithm: a name (``"auto"`` = ``"regret_race"``, ``"regret_race_thrifty"``,
+            ``"paired_race"``, ``"arm_elimination"``, ``"matrix_ucb_lrf"``, ``"lm_proposal"``,
+            ...) or a :class:`SelectionAlgorithm`
             instance. Warnings an algorithm records (e.g. an LM proposer's unusable replies)
             are added to the result's ``warnings``.
         max_concurrent: agent runs in flight at once, split between combinations and datapoints.
