@@ -74,6 +74,7 @@ FAMILY_SELECTORS = (
     "regret_race_v3",
     "regret_race_v4",
     "regret_race",
+    "regret_race_thrifty",
     "regret_race_strata4",
 )
 FRONTIER: dict[str, tuple[str, dict[str, Any]]] = {

@@ -75,6 +75,8 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "matrix_ucb": ("matrix_ucb", {}),
     "matrix_ucb_35": ("matrix_ucb", {"budget_fraction": 0.35}),
     "regret_race": ("regret_race", {}),
+    # savings within a fifth of a point, not the exact pick (issue 20's eleventh session)
+    "regret_race_thrifty": ("regret_race_thrifty", {}),
     # a larger regret tolerance per elimination: cheaper, more regret on near-tie benchmarks
     "regret_race_3e-4": _earlier({"eta": 3e-4}),
     "paired_race": ("paired_race", {}),
