@@ -321,7 +321,8 @@ def test_construction_errors_say_what_is_wrong() -> None:
             "regret_race",
             {"perfect_lok": 40},
             r"Unknown parameter\(s\) 'perfect_lok' for algorithm 'regret_race': 'perfect_lok' "
-            r"\(did you mean 'perfect_look'\?\)\. It accepts: eta, .*perfect_arms, perfect_z, perfect_every, max_correlation\.",
+            r"\(did you mean 'perfect_look'\?\)\. It accepts: eta, .*perfect_arms, perfect_z, "
+            r"perfect_every, max_correlation\.",
         ),
         ("brute_force", {"seed": 1}, r"for algorithm 'brute_force'\. It accepts: no parameters"),
     ):

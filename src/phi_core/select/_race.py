@@ -882,11 +882,14 @@ class ThriftyRegretRace(RegretRace):
         super().__init__(**{**THRIFTY, **params})
 
 
-# make_algorithm reads the accepted parameters and their defaults from the signature
+# make_algorithm and help() read the accepted parameters and their defaults from the signature:
+# RegretRace's, keyword-only, with the thrifty defaults
 _race_signature = inspect.signature(RegretRace.__init__)
 ThriftyRegretRace.__init__.__signature__ = _race_signature.replace(  # type: ignore[attr-defined]
     parameters=[
-        p.replace(default=THRIFTY.get(p.name, p.default))
+        p
+        if p.name == "self"
+        else p.replace(kind=p.KEYWORD_ONLY, default=THRIFTY.get(p.name, p.default))
         for p in _race_signature.parameters.values()
     ]
 )

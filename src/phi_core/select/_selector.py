@@ -170,9 +170,8 @@ class ModelSelector:
         scorer: ``(expected, actual) -> float`` in [0, 1] (or bool), sync or async.
         algorithm: a name (``"auto"`` = ``"regret_race"``, ``"regret_race_thrifty"``,
             ``"paired_race"``, ``"arm_elimination"``, ``"matrix_ucb_lrf"``, ``"lm_proposal"``,
-            ...) or a :class:`SelectionAlgorithm`
-            instance. Warnings an algorithm records (e.g. an LM proposer's unusable replies)
-            are added to the result's ``warnings``.
+            ...) or a :class:`SelectionAlgorithm` instance. Warnings an algorithm records (e.g.
+            an LM proposer's unusable replies) are added to the result's ``warnings``.
         max_concurrent: agent runs in flight at once, split between combinations and datapoints.
         seed: shuffles the dataset and seeds the algorithm; the same seed reproduces the run.
         budget: a :class:`~phi_core.metering.Budget` (dollars actually paid, tokens, calls, wall
