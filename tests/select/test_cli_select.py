@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -75,12 +76,13 @@ def test_phi_select_prints_the_ranked_table_and_writes_exports(tmp_path: Path) -
     assert (tmp_path / "r.csv").exists() and (tmp_path / "p.png").exists()
 
 
-def test_phi_select_json_output_and_algorithm_override(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algorithm", ["paired_race", "regret_race_thrifty"])
+def test_phi_select_json_output_and_algorithm_override(tmp_path: Path, algorithm: str) -> None:
     spec = write_spec(tmp_path)
-    result = CliRunner().invoke(make_app(), [str(spec), "--json", "--algorithm", "paired_race"])
+    result = CliRunner().invoke(make_app(), [str(spec), "--json", "--algorithm", algorithm])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert payload["algorithm"] == "paired_race"
+    assert payload["algorithm"] == algorithm
     assert payload["best"]["name"] == "solver=scripted:b"
 
 
