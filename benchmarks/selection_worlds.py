@@ -57,7 +57,8 @@ Three stress types lie outside the family (:data:`WORLDS` only, never used to ch
 selector): ``near_perfect_95``, ``near_perfect_98`` and ``near_perfect_99``, MathQA's shape with
 more errors, so the best configuration scores about 95, 98 or 99 % — between the noisy types and
 the near-perfect ones, where a rule that bets on a perfect prefix (arm elimination's first look)
-is most often wrong.
+is most often wrong. A fourth, ``near_tie_noisy``, is ``near_tie_expensive`` at HotpotQA's
+accuracies (best ~75 %): the issue's held-out shape where every configuration misses often.
 
 Ties (``ties``) are forced on the realised cells by flipping the cells nearest to their
 configuration's cut, so the shared difficulty structure is kept. The family's additions draw
@@ -268,6 +269,16 @@ WORLDS: dict[str, WorldParams] = {
     "near_perfect_95": _near_perfect(0.15, 0.07, 0.45, stream=11),
     "near_perfect_98": _near_perfect(0.09, 0.04, 0.40, stream=12),
     "near_perfect_99": _near_perfect(0.06, 0.02, 0.35, stream=13),
+    # the held-out shape at HotpotQA's accuracies instead of MathQA's: quality follows
+    # price and the four best are forced within two questions (added in the eleventh session)
+    "near_tie_noisy": WorldParams(
+        kind="near_tie_noisy",
+        target="hotpotqa",
+        price_skill=0.95,
+        interaction=0.2,
+        ties=(0, 1, 1, 2),
+        stream=14,
+    ),
 }
 FAMILY = (
     "hotpotqa",
