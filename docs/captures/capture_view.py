@@ -4,7 +4,8 @@ Chromium, at 1400 px wide.
     PHI_HOME=/tmp/demo phi race -s pairwise --max-tokens 120 "In two sentences, why is the sky blue?"
     PHI_HOME=/tmp/demo python docs/captures/capture_view.py [RUN_ID]
 
-The same flags and server as tests/view/test_browser.py; RUN_ID defaults to the newest race.
+The same Chromium options as tests/view/test_browser.py (tests/view/chromium.py) and the same
+server; RUN_ID defaults to the newest race.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import sys
 from pathlib import Path
 
 from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -22,27 +22,15 @@ from phi_core.runlog import RunLog, RunQuery
 from phi_core.view import ViewData, ViewServer
 
 HERE = Path(__file__).parent
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-)
+sys.path.insert(0, str(HERE.parents[1]))  # the checkout's root, for tests.view.chromium
+from tests.view.chromium import CHROMEDRIVER, chromium_options  # noqa: E402
 
 
 def main() -> None:
     with RunLog(read_only=True) as log:
         run_id = sys.argv[1] if len(sys.argv) > 1 else log.list_runs(RunQuery(kind="race"))[0].id
-    options = Options()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument("--window-size=1400,1200")
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    options = chromium_options("--hide-scrollbars", "--window-size=1400,1200")
+    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     try:
         with ViewServer(ViewData()) as server:
             for fragment, name in ((f"/runs/{run_id}", "view-race"),):

@@ -20,21 +20,10 @@ from phi_core.runlog import RunLog, RunRecorder
 from phi_core.testing import Reply, ScriptedProvider
 from phi_core.view import ViewData, ViewServer
 
+from .chromium import CHROMEDRIVER, CHROMIUM, chromium_options
 from .conftest import XSS, Recorded
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-)
 
 
 @pytest.fixture
@@ -53,15 +42,11 @@ def browser(tmp_path: Path) -> Iterator[Any]:
             "(Debian's packages) runs the web view's browser tests."
         )
     from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    options.add_argument("--window-size=1400,1500")
+    options = chromium_options(
+        f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1400,1500"
+    )
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     driver.set_page_load_timeout(30)
