@@ -366,6 +366,51 @@ def test_construction_errors_say_what_is_wrong() -> None:
         ModelSelector(solver_agent, {"solver": [good]}, DATASET, exact, budget="lots", cache=False)  # type: ignore[arg-type]
 
 
+class _NoModelsArgument:
+    def run(self, question: str) -> str:
+        return question
+
+
+class _RunWithoutInput:
+    def __init__(self, models: dict[str, Any]) -> None:
+        self.models = models
+
+    def run(self) -> str:
+        return "right"
+
+
+class _StaticRun:
+    def __init__(self, models: dict[str, Any]) -> None:
+        self.models = models
+
+    @staticmethod
+    async def run(question: str, **options: Any) -> str:
+        return "right"
+
+
+def test_agent_and_scorer_signatures_are_checked_at_construction() -> None:
+    """A wrong signature would make every evaluation fail (and be paid for): it is refused at
+    construction, naming the call the selector makes and the signature it found."""
+    good, _ = scripted("good", "right")
+    for agent, says in (
+        (_NoModelsArgument, r"built as _NoModelsArgument\(models\).*__init__ must take"),
+        (_RunWithoutInput, r"_RunWithoutInput\.run is called as run\(input\).*\(self\)"),
+        (lambda models: "right", r"called as agent\(models, input\); its signature \(models\)"),
+    ):
+        with pytest.raises(UserError, match=says):
+            ModelSelector(agent, {"solver": [good]}, DATASET, exact, cache=False)
+    with pytest.raises(UserError, match=r"scorer\(expected, actual\); its signature \(actual\)"):
+        ModelSelector(solver_agent, {"solver": [good]}, DATASET, lambda actual: 1.0, cache=False)
+    # what fits is accepted: a static or async run, extra keyword-only or defaulted parameters,
+    # a builtin whose signature cannot be read
+    for agent, scorer in (
+        (_StaticRun, exact),
+        (lambda models, question, retries=2: "right", lambda e, a, *, strict=False: 1.0),
+        (solver_agent, max),
+    ):
+        ModelSelector(agent, {"solver": [good]}, DATASET, scorer, cache=False)
+
+
 async def test_results_export_pareto_front_weighting_csv_json_and_plot(tmp_path: Path) -> None:
     # "dear" is also slower, so it is dominated on all three axes (accuracy, cost, latency).
     # The gap must dwarf scheduling noise: with 20 ms, a loaded CI machine once measured "cheap"

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._callables import accepts_positional
 from .._paths import user_path
 from ..errors import BudgetExhausted, StateStoreError, UserError, redact
 from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart, Warning
@@ -232,10 +233,31 @@ class ModelSelector:
             raise UserError(
                 "`agent` must be a class with run(input) or a function (models, input)."
             )
-        if inspect.isclass(agent) and not callable(getattr(agent, "run", None)):
-            raise UserError(f"Agent class {agent.__name__!r} has no `run(input)` method.")
+        if inspect.isclass(agent):
+            if not callable(getattr(agent, "run", None)):
+                raise UserError(f"Agent class {agent.__name__!r} has no `run(input)` method.")
+            if not accepts_positional(agent, 1):
+                raise UserError(
+                    f"Agent class {agent.__name__!r} is built as {agent.__name__}(models), with "
+                    f"the {{step: model}} dict; its __init__ must take that one argument."
+                )
+            if not _run_takes_input(agent):
+                raise UserError(
+                    f"{agent.__name__}.run is called as run(input) with one dataset input; "
+                    f"its signature {_signature(getattr(agent, 'run', None))} does not take that."
+                )
+        elif not accepts_positional(agent, 2):
+            raise UserError(
+                f"The agent function is called as agent(models, input); its signature "
+                f"{_signature(agent)} does not take those two arguments."
+            )
         if not callable(scorer):
             raise UserError("`scorer` must be a function (expected, actual) -> float in [0, 1].")
+        if not accepts_positional(scorer, 2):
+            raise UserError(
+                f"The scorer is called as scorer(expected, actual); its signature "
+                f"{_signature(scorer)} does not take those two arguments."
+            )
         concurrency_split(max_concurrent, 1)
         if (
             isinstance(dataset, str | bytes | Mapping)
@@ -695,3 +717,17 @@ def _cache(cache: bool | str | Path | ResponseCache) -> ResponseCache | None:
     if cache is True:
         return ResponseCache(default_cache_path())
     return ResponseCache(cache)
+
+
+def _run_takes_input(agent: Any) -> bool:
+    """Whether ``agent(models).run(input)`` fits the class's ``run`` signature."""
+    raw = inspect.getattr_static(agent, "run", None)
+    bound = isinstance(raw, staticmethod | classmethod) or not inspect.isfunction(raw)
+    return accepts_positional(agent.run, 1 if bound else 2)  # a plain function also takes self
+
+
+def _signature(fn: Any) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(unknown)"
