@@ -41,7 +41,7 @@ from .errors import UserError
 from .select._cache import ResponseCache
 from .select._intercept import InterceptedCall, InterceptScope, attribute, intercepting
 from .select._intercept_wire import ModelPrices
-from .select._results import CombinationResult, SelectionResult
+from .select._results import CombinationResult, SelectionResult, export_target
 from .select._selector import ModelSelector as _NativeSelector
 from .types import Usage
 
@@ -300,7 +300,8 @@ class SelectionResults:
                 [r.model_name, r.accuracy, r.latency_seconds, json.dumps(r.input_tokens),
                  json.dumps(r.output_tokens), r.price, r.attribute, r.is_best, r.num_samples]
             )  # fmt: skip
-        Path(path).write_text(buffer.getvalue())
+        with export_target(path) as target:
+            target.write_text(buffer.getvalue())
 
     def export_config(
         self,

@@ -332,7 +332,10 @@ def test_csv_columns_follow_agentopt(tmp_path: Path) -> None:
         method="brute_force",
         tracker=LLMTracker(cache=False),
     ).select_best()
-    results.to_csv(tmp_path / "r.csv")
+    results.to_csv(tmp_path / "new" / "r.csv")  # a missing folder is made
+    with pytest.raises(UserError, match=f"Cannot write '{tmp_path}': Is a directory"):
+        results.to_csv(tmp_path)
+    (tmp_path / "new" / "r.csv").rename(tmp_path / "r.csv")
     header = (tmp_path / "r.csv").read_text().splitlines()[0].split(",")
     assert header[:3] == ["model_name", "accuracy", "latency_seconds"]
     row = next(csv.DictReader((tmp_path / "r.csv").open()))

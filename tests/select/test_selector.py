@@ -438,6 +438,21 @@ async def test_results_export_pareto_front_weighting_csv_json_and_plot(tmp_path:
     assert (tmp_path / "r.csv").read_text().count("\n") == 4
     assert json.loads((tmp_path / "r.json").read_text())["best"]["name"] == "solver=scripted:cheap"
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    # missing folders are made; a path that cannot be written is named, with the reason
+    result.to_csv(tmp_path / "out" / "deep" / "r.csv")
+    assert (tmp_path / "out" / "deep" / "r.csv").read_text() == (tmp_path / "r.csv").read_text()
+    for write in (
+        result.to_csv,
+        result.to_json,
+        lambda p: result.export_config(p, "phi-race"),
+        result.plot_pareto,
+    ):
+        with pytest.raises(UserError, match=f"Cannot write '{tmp_path}': Is a directory"):
+            write(tmp_path)
+        with pytest.raises(
+            UserError, match=r"Cannot write .*r.csv/x'.*r.csv' is a file, not a folder"
+        ):
+            write(tmp_path / "r.csv" / "x")
 
 
 async def test_the_same_seed_gives_the_same_selection() -> None:

@@ -248,15 +248,8 @@ def _export(
             result.to_json(json_path)
         if plot_path is not None:
             result.plot_pareto(plot_path)
-    except OSError as error:
-        raise usage_error(
-            UserError(
-                f"Cannot write {str(error.filename)!r}: {error.strerror}; pass a writable path "
-                "(the selection itself finished)."
-            )
-        ) from None
-    except UserError as error:  # e.g. the plot's optional dependency is missing
-        raise usage_error(error) from None
+    except UserError as error:  # an unwritable path, the plot's optional dependency missing
+        raise usage_error(UserError(f"{error} (The selection itself finished.)")) from None
 
 
 def _interrupted(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,8 @@ class SelectionResult(BaseModel):
     def to_json(self, path: str | Path | None = None) -> str:
         text = self.model_dump_json(indent=2)
         if path is not None:
-            Path(path).write_text(text + "\n")
+            with export_target(path) as target:
+                target.write_text(text + "\n")
         return text
 
     def to_csv(self, path: str | Path) -> None:
@@ -200,7 +202,7 @@ class SelectionResult(BaseModel):
             "is_best",
             "in_contention",
         ]
-        with Path(path).open("w", newline="") as f:
+        with export_target(path) as target, target.open("w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow([*fields, "models"])
             for c in self.combinations:
@@ -240,7 +242,8 @@ class SelectionResult(BaseModel):
             text = race_config(self, step)
         else:
             raise UserError(f"Unknown config format {format!r}; use 'litellm' or 'phi-race'.")
-        Path(path).write_text(text)
+        with export_target(path) as target:
+            target.write_text(text)
         return text
 
     def plot_pareto(self, path: str | Path | None = None) -> Any:
@@ -293,9 +296,31 @@ class SelectionResult(BaseModel):
         fig.tight_layout()
         if path is None:
             return fig
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        try:
+            with export_target(path) as target:
+                fig.savefig(target, dpi=120)
+        finally:
+            plt.close(fig)
         return None
+
+
+@contextlib.contextmanager
+def export_target(path: str | Path) -> Iterator[Path]:
+    """Where an export writes ``path``: its missing parent folders are made, and a path that
+    cannot be written is a :class:`UserError` naming it and the reason."""
+    target = Path(path)
+    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None or target.is_dir():
+        why = f"{str(blocking)!r} is a file, not a folder" if blocking else "Is a directory"
+        raise UserError(f"Cannot write {str(target)!r}: {why}; pass a writable file path.")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        yield target
+    except OSError as error:
+        raise UserError(
+            f"Cannot write {str(error.filename or target)!r}: {error.strerror or error}; "
+            "pass a writable file path."
+        ) from None
 
 
 def wilson_interval(mean: float, n: int, z: float = 1.96) -> tuple[float, float]:
