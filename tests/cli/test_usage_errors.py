@@ -138,6 +138,16 @@ def test_select_spec_with_a_word_for_a_number_is_exit_2_with_file_line_key(
     code, out, err = invoke("select", str(spec))
     assert code == 2 and out == ""
     assert f"{spec}:2, key `max_concurrent`" in err and "'four'" in err
+    # a number where a table belongs: the table's keys are named
+    spec.write_text(
+        'dataset = "data.jsonl"\nbudget = 5\n[steps]\ns = ["scripted:a"]\n[prompts]\ns = "{input}"\n'
+    )
+    code, out, err = invoke("select", str(spec))
+    assert code == 2 and out == ""
+    assert (
+        f"{spec}:2, key `budget`: expected a table with the keys max_cost, max_evaluations "
+        "(got 5)." in " ".join(err.split())
+    )
 
 
 def test_select_prompt_with_an_unknown_placeholder_is_refused_before_any_call(

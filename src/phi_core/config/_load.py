@@ -139,6 +139,10 @@ def _located(exc: ValidationError, source: ConfigSource, root: type[BaseModel]) 
             f"invalid value {value!r}; expected one of: {', '.join(choices)}.", path
         )
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+    table = _model_at(root, path) if kind == "model_type" else None
+    if table is not None:  # a number or a string where a table belongs
+        keys = ", ".join(sorted(table.model_fields))
+        return source.error(f"expected a table with the keys {keys}{shown}.", path)
     return source.error(f"{message}{shown}.", path)
 
 
