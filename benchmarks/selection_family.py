@@ -56,7 +56,7 @@ from selection_worlds import FAMILY, WORLDS, make_world
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "selection_family"
-SPLITS = {"tuning": 0, "report": 100, "holdout": 300, "confirm": 500, "verify": 700}
+SPLITS = {"tuning": 0, "report": 100, "holdout": 300, "confirm": 500, "verify": 700, "final": 900}
 FAMILY_SELECTORS = (
     "random",
     "hill_climbing",
@@ -73,6 +73,7 @@ FAMILY_SELECTORS = (
     "regret_race_v2",
     "regret_race_v3",
     "regret_race_v4",
+    "regret_race_v5",
     "regret_race",
     "regret_race_thrifty",
     "regret_race_strata4",

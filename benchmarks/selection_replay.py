@@ -58,10 +58,15 @@ AGENTOPT_VENV = HERE / ".agentopt-venv"
 
 # name -> (algorithm, parameters). Defaults unless a variant says otherwise.
 def _earlier(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A ``regret_race`` variant from before points 12 and 13 of ``RegretRace`` (issue 20's
-    seventh and ninth rounds): it pins ``perfect_look=0`` and ``max_correlation=1``, so its
-    figures stay as they were recorded."""
-    return "regret_race", {**params, "perfect_look": 0, "max_correlation": 1.0}
+    """A ``regret_race`` variant from before points 12-14 of ``RegretRace`` (issue 20's
+    seventh, ninth and twelfth rounds): it pins ``perfect_look=0``, ``max_correlation=1`` and
+    ``complete_look=0``, so its figures stay as they were recorded."""
+    return "regret_race", {
+        **params,
+        "perfect_look": 0,
+        "max_correlation": 1.0,
+        "complete_look": 0,
+    }
 
 
 PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -106,7 +111,10 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "regret_race_v3": _earlier({}),
     # the default of issue 20's seventh and eighth rounds: no cap on the pairing's correlation
     # (ninth round: point 13 of RegretRace, see the family README)
-    "regret_race_v4": ("regret_race", {"max_correlation": 1.0}),
+    "regret_race_v4": ("regret_race", {"max_correlation": 1.0, "complete_look": 0}),
+    # the default of issue 20's ninth to eleventh rounds: no certificate from a complete leader
+    # (twelfth round: point 14 of RegretRace, see the family README)
+    "regret_race_v5": ("regret_race", {"complete_look": 0}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,15 @@ def select(tmp_path: Path, stop_at: int, *flags: str) -> subprocess.CompletedPro
     env["STOP_AT"] = str(stop_at)
     command = [sys.executable, "-c", "from phi_core.cli import main; main()", "select", "spec.toml"]
     return subprocess.run(
-        [*command, *flags], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [*command, *flags],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        # a shell's background job ignores SIGINT, and Python then installs no KeyboardInterrupt
+        # handler: give the child the default disposition, whatever pytest was started from
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

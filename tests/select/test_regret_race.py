@@ -16,6 +16,7 @@ from phi_core.select import (
     Arena,
     Evaluation,
     ModelSelector,
+    Objective,
     RegretRace,
     SearchSpace,
     make_algorithm,
@@ -162,6 +163,9 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"perfect_z": -0.5}, "perfect_z"),
         ({"max_correlation": -0.1}, "max_correlation"),
         ({"max_correlation": 1.5}, "max_correlation"),
+        ({"complete_look": -1}, "complete_look"),
+        ({"complete_look": 40.5}, "complete_look"),
+        ({"complete_arms": 0}, "complete_arms"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -209,7 +213,8 @@ async def test_the_additive_prior_is_ignored_on_a_one_step_space() -> None:
 async def test_a_perfect_expensive_arm_is_not_dropped_on_a_streak_of_agreement() -> None:
     """Four cheap arms one or two questions behind a perfect, 10x dearer one: without the
     disagreement floor the race drops the best once the arms have agreed for a while (the
-    tie-risk guard, which also keeps it, is off to test the floor alone)."""
+    tie-risk guard and point 14's certificate, which also keep it, are off to test the floor
+    alone)."""
     space = SearchSpace({"solver": ["best", "a", "b", "c", "d"]})
     scores = bernoulli_world([1.0, 0.995, 0.995, 0.99, 0.99], 200, seed=12)
     costs = np.array([[0.01] * 200] + [[0.001] * 200] * 4)
@@ -218,14 +223,24 @@ async def test_a_perfect_expensive_arm_is_not_dropped_on_a_streak_of_agreement()
         picks = [
             (
                 await select(
-                    "regret_race", space, scores, seed=s, costs=costs, floor=floor, tie_risk=0.0
+                    "regret_race",
+                    space,
+                    scores,
+                    seed=s,
+                    costs=costs,
+                    floor=floor,
+                    tie_risk=0.0,
+                    complete_look=0,
                 )
             )[0]
             for s in range(20)
         ]
         found[floor] = sum(p == 0 for p in picks)
-    assert found[0.5] >= 18  # the default finds it (the miss: one question out of 200)
+    assert found[0.5] >= 18  # the floor finds it (the miss: one question out of 200)
     assert found[0.0] < found[0.5] - 5
+    # the default, certificate on, finds it on every seed
+    for s in range(20):
+        assert (await select("regret_race", space, scores, seed=s, costs=costs))[0] == 0
 
 
 async def test_a_cheaper_arm_that_ties_the_leader_is_kept_and_wins_the_tie() -> None:
@@ -269,7 +284,8 @@ async def test_an_arm_one_question_behind_a_streak_is_kept_while_it_may_still_en
     seen = {}
     for risk in (0.05, 0.0):
         arena = Arena(5, n, MatrixEvaluator(scores, costs), seed=0, shuffle=False, names=names)
-        pick = await run_algorithm(RegretRace(tie_risk=risk), arena, space)
+        race = RegretRace(tie_risk=risk, complete_look=0)  # the guard alone
+        pick = await run_algorithm(race, arena, space)
         seen[risk] = (space.name(pick), arena.count(1))
     assert seen[0.05] == ("solver=best", n)  # kept to the full data, and found
     assert seen[0.0][0] == "solver=streak"  # without the guard: dropped one question behind
@@ -397,10 +413,15 @@ async def test_the_race_stops_paying_for_an_arm_that_can_no_longer_end_level() -
     for exact in (True, False):
         names = [space.name(k) for k in range(2)]
         arena = Arena(2, 180, MatrixEvaluator(scores), seed=0, shuffle=False, names=names)
-        pick = await run_algorithm(RegretRace(exact_guard=exact), arena, space)
-        assert pick == 0
+        race = RegretRace(exact_guard=exact, complete_look=0)  # the end game alone
+        assert await run_algorithm(race, arena, space) == 0
         counts[exact] = arena.count(1)
     assert counts[True] < counts[False] == 180
+    # with the certificate (the default) the perfect leader is run to the end at the first
+    # look of >= 40 questions and the arm, whose ceiling is then 179 < 180, goes there
+    arena = Arena(2, 180, MatrixEvaluator(scores), seed=0, shuffle=False, names=names)
+    assert await run_algorithm(RegretRace(), arena, space) == 0
+    assert arena.count(1) < counts[True]
 
 
 def test_long_end_games_are_left_to_the_normal_tail() -> None:
@@ -451,7 +472,7 @@ async def test_scouted_strata_show_the_also_rans_losses_sooner() -> None:
     totals = []
     for seed in range(4):
         pick, arena, race, _ = await _race(space, scores, costs, seed)
-        plain_pick, plain, _, _ = await _race(space, scores, costs, seed, strata=0)
+        plain_pick, plain, _, _ = await _race(space, scores, costs, seed, strata=0, complete_look=0)
         assert pick == plain_pick == 0
         assert race.strata_sizes == [170, 30]  # the easy questions, then the hard ones
         totals.append((int(arena.observed[1:7].sum()), int(plain.observed[1:7].sum())))
@@ -571,14 +592,17 @@ def _field_of_perfect_arms(
 async def test_behind_a_field_of_perfect_arms_two_misses_drop_an_arm_at_the_perfect_look(
     seed: int,
 ) -> None:
-    # the race alone keeps an arm two losses behind a perfect leader for a while (point 10)
+    # the race alone keeps an arm two losses behind a perfect leader for a while (point 10);
+    # point 14's certificate, which would drop it at 44 too, is off to test point 12 alone
     space, arena = _field_of_perfect_arms(8, 6, seed)
-    pick = await run_algorithm(RegretRace(perfect_look=0), arena, space)
+    pick = await run_algorithm(RegretRace(complete_look=0, perfect_look=0), arena, space)
     kept = [arena.count(k) for k in range(8, 14)]
     assert min(kept) > 44 and space.name(pick) == "solver=m00"
     # behind eight perfect arms the bet is taken at the first look of >= 40 questions (44)
     space, arena = _field_of_perfect_arms(8, 6, seed)
-    pick = await run_algorithm(RegretRace(perfect_look=40, perfect_arms=8), arena, space)
+    pick = await run_algorithm(
+        RegretRace(complete_look=0, perfect_look=40, perfect_arms=8), arena, space
+    )
     assert [arena.count(k) for k in range(8, 14)] == [44] * 6
     assert space.name(pick) == "solver=m00"
 
@@ -587,11 +611,11 @@ async def test_with_perfect_every_the_bet_is_taken_at_every_look_behind_a_perfec
     """Misses at positions 60 and 61 come after the first look of >= 20 questions (21): taken
     once, the bet finds nothing to drop; taken at every look, it drops the arms at the first
     look that has seen both misses (64)."""
-    once = RegretRace(perfect_look=20, perfect_arms=8)
+    once = RegretRace(complete_look=0, perfect_look=20, perfect_arms=8)
     space, arena = _field_of_perfect_arms(8, 6, 0, misses=(60, 61))
     assert space.name(await run_algorithm(once, arena, space)) == "solver=m00"
     assert min(arena.count(k) for k in range(8, 14)) > 64
-    every = RegretRace(perfect_look=20, perfect_arms=8, perfect_every=True)
+    every = RegretRace(complete_look=0, perfect_look=20, perfect_arms=8, perfect_every=True)
     space, arena = _field_of_perfect_arms(8, 6, 0, misses=(60, 61))
     assert space.name(await run_algorithm(every, arena, space)) == "solver=m00"
     assert [arena.count(k) for k in range(8, 14)] == [64] * 6
@@ -601,11 +625,11 @@ async def test_perfect_z_below_one_drops_on_a_single_miss_behind_a_perfect_field
     """Mean plus one standard error of an arm with one miss is exactly 1 (kept); at
     ``perfect_z=0.5`` the same arm is dropped at the look."""
     space, arena = _field_of_perfect_arms(8, 6, 0, misses=(42,))
-    await run_algorithm(RegretRace(perfect_look=40, perfect_arms=8), arena, space)
+    await run_algorithm(RegretRace(complete_look=0, perfect_look=40, perfect_arms=8), arena, space)
     assert min(arena.count(k) for k in range(8, 14)) > 44
     space, arena = _field_of_perfect_arms(8, 6, 0, misses=(42,))
     pick = await run_algorithm(
-        RegretRace(perfect_look=40, perfect_arms=8, perfect_z=0.5), arena, space
+        RegretRace(complete_look=0, perfect_look=40, perfect_arms=8, perfect_z=0.5), arena, space
     )
     assert [arena.count(k) for k in range(8, 14)] == [44] * 6
     assert space.name(pick) == "solver=m00"
@@ -640,9 +664,80 @@ async def test_the_thrifty_race_drops_one_miss_behind_a_perfect_field_the_defaul
 
 async def test_behind_too_few_perfect_arms_the_bet_is_not_taken() -> None:
     space, arena = _field_of_perfect_arms(7, 6, 0)  # seven perfect arms, eight asked for
-    await run_algorithm(RegretRace(perfect_look=40, perfect_arms=8), arena, space)
+    await run_algorithm(RegretRace(complete_look=0, perfect_look=40, perfect_arms=8), arena, space)
     with_bet_off = [arena.count(k) for k in range(7, 13)]
     space, arena = _field_of_perfect_arms(7, 6, 0)
-    await run_algorithm(RegretRace(perfect_look=0), arena, space)
+    await run_algorithm(RegretRace(complete_look=0, perfect_look=0), arena, space)
     assert with_bet_off == [arena.count(k) for k in range(7, 13)]
     assert min(with_bet_off) > 44
+
+
+class _CertainSpy(RegretRace):
+    """Records the arms point 14's certificate drops (not the race's other drops)."""
+
+    dropped: list[int]
+
+    async def _certain_look(self, arena: Arena, active: list[int], n: int) -> list[int]:
+        kept = await super()._certain_look(arena, active, n)
+        self.dropped.extend(k for k in active if k not in kept)
+        return kept
+
+
+async def test_the_certificate_never_drops_an_arm_that_can_still_be_the_best() -> None:
+    """Near-perfect worlds with 0/1 scores and with partial credit: every arm point 14 drops
+    ends strictly below the best whole-dataset score, so brute force's pick is never among them."""
+    drops = 0
+    for world in range(8):
+        rng = np.random.default_rng(world)
+        probs = np.concatenate([np.ones(world % 3), rng.uniform(0.9, 1.0, 24)])
+        scores = bernoulli_world(list(probs), 120, seed=world, correlation=0.3)
+        if world % 2:  # partial credit: a right answer earns 0.7-1
+            scores = scores * rng.uniform(0.7, 1.0, scores.shape)
+        space = SearchSpace({"solver": [f"m{i:02d}" for i in range(len(probs))]})
+        totals = scores.sum(axis=1)
+        for seed in range(2):
+            race = _CertainSpy(complete_look=10)
+            race.dropped = []
+            names = [space.name(k) for k in range(len(probs))]
+            arena = Arena(len(probs), 120, MatrixEvaluator(scores), seed=seed, names=names)
+            await run_algorithm(race, arena, space)
+            assert all(totals[k] < totals.max() - 1e-9 for k in race.dropped)
+            drops += len(race.dropped)
+    assert drops > 100  # the certificate did the work, not only the race's statistics
+
+
+async def test_behind_a_complete_perfect_leader_every_arm_with_a_miss_is_dropped() -> None:
+    """One arm right everywhere, six that miss the question at position 5 of the race's order:
+    the race alone carries them past 44 questions (a single loss may still end level); with
+    ``complete_look=40`` the perfect leader is run on all 200 questions at the first look of
+    >= 40 (44) and the six, whose ceiling is 199 < 200, go at that look."""
+    space, arena = _field_of_perfect_arms(1, 6, 0, misses=(5,))
+    await run_algorithm(RegretRace(perfect_look=0, complete_look=0), arena, space)
+    assert min(arena.count(k) for k in range(1, 7)) > 44
+    space, arena = _field_of_perfect_arms(1, 6, 0, misses=(5,))
+    race = RegretRace(perfect_look=0, complete_look=40)
+    assert space.name(await run_algorithm(race, arena, space)) == "solver=m00"
+    assert arena.count(0) == 200
+    assert [arena.count(k) for k in range(1, 7)] == [44] * 6
+
+
+async def test_a_leader_with_a_miss_is_not_completed_and_the_race_is_unchanged() -> None:
+    """No arm is perfect: point 14 never runs a leader ahead, so the race is cell for cell the
+    race without it (the noisy benchmarks)."""
+    space = SearchSpace({"solver": [f"m{i:02d}" for i in range(16)]})
+    scores = bernoulli_world(list(np.linspace(0.6, 0.85, 16)), 200, seed=5)
+    _, plain = await select("regret_race", space, scores, seed=2, complete_look=0)
+    _, certain = await select("regret_race", space, scores, seed=2, complete_look=40)
+    assert [certain.count(k) for k in range(16)] == [plain.count(k) for k in range(16)]
+
+
+async def test_no_certificate_under_a_cost_weighted_objective() -> None:
+    """A weighted objective is rescaled as cells arrive, so a whole-dataset score is no bound
+    on later ones: point 14 leaves the race alone, cell for cell."""
+    counts = []
+    for complete_look in (0, 40):
+        space, arena = _field_of_perfect_arms(1, 6, 0, misses=(5,))
+        arena.objective = Objective(cost_weight=0.5)
+        await run_algorithm(RegretRace(perfect_look=0, complete_look=complete_look), arena, space)
+        counts.append([arena.count(k) for k in range(7)])
+    assert counts[0] == counts[1] and counts[0][0] < 200
