@@ -440,7 +440,7 @@ class RegretRace(SelectionAlgorithm):
        MathQA-like types (59.3 and 52.4 %) at the same find rate and regret, and found more at
        less regret in the three near-perfect stress types (the family README's twelfth-session
        section); it drops nothing that could be the pick, so its only price is the complete
-       runs of leaders that turn out imperfect (up to 1.4 points of savings in a stress type).
+       runs of leaders that turn out imperfect (up to 2.4 points of savings in a stress type).
 
     Points 7 to 10 and 12 to 14 were chosen on the world family of ``benchmarks/selection_family.py``
     (tuning world seeds only) by a rule fixed before the held-out runs: the most world types at
