@@ -56,7 +56,15 @@ from selection_worlds import FAMILY, WORLDS, make_world
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "selection_family"
-SPLITS = {"tuning": 0, "report": 100, "holdout": 300, "confirm": 500, "verify": 700, "final": 900}
+SPLITS = {
+    "tuning": 0,
+    "report": 100,
+    "holdout": 300,
+    "confirm": 500,
+    "verify": 700,
+    "final": 900,
+    "last": 1100,
+}
 FAMILY_SELECTORS = (
     "random",
     "hill_climbing",
@@ -74,6 +82,7 @@ FAMILY_SELECTORS = (
     "regret_race_v3",
     "regret_race_v4",
     "regret_race_v5",
+    "regret_race_v6",
     "regret_race",
     "regret_race_thrifty",
     "regret_race_strata4",

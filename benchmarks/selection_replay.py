@@ -115,6 +115,9 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     # the default of issue 20's ninth to eleventh rounds: no certificate from a complete leader
     # (twelfth round: point 14 of RegretRace, see the family README)
     "regret_race_v5": ("regret_race", {"complete_look": 0}),
+    # point 14 as first adopted: the cheapest perfect leader is run to the end, not the one whose
+    # steps do best (twelfth session, the family README)
+    "regret_race_v6": ("regret_race", {"complete_by": "cost"}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

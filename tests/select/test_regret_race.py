@@ -166,6 +166,7 @@ async def test_the_same_seed_reproduces_the_regret_race(space_3x4: SearchSpace) 
         ({"complete_look": -1}, "complete_look"),
         ({"complete_look": 40.5}, "complete_look"),
         ({"complete_arms": 0}, "complete_arms"),
+        ({"complete_by": "price"}, "complete_by"),
     ],
 )
 def test_bad_regret_race_parameters_are_user_errors(params: dict[str, float], match: str) -> None:
@@ -741,3 +742,50 @@ async def test_no_certificate_under_a_cost_weighted_objective() -> None:
         await run_algorithm(RegretRace(perfect_look=0, complete_look=complete_look), arena, space)
         counts.append([arena.count(k) for k in range(7)])
     assert counts[0] == counts[1] and counts[0][0] < 200
+
+
+class _CompletionSpy(RegretRace):
+    """Records the configurations point 14 runs to the end, in order."""
+
+    completed: list[int]
+
+    async def _certain_look(self, arena: Arena, active: list[int], n: int) -> list[int]:
+        before = arena.observed.all(axis=1)
+        kept = await super()._certain_look(arena, active, n)
+        self.completed.extend(int(k) for k in np.flatnonzero(arena.observed.all(axis=1) & ~before))
+        return kept
+
+
+async def test_the_certificate_completes_the_perfect_survivor_whose_steps_do_best() -> None:
+    """4 planners x 4 solvers. (p0, s0) is right everywhere and the dearest; the six others with
+    p0 or s0 are perfect for 100 questions, then miss twice; the nine without either miss three
+    of the first 30. The cheapest perfect survivor is one of the six: run to the end, it leaves
+    a two-miss certificate, and the race runs the next one, and the next. By the main effects,
+    (p0, s0) is the likeliest perfect survivor: run to the end first, its certificate is the
+    last one needed."""
+    planners, solvers = [f"p{i}" for i in range(4)], [f"s{i}" for i in range(4)]
+    space = SearchSpace({"planner": planners, "solver": solvers})
+    names = [space.name(k) for k in range(16)]
+    costs = np.full((16, 200), 0.001)
+    scores = np.ones((16, 200))
+    completed = {}
+    for by in ("cost", "effects"):
+        arena = Arena(16, 200, MatrixEvaluator(scores, costs), seed=0, names=names)
+        at = arena.order  # the race's order: misses placed by the position it sees them
+        for k in range(16):
+            labels = space.labels(k)
+            strong = (labels["planner"] == "p0") + (labels["solver"] == "s0")
+            if strong == 2:
+                costs[k] = 0.01
+            elif strong == 1:
+                scores[k, [at[100 + k], at[150 + k]]] = 0.0
+                costs[k] = 0.001 + 0.0001 * k
+            else:
+                scores[k, [at[5 + k], at[15 + k], at[25]]] = 0.0
+        race = _CompletionSpy(complete_by=by)
+        race.completed = []
+        pick = await run_algorithm(race, arena, space)
+        assert space.name(pick) == "planner=p0 + solver=s0"
+        completed[by] = [space.name(k) for k in race.completed]
+    assert completed["effects"] == ["planner=p0 + solver=s0"]
+    assert completed["cost"][0] != "planner=p0 + solver=s0" and len(completed["cost"]) > 1

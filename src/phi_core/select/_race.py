@@ -422,7 +422,7 @@ class RegretRace(SelectionAlgorithm):
        found, 76.7 % of the cost saved instead of 81.9 %). ``max_correlation=1`` is the race
        before it.
     14. *A certificate, not a bet* (``complete_look``, default 40, 0 = off; ``complete_arms``,
-       default 1). Scores are at most 1, so an arm's whole-dataset score can never
+       default 1; ``complete_by``, default ``"effects"``). Scores are at most 1, so an arm's whole-dataset score can never
        exceed its *ceiling*: its score so far plus one for every question it has not seen. At
        every look from ``complete_look`` questions on, a leader that is right on every question
        it has seen (with at least ``complete_arms`` survivors perfect on the prefix) is run on
@@ -432,22 +432,31 @@ class RegretRace(SelectionAlgorithm):
        one with ``m`` misses, every arm with more. Where point 12 bets that a miss behind a
        perfect field is an also-ran, this knows it, for the price of one arm run ahead (a
        complete arm with the best score stays a survivor, so the race never ends empty, and
-       these drops add nothing to the bound below: each is behind that survivor). Only
+       these drops add nothing to the bound below: each is behind that survivor). Which
+       perfect survivor is run to the end (``complete_by``): on a grid of two or more steps,
+       the one whose steps do best elsewhere — the highest main-effects fit (one effect per
+       step candidate) of every configuration's mean so far, eliminated ones included — since
+       a perfect certificate is what prunes hardest; ``"cost"`` (and every one-step space)
+       takes the race's leader, the cheapest. Only
        with the score alone as the objective (a weighted one is rescaled as cells arrive), on a
        shared prefix. It never fires where no leader is perfect on 40 questions (every noisy
        benchmark, AgentOpt's HotpotQA: the race is unchanged there, cell for cell). On a fifth
-       held-out set of the world family it saved 4.3 and 4.1 points more in the two
-       MathQA-like types (59.3 and 52.4 %) at the same find rate and regret, and found more at
-       less regret in the three near-perfect stress types (the family README's twelfth-session
-       section); it drops nothing that could be the pick, so its only price is the complete
-       runs of leaders that turn out imperfect (up to 2.4 points of savings in a stress type).
+       held-out set of the world family, completing the cheapest, it saved 4.3 and 4.1 points
+       more in the two MathQA-like types (59.3 and 52.4 %) at the same find rate and regret,
+       and found more at less regret in the three near-perfect stress types; on a sixth,
+       completing by the main effects saved 3.2 and 5.1 points more again (62.5 and 57.6 %,
+       against 53.2 and 47.8 % for arm elimination, all at 100 % found), nothing changing
+       elsewhere (the family README's twelfth-session section). It drops nothing that could be
+       the pick, so its only price is the complete runs of leaders that turn out imperfect (up
+       to 2.4 points of savings in a stress type).
 
     Points 7 to 10 and 12 to 14 were chosen on the world family of ``benchmarks/selection_family.py``
     (tuning world seeds only) by a rule fixed before the held-out runs: the most world types at
     least as good as AgentOpt's arm elimination on find rate and regret, then the most also at
     equal or better savings, then the worst-case regret, then mean savings; point 12 also had to
     keep the find rate and regret of three stress types between the noisy and the near-perfect
-    ones, and was adopted on a second held-out set, point 14 on a fifth
+    ones, and was adopted on a second held-out set, point 14 on a fifth and its choice of
+    whom to complete on a sixth
     (``benchmarks/results/selection_family/README.md``, rounds 1-7, 9 and the twelfth session).
 
     **What the bound rests on.** Write ``F`` for the pick and ``e_1, e_2, ...`` for the
@@ -489,8 +498,12 @@ class RegretRace(SelectionAlgorithm):
         max_correlation: float = 0.4,
         complete_look: int = 40,
         complete_arms: int = 1,
+        complete_by: str = "effects",
     ) -> None:
         super().__init__()
+        if complete_by not in ("cost", "effects"):
+            raise UserError(f"complete_by must be 'cost' or 'effects', got {complete_by!r}.")
+        self.complete_by = complete_by
         self.complete_look = _whole("complete_look", complete_look, 0, " of questions")
         self.complete_arms = _whole("complete_arms", complete_arms, 1)
         if not 0 <= max_correlation <= 1:
@@ -567,6 +580,8 @@ class RegretRace(SelectionAlgorithm):
                 self._design = design
         self._blocks = None
         self.strata_sizes = []
+        multi_step = len(space) == arena.n_combos and len(space.steps) > 1
+        self._effects = _main_effects_design(space) if multi_step else None
         perfect_done = False
         for n in _schedule(n0, self.growth, total):
             if self._blocks is None:
@@ -622,6 +637,8 @@ class RegretRace(SelectionAlgorithm):
         leader = arena.best(active)
         x = arena.matrix(active, n)
         perfect = np.asarray((x >= 1.0).all(axis=1))
+        if self.complete_by == "effects" and self._effects is not None:
+            leader = self._likeliest(arena, active, perfect & ~done[active], leader)
         if (
             not done[leader]
             and bool(perfect[active.index(leader)])
@@ -640,6 +657,23 @@ class RegretRace(SelectionAlgorithm):
         # every unseen question at most 1: an arm whose ceiling is below the best can't be it
         ceiling = (arena.scores[rows] * seen).sum(axis=1) + (~seen).sum(axis=1)
         return [int(k) for k, c in zip(rows, ceiling, strict=True) if c >= best - 1e-9]
+
+    def _likeliest(
+        self, arena: Arena, active: list[int], candidates: np.ndarray, leader: int
+    ) -> int:
+        """Among the survivors flagged in ``candidates``, the one whose steps do best elsewhere:
+        the highest main-effects fit (one effect per step candidate) of every configuration's
+        mean so far, eliminated ones included (``leader`` when none is flagged)."""
+        assert self._effects is not None
+        if not candidates.any():
+            return leader
+        counts = arena.observed.sum(axis=1)
+        seen = counts > 0
+        means = (arena.scores * arena.observed).sum(axis=1)[seen] / counts[seen]
+        coef, *_ = np.linalg.lstsq(self._effects[seen], means, rcond=None)
+        fit = self._effects @ coef
+        rows = [k for k, c in zip(active, candidates, strict=True) if c]
+        return max(rows, key=lambda k: (float(fit[k]), -k))
 
     async def _scout(self, arena: Arena, active: list[int], n: int) -> None:
         """Point 11: run the cheapest survivors on every question and split the questions into
@@ -925,9 +959,9 @@ class ThriftyRegretRace(RegretRace):
     the same picks at the same cost); in the MathQA-like types it saved 72.3 and 67.9 % at
     0.029 and 0.018 pts of regret (the default then: 53.7 and 48.1 % at none), finding brute
     force's exact pick in 87-89 % of runs instead of 100 %; its worst regret in any of the 14
-    types was 0.156 pts. With point 14 (the default's certificate, which it shares), on a fifth
-    held-out set: 73.9 and 70.0 % saved at 0.031 and 0.023 pts (the default: 59.3 and 52.4 %),
-    worst regret 0.167 pts in 15 types. Choose it when a configuration within a question of
+    types was 0.156 pts. With point 14 (the default's certificate, which it shares), on a sixth
+    held-out set: 74.7 and 70.6 % saved at 0.010 pts of regret in both (the default: 62.5 and
+    57.6 % at none), worst regret 0.169 pts in 15 types, the default's own. Choose it when a configuration within a question of
     the best is as good as the best to you.
     """
 
