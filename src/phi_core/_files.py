@@ -1,4 +1,5 @@
-"""The project's one way to replace a file atomically and to lock it between processes.
+"""The project's one way to replace a file atomically, to lock it between processes and to
+write a user-named output.
 
 Every file store (router state, sessions, stored keys and aliases) writes through
 :func:`atomic_write` and serialises writers with :func:`file_lock`, so a reader sees the old
@@ -12,6 +13,10 @@ a full disk surfaces as the ``OSError`` it is (``ENOSPC``), not as a later sympt
 :func:`file_lock` takes an ``flock`` on a side file ``<name>.lock`` (the target itself is
 replaced by renames, so it cannot carry the lock), shared or exclusive, waiting at most
 ``timeout`` seconds when one is given.
+
+:func:`export_target` is where a user-named output (a CSV, a JSON report, a plot, an exported
+config) is written: missing folders are made, and a path that cannot be written is a
+:class:`~phi_core.errors.UserError` naming it and the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_write", "file_lock"]
+from .errors import UserError
+
+__all__ = ["atomic_write", "export_target", "file_lock"]
 
 
 def atomic_write(path: Path, payload: bytes, *, mode: int = 0o644, dir_mode: int = 0o700) -> None:
@@ -95,3 +102,22 @@ def file_lock(
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def export_target(path: str | Path) -> Iterator[Path]:
+    """Where an export writes ``path``: its missing parent folders are made, and a path that
+    cannot be written is a :class:`UserError` naming it and the reason."""
+    target = Path(path)
+    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None or target.is_dir():
+        why = f"{str(blocking)!r} is a file, not a folder" if blocking else "Is a directory"
+        raise UserError(f"Cannot write {str(target)!r}: {why}; pass a writable file path.")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        yield target
+    except OSError as error:
+        raise UserError(
+            f"Cannot write {str(error.filename or target)!r}: {error.strerror or error}; "
+            "pass a writable file path."
+        ) from None

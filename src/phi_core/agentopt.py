@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._files import export_target
 from .errors import UserError
 from .select._cache import ResponseCache
 from .select._intercept import InterceptedCall, InterceptScope, attribute, intercepting
 from .select._intercept_wire import ModelPrices
-from .select._results import CombinationResult, SelectionResult, export_target
+from .select._results import CombinationResult, SelectionResult
 from .select._selector import ModelSelector as _NativeSelector
 from .types import Usage
 

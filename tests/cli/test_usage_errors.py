@@ -120,10 +120,15 @@ def test_route_export_to_an_unwritable_path_is_exit_2(tmp_path: Path, script: st
         "race", "Q?", "-m", "scripted:a", "-m", "scripted:b", "--strategy", "bandit",
         "--judge", "scripted:judge", "--state", state, "--script", script,
     )  # fmt: skip
-    code, _, err = invoke(
+    code, _, err = invoke("route", "export", "--state", state, "-o", str(tmp_path))
+    assert code == 2 and "Cannot write" in err and "Is a directory" in err
+    assert "Traceback" not in err
+    # a missing folder is made, as for the selection's exports
+    code, out, _ = invoke(
         "route", "export", "--state", state, "-o", str(tmp_path / "no" / "x.json")
     )
-    assert code == 2 and "Cannot write" in err and "Traceback" not in err
+    assert code == 0 and "Wrote" in out
+    assert json.loads((tmp_path / "no" / "x.json").read_text())["version"] == 1
 
 
 def test_select_spec_with_a_word_for_a_number_is_exit_2_with_file_line_key(

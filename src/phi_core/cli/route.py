@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .._files import export_target
 from ..errors import StateStoreError, UserError
 from ..routing.state import route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
@@ -138,9 +139,8 @@ def export(
         typer.echo(text)
         return
     try:
-        output.write_text(text + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise usage_error(
-            UserError(f"Cannot write {str(output)!r}: {exc.strerror}; pass a writable file path.")
-        ) from None
+        with export_target(output) as target:
+            target.write_text(text + "\n", encoding="utf-8")
+    except UserError as error:
+        raise usage_error(error) from None
     typer.echo(f"Wrote {output}.")

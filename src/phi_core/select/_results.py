@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
 
+from .._files import export_target
 from ..errors import MissingExtraError, UserError
 from ..outcome import OutcomeStatus
 from ..types import Usage
@@ -302,25 +302,6 @@ class SelectionResult(BaseModel):
         finally:
             plt.close(fig)
         return None
-
-
-@contextlib.contextmanager
-def export_target(path: str | Path) -> Iterator[Path]:
-    """Where an export writes ``path``: its missing parent folders are made, and a path that
-    cannot be written is a :class:`UserError` naming it and the reason."""
-    target = Path(path)
-    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None or target.is_dir():
-        why = f"{str(blocking)!r} is a file, not a folder" if blocking else "Is a directory"
-        raise UserError(f"Cannot write {str(target)!r}: {why}; pass a writable file path.")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        yield target
-    except OSError as error:
-        raise UserError(
-            f"Cannot write {str(error.filename or target)!r}: {error.strerror or error}; "
-            "pass a writable file path."
-        ) from None
 
 
 def wilson_interval(mean: float, n: int, z: float = 1.96) -> tuple[float, float]:
