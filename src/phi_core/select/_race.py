@@ -548,6 +548,8 @@ class RegretRace(SelectionAlgorithm):
             raise UserError(f"additive_prior must be >= 0 (0 = off), got {additive_prior!r}.")
         self.additive_prior = additive_prior
         self._design: np.ndarray | None = None
+        self._effects: np.ndarray | None = None
+        """Point 14's main-effects design (grids of two or more steps), set by :meth:`run`."""
         if eta <= 0:
             raise UserError(f"eta must be > 0 (expected regret per elimination), got {eta!r}.")
         if cost_power < 0:
@@ -572,16 +574,18 @@ class RegretRace(SelectionAlgorithm):
         active = list(range(arena.n_combos))
         self.pool = set(active)
         self.expected_loss = 0.0
+        design = _main_effects_design(space) if len(space) == arena.n_combos else None
         self._design = None
-        if self.additive_prior > 0 and len(space) == arena.n_combos:
-            design = _main_effects_design(space)
-            # a saturated design (one step) leaves no interaction to estimate: no prior
-            if arena.n_combos - int(np.linalg.matrix_rank(design)) >= 3:
-                self._design = design
+        # a saturated design (one step) leaves no interaction to estimate: no prior
+        if (
+            design is not None
+            and self.additive_prior > 0
+            and arena.n_combos - int(np.linalg.matrix_rank(design)) >= 3
+        ):
+            self._design = design
+        self._effects = design if design is not None and len(space.steps) > 1 else None
         self._blocks = None
         self.strata_sizes = []
-        multi_step = len(space) == arena.n_combos and len(space.steps) > 1
-        self._effects = _main_effects_design(space) if multi_step else None
         perfect_done = False
         for n in _schedule(n0, self.growth, total):
             if self._blocks is None:
