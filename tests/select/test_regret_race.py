@@ -674,12 +674,16 @@ async def test_behind_too_few_perfect_arms_the_bet_is_not_taken() -> None:
 
 
 class _CertainSpy(RegretRace):
-    """Records the arms point 14's certificate drops (not the race's other drops)."""
+    """Records what point 14 does: the configurations it runs to the end, in order, and the
+    ones its certificate drops (not the race's other drops)."""
 
+    completed: list[int]
     dropped: list[int]
 
     async def _certain_look(self, arena: Arena, active: list[int], n: int) -> list[int]:
+        before = arena.observed.all(axis=1)
         kept = await super()._certain_look(arena, active, n)
+        self.completed.extend(int(k) for k in np.flatnonzero(arena.observed.all(axis=1) & ~before))
         self.dropped.extend(k for k in active if k not in kept)
         return kept
 
@@ -698,7 +702,7 @@ async def test_the_certificate_never_drops_an_arm_that_can_still_be_the_best() -
         totals = scores.sum(axis=1)
         for seed in range(2):
             race = _CertainSpy(complete_look=10)
-            race.dropped = []
+            race.completed, race.dropped = [], []
             names = [space.name(k) for k in range(len(probs))]
             arena = Arena(len(probs), 120, MatrixEvaluator(scores), seed=seed, names=names)
             await run_algorithm(race, arena, space)
@@ -744,18 +748,6 @@ async def test_no_certificate_under_a_cost_weighted_objective() -> None:
     assert counts[0] == counts[1] and counts[0][0] < 200
 
 
-class _CompletionSpy(RegretRace):
-    """Records the configurations point 14 runs to the end, in order."""
-
-    completed: list[int]
-
-    async def _certain_look(self, arena: Arena, active: list[int], n: int) -> list[int]:
-        before = arena.observed.all(axis=1)
-        kept = await super()._certain_look(arena, active, n)
-        self.completed.extend(int(k) for k in np.flatnonzero(arena.observed.all(axis=1) & ~before))
-        return kept
-
-
 async def test_the_certificate_completes_the_perfect_survivor_whose_steps_do_best() -> None:
     """4 planners x 4 solvers. (p0, s0) is right everywhere and the dearest; the six others with
     p0 or s0 are perfect for 100 questions, then miss twice; the nine without either miss three
@@ -782,8 +774,8 @@ async def test_the_certificate_completes_the_perfect_survivor_whose_steps_do_bes
                 costs[k] = 0.001 + 0.0001 * k
             else:
                 scores[k, [at[5 + k], at[15 + k], at[25]]] = 0.0
-        race = _CompletionSpy(complete_by=by)
-        race.completed = []
+        race = _CertainSpy(complete_by=by)
+        race.completed, race.dropped = [], []
         pick = await run_algorithm(race, arena, space)
         assert space.name(pick) == "planner=p0 + solver=s0"
         completed[by] = [space.name(k) for k in race.completed]
