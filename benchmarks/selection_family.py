@@ -64,6 +64,7 @@ SPLITS = {
     "verify": 700,
     "final": 900,
     "last": 1100,
+    "fresh": 1300,
 }
 FAMILY_SELECTORS = (
     "random",
