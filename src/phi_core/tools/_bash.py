@@ -1,9 +1,10 @@
 """The ``bash`` tool: a command line run in the workspace, checked, confined, bounded, killable.
 
 * **Where**: the working directory is the workspace; ``HOME`` and ``PWD`` point at it. Where
-  the machine allows it the command is confined by the kernel (:mod:`._isolation`): the file
-  system read-only outside the workspace, its own processes only, everything it started killed
-  with it.
+  the machine allows it the command is confined by the kernel (:mod:`._isolation`): of the
+  host's file system it sees only the system directories and the toolchains on its ``PATH``,
+  read-only, and the workspace (no home folders, no stored keys); its own processes only;
+  everything it started killed with it.
 * **What it sees**: an allow-listed environment (``PATH``, locale, ``TERM``…, see
   :class:`BashSettings`); nothing else of this process's environment — no API keys or tokens.
   Standard input is closed.
@@ -29,7 +30,7 @@ from collections.abc import Awaitable
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._files import looks_binary
-from ._isolation import isolation_prefix
+from ._isolation import isolation_prefix, toolchain_paths
 from ._settings import BashSettings
 from ._tool import WorkspaceTool
 from .base import ToolContext, ToolResult
@@ -211,9 +212,10 @@ class BashTool(WorkspaceTool):
         out, err = _Capture(half), _Capture(half)
         loop = asyncio.get_running_loop()
         collector = _Collector(loop, out, err)
-        isolation, prefix = await isolation_prefix(s.isolate, self.workspace.root)
-        argv = (*prefix, "bash", "--noprofile", "--norc", "-c", command)
         env = self.environment()
+        visible = toolchain_paths(env["PATH"], s.visible)
+        isolation, prefix = await isolation_prefix(s.isolate, self.workspace.root, visible)
+        argv = (*prefix, "bash", "--noprofile", "--norc", "-c", command)
         if isolation == "filesystem":
             env["TMPDIR"] = "/tmp"  # the private one; the host's is read-only in there
         try:

@@ -1,9 +1,17 @@
 """Where a ``bash`` command runs: confined by the kernel when this machine allows it.
 
-* ``filesystem`` (bubblewrap): the whole file system read-only except the workspace, a private
-  ``/tmp`` (empty, gone after the command), minimal ``/dev`` (no disks), its own ``/proc`` and
-  PID namespace. A command — or a script it runs — cannot write outside the workspace whatever
-  the command policy made of it.
+* ``filesystem`` (bubblewrap): the command sees a file system built for it —
+  the system directories (``/usr``, ``/bin``, ``/lib*``, ``/etc``, ``/opt``, ``/sys``)
+  read-only, the toolchains its ``PATH`` names (see :func:`toolchain_paths`) read-only, the
+  workspace read-write, a private ``/tmp`` (empty, gone after the command), minimal ``/dev``
+  (no disks), its own ``/proc`` and PID namespace. Nothing else of the host is there: no home
+  folders (``~/.ssh``, ``~/.aws``, other projects' ``.env`` files), no ``/root``, ``/var`` or
+  ``/run`` (no sockets of other services), no phi-core user directory (stored API keys). Run
+  by root, what of ``/etc`` other users may not read (``/etc/shadow``, host keys) cannot be
+  read either, nor the credential stores of visible toolchains (``~/.cargo/credentials``). A
+  command — or a script it runs, which the command policy cannot read — can neither write
+  outside the workspace nor read what was left out, whatever the policy made of it. More host
+  paths are made visible with ``BashSettings.visible``.
 * ``processes`` (util-linux ``unshare``): its own PID namespace and ``/proc`` only.
 
 With either, the command sees only its own processes (``ps e`` and ``/proc/<pid>/environ``
@@ -18,13 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import shutil
+import stat
+import sys
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
+from .._paths import user_dir
 from .base import ToolError
 
-__all__ = ["Isolation", "isolation_prefix"]
+__all__ = ["Isolation", "isolation_prefix", "toolchain_paths"]
 
 Isolation = Literal["auto", "filesystem", "processes", "never"]
 UNSHARE_ARGS = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child")
@@ -34,12 +48,116 @@ _works: dict[tuple[str, ...], bool] = {}
 _warned = False
 
 
-def _bwrap(binary: str, workspace: str) -> tuple[str, ...]:
-    return (
-        binary, "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", workspace, workspace,
-        "--proc", "/proc", "--dev", "/dev", "--unshare-pid", "--unshare-ipc",
-        "--die-with-parent", "--chdir", workspace, "--",
-    )  # fmt: skip
+SYSTEM_DIRS = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys",
+    "/nix",
+)  # fmt: skip
+"""Visible (read-only) to every command under ``filesystem`` isolation, where they exist."""
+_HOME_SECRETS = (
+    ".cargo/credentials", ".cargo/credentials.toml", ".local/share/keyrings",
+    ".local/share/python_keyring", ".local/share/gnome-keyring",
+)  # fmt: skip
+"""Credential stores inside toolchain folders that a ``PATH`` entry can make visible."""
+_INSTALL_BINS = ("bin", "sbin", "shims")
+_ETC_WALK_LIMIT = 20_000
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _homes() -> set[str]:
+    homes = {"/", "/home", "/root", os.path.realpath(os.path.expanduser("~"))}
+    with contextlib.suppress(OSError):
+        homes.update(e.path for e in os.scandir("/home") if e.is_dir(follow_symlinks=False))
+    return homes
+
+
+def toolchain_paths(search_path: str, extra: Iterable[str] = ()) -> list[str]:
+    """The host folders a command needs, outside the system directories, to run what its
+    ``PATH`` names: each absolute ``PATH`` entry and, for a ``bin``, ``sbin`` or ``shims``
+    folder, the installation it belongs to (its parent: a virtual environment, ``~/.pyenv``,
+    ``~/.cargo``) unless that is a home folder; the running Python's installations (a virtual
+    environment and its base); and ``extra``. Symbolic links resolved, missing ones left out."""
+    homes = _homes()
+    found: list[str] = []
+    entries = [e for e in search_path.split(os.pathsep) if e.startswith("/")]
+    for entry in entries:
+        real = os.path.realpath(entry)
+        found.append(real)
+        parent = os.path.dirname(real)
+        if os.path.basename(real) in _INSTALL_BINS and parent not in homes:
+            found.append(parent)
+    found += [os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)]
+    found += [os.path.realpath(os.path.expanduser(e)) for e in extra]
+    kept: list[str] = []
+    for path in dict.fromkeys(found):
+        if os.path.exists(path) and not any(_under(path, d) for d in SYSTEM_DIRS):
+            kept.append(path)
+    return kept
+
+
+@functools.cache
+def _unreadable_in_etc() -> tuple[tuple[str, bool], ...]:
+    """What of ``/etc`` other users may not read (path, is a folder): hidden from commands
+    run by root, who could otherwise read it (``/etc/shadow``, SSH host keys)."""
+    hidden: list[tuple[str, bool]] = []
+    pending, seen = ["/etc"], 0
+    while pending and seen < _ETC_WALK_LIMIT:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            folder = stat.S_ISDIR(info.st_mode)
+            if not info.st_mode & stat.S_IROTH or (folder and not info.st_mode & stat.S_IXOTH):
+                hidden.append((entry.path, folder))
+            elif folder:
+                pending.append(entry.path)
+    return tuple(hidden)
+
+
+def _bwrap(binary: str, workspace: str, visible: Sequence[str]) -> tuple[str, ...]:
+    argv: list[str] = [binary]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    resolv = os.path.realpath("/etc/resolv.conf")  # often a link into /run (systemd-resolved)
+    extra = list(visible)
+    if not _under(resolv, "/etc") and os.path.exists(resolv):
+        extra.append(resolv)
+    binds = {p: "--ro-bind" for p in extra if not _under(p, workspace)}
+    binds[workspace] = "--bind"
+    for path in sorted(binds, key=lambda p: (p.count("/"), p != workspace)):
+        argv += [binds[path], path, path]
+    # what must stay hidden even where a visible folder holds it
+    masks = [(os.path.realpath(user_dir()), True)]
+    masks += [(os.path.join(home, s), True) for home in _homes() for s in _HOME_SECRETS]
+    if os.geteuid() == 0:
+        masks += list(_unreadable_in_etc())
+    for path, folder in masks:
+        if (
+            not any(_under(path, p) for p in (*binds, *SYSTEM_DIRS))
+            or _under(workspace, path)
+            or not os.path.lexists(path)
+        ):
+            continue
+        if folder and os.path.isdir(path) and not os.path.islink(path):
+            argv += ["--tmpfs", path]
+        elif not os.path.islink(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", workspace, "--"]
+    return tuple(argv)
 
 
 async def _probe(argv: tuple[str, ...]) -> bool:
@@ -64,8 +182,12 @@ async def _probe(argv: tuple[str, ...]) -> bool:
     return _works[argv]
 
 
-async def isolation_prefix(mode: Isolation, workspace: str) -> tuple[str, tuple[str, ...]]:
-    """(the isolation used, the argv a command runs under) for ``mode``."""
+async def isolation_prefix(
+    mode: Isolation, workspace: str, visible: Sequence[str] = ()
+) -> tuple[str, tuple[str, ...]]:
+    """(the isolation used, the argv a command runs under) for ``mode``; ``visible``: the host
+    folders a ``filesystem``-isolated command sees read-only besides the system directories
+    (:func:`toolchain_paths`)."""
     global _warned
     if mode == "never":
         return "never", ()
@@ -74,7 +196,7 @@ async def isolation_prefix(mode: Isolation, workspace: str) -> tuple[str, tuple[
         probe = (bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
                  "--unshare-pid", "--die-with-parent", "--")  # fmt: skip
         if bwrap and await _probe(probe):
-            return "filesystem", _bwrap(bwrap, workspace)
+            return "filesystem", _bwrap(bwrap, workspace, visible)
         if mode == "filesystem":
             raise ToolError(
                 "Commands must run with the file system read-only outside the workspace "

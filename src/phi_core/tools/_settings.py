@@ -51,11 +51,16 @@ class BashSettings(_Settings):
     """Variables set for every command, on top of ``env``."""
     policy: CommandPolicy = Field(default_factory=CommandPolicy)
     isolate: Isolation = "auto"
-    """How commands are confined by the kernel: ``filesystem`` (bubblewrap: everything
-    read-only but the workspace, a private ``/tmp``, no disks in ``/dev``, its own processes),
+    """How commands are confined by the kernel: ``filesystem`` (bubblewrap: of the host only
+    the system directories and the toolchains on ``PATH``, read-only, and the workspace; no
+    home folders, ``/var``, ``/run`` or stored keys; a private ``/tmp``, no disks in ``/dev``,
+    its own processes),
     ``processes`` (``unshare``: its own processes and ``/proc`` only), ``never``; ``auto`` takes
     the strongest that works here. Isolated commands cannot see or signal other processes or
     read their environments, and everything they start dies with them."""
+    visible: tuple[str, ...] = ()
+    """More host paths that ``filesystem``-isolated commands may read (read-only), such as a
+    data folder outside the workspace. ``~`` is expanded; missing paths are left out."""
     exit_grace: float = Field(default=1.0, ge=0)
     """Seconds to wait for the output of background processes after the shell exits; then the
     command's process group is killed."""
