@@ -33,6 +33,7 @@ class Received:
 class Petstore:
     url: str  # the API base (``.../v1``)
     requests: list[Received] = field(default_factory=list)
+    redirect_to: str = ""  # where ``GET /v1/pets/away`` redirects (another server, say)
 
     @property
     def last(self) -> Received:
@@ -78,6 +79,13 @@ def _handler(store: Petstore) -> type[BaseHTTPRequestHandler]:
                 return self._answer(200, [{"id": "1", "name": "Rex"}])
             if path == "/pets" and self.command == "POST":
                 return self._answer(201, {"id": "2", **(body or {})})
+            if path in ("/pets/away", "/pets/moved") and self.command == "GET":
+                where = store.redirect_to if path == "/pets/away" else "/v1/pets/1"
+                self.send_response(302)
+                self.send_header("Location", where)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
             if path.startswith("/pets/") and self.command == "GET":
                 pet = path.removeprefix("/pets/")
                 if pet == "1":

@@ -196,6 +196,29 @@ async def test_each_auth_kind_reaches_the_server_and_never_the_model(
     assert failed.is_error and SECRET not in text(failed)
 
 
+async def test_a_redirect_to_another_host_is_not_followed_with_the_credentials(
+    store: Petstore,
+) -> None:
+    with petstore() as other:
+        store.redirect_to = other.url + "/whoami"
+        found = tools(store, auth=OpenApiAuth.api_key("X-Pets-Token", SECRET))
+        away = await found["showPetById"].execute({"petId": "away"}, ctx())
+        assert away.is_error and "another host" in text(away), text(away)
+        assert other.requests == []  # the other server never saw the request (nor the key)
+    moved = await found["showPetById"].execute({"petId": "moved"}, ctx())
+    assert not moved.is_error and '"Rex"' in text(moved)  # the same origin: followed
+    assert store.last.path == "/v1/pets/1" and store.last.headers["x-pets-token"] == SECRET
+
+
+@pytest.mark.parametrize("value", ["..", ".", "../whoami", "a/../../whoami", "%2e%2e"])
+async def test_a_path_parameter_stays_one_segment_of_the_operations_path(
+    store: Petstore, value: str
+) -> None:
+    result = await tools(store)["showPetById"].execute({"petId": value}, ctx())
+    assert store.last.path.startswith("/v1/pets/") and store.last.path.count("/") == 3
+    assert "no pet with id" in text(result), text(result)
+
+
 # --------------------------------------------------------------------------- filters
 
 

@@ -137,7 +137,7 @@ class OpenApiToolAdapter:
                 continue
             value = args[param.arg]
             if param.location == "path":
-                path = path.replace("{" + param.name + "}", quote(_text(value), safe=""))
+                path = path.replace("{" + param.name + "}", _segment(_text(value)))
             elif param.location == "query":
                 values = value if isinstance(value, list) else [value]
                 query.extend((param.name, _text(v)) for v in values)
@@ -150,7 +150,11 @@ class OpenApiToolAdapter:
         method = op.method.upper()
         try:
             async with (
-                httpx.AsyncClient(timeout=self.config.timeout, follow_redirects=True) as http,
+                httpx.AsyncClient(
+                    timeout=self.config.timeout,
+                    follow_redirects=True,
+                    event_hooks={"request": [_same_origin_as(url)]},
+                ) as http,
                 http.stream(
                     method,
                     url,
@@ -161,6 +165,13 @@ class OpenApiToolAdapter:
                 ) as response,
             ):
                 text, cut = await _read_capped(response, self.config.max_response_bytes)
+        except _OffOrigin as exc:
+            return ToolResult.error(
+                redact(
+                    f"{method} {shown} was redirected to {exc.origin}, another host: not "
+                    f"followed, since the API's credentials and headers would go with it."
+                )
+            )
         except httpx.TimeoutException:
             return ToolResult.error(
                 redact(f"{method} {shown} timed out after {self.config.timeout:g}s.")
@@ -299,6 +310,37 @@ def _server_url(spec: dict[str, Any], base_uri: str, source: str) -> str:
             "pass OpenApiConfig(base_url='https://...')."
         )
     return url.rstrip("/")
+
+
+class _OffOrigin(Exception):
+    def __init__(self, origin: str) -> None:
+        super().__init__(origin)
+        self.origin = origin
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
+
+
+def _same_origin_as(first: str) -> Any:
+    """A request hook that stops a redirect away from the API's origin (scheme, host, port):
+    httpx keeps custom headers across such a redirect, an API-key header included."""
+    origin = _origin(httpx.URL(first))
+
+    async def check(request: httpx.Request) -> None:
+        if _origin(request.url) != origin:
+            u = request.url
+            raise _OffOrigin(f"{u.scheme}://{u.host}" + (f":{u.port}" if u.port else ""))
+
+    return check
+
+
+def _segment(value: str) -> str:
+    """A path parameter's value as one path segment: every reserved character escaped, and a
+    value of dots only (``..``) escaped too, which a URL would otherwise resolve into a step
+    up out of the operation's path."""
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if quoted.strip(".") == "" else quoted
 
 
 def _text(value: Any) -> str:
