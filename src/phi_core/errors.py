@@ -130,6 +130,13 @@ _SECRET_PATTERNS = [
     re.compile(
         r"(?i)((?:api[_-]?key|x-api-key|authorization)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]{6,}"
     ),
+    # a query parameter or setting that names a token, secret or password (not max_tokens=)
+    re.compile(
+        r"(?i)((?<![a-z0-9_])(?:access[_-]?token|auth[_-]?token|token|secret|password|passwd)"
+        r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',}&]{6,}"
+    ),
+    # credentials in a URL: scheme://user:password@host
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://)[^/\s@\"']+(?=@)"),
 ]
 _registered_secrets: set[str] = set()
 

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_payload, bandit_race_from_plan
-from ..errors import Interrupted, UserError
+from ..errors import Interrupted, UserError, redact
 from ..events import MessageUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
 from ..parallel import ParallelLoopResult
@@ -44,7 +44,7 @@ def _print_result(
     out: TextIO, mode: OutputMode, payload: dict[str, Any], record: RunRecord, text: str
 ) -> None:
     if mode == "json":
-        out.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
+        out.write(redact(json.dumps(payload, ensure_ascii=False, indent=2)) + "\n")
     elif mode == "jsonl":
         JsonLines(out).result(payload)
     elif mode == "markdown":
@@ -162,7 +162,7 @@ def run_once(
     def on_event(event: Any) -> None:
         nonlocal streamed
         if mode == "jsonl":
-            out.write(event.model_dump_json() + "\n")
+            out.write(redact(event.model_dump_json()) + "\n")
             out.flush()
         elif (
             mode == "text"

@@ -29,6 +29,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import redact
 from ..events import (
     AgentEnd,
     AgentStart,
@@ -467,15 +468,16 @@ def outcome_table(
 
 
 class JsonLines:
-    """Writes each event as one JSON line (``--json``); :meth:`result` writes the last line."""
+    """Writes each event as one JSON line (``--json``); :meth:`result` writes the last line.
+    Secrets are redacted, as in the run log (an endpoint's ``?api_key=``, say)."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
 
     def __call__(self, event: Any) -> None:
-        self.stream.write(event.model_dump_json() + "\n")
+        self.stream.write(redact(event.model_dump_json()) + "\n")
         self.stream.flush()
 
     def result(self, payload: dict[str, Any]) -> None:
-        self.stream.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        self.stream.write(redact(json.dumps(payload, ensure_ascii=False)) + "\n")
         self.stream.flush()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AmbiguousModelError, PhiError, UnknownModelError
+from ..errors import AmbiguousModelError, PhiError, UnknownModelError, UserError, redact
 from .aliases import lookup_alias
 from .base import ApiProtocol, ModelConfig, Provider
 from .keys import stored_key
@@ -151,6 +151,12 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
     if ":" not in spec and spec.strip():
         spec = qualify_model_name(spec)  # an alias, or a bare name one provider offers
     name, sep, model = spec.partition(":")
+    if _URL_CREDENTIALS.search(model):
+        raise UserError(
+            f"The endpoint URL in model {redact(spec)!r} carries credentials (`user:password@`), "
+            f"which would be shown and stored with the model's name. Remove them and give the "
+            f"key through the provider's environment variable or `phi keys set {name}`."
+        )
     if not sep or not name or not model:
         raise UnknownModelError(
             f"Model {spec!r} is not of the form `provider:model` "
@@ -233,6 +239,7 @@ def _override(config: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
 
 
 _SETTINGS = re.compile(r"^[a-z_]+=.*$")
+_URL_CREDENTIALS = re.compile(r"://[^/\s@]+@")
 
 
 def split_model_settings(text: str) -> tuple[str, dict[str, str]]:
