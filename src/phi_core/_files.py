@@ -104,15 +104,23 @@ def file_lock(
         os.close(fd)
 
 
-@contextlib.contextmanager
-def export_target(path: str | Path) -> Iterator[Path]:
-    """Where an export writes ``path``: its missing parent folders are made, and a path that
-    cannot be written is a :class:`UserError` naming it and the reason."""
+def check_export_target(path: str | Path) -> Path:
+    """``path`` as a :class:`Path` if an export could write it (checked before the work that
+    produces the export): a :class:`UserError` when it is a folder or a file stands where one
+    of its folders should be."""
     target = Path(path)
     blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
     if blocking is not None or target.is_dir():
         why = f"{str(blocking)!r} is a file, not a folder" if blocking else "Is a directory"
         raise UserError(f"Cannot write {str(target)!r}: {why}; pass a writable file path.")
+    return target
+
+
+@contextlib.contextmanager
+def export_target(path: str | Path) -> Iterator[Path]:
+    """Where an export writes ``path``: its missing parent folders are made, and a path that
+    cannot be written is a :class:`UserError` naming it and the reason."""
+    target = check_export_target(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         yield target

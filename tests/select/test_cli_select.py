@@ -175,3 +175,51 @@ def test_timeout_stops_a_slow_run_and_reports_it(tmp_path: Path) -> None:
         "timeout",
     )
     assert "ran longer than timeout=0.5 s" in late["error"]
+
+
+def test_a_folder_as_an_export_path_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    (tmp_path / "out").mkdir()
+    result = CliRunner().invoke(
+        make_app(),
+        [str(spec), "--csv", str(tmp_path / "out"), "--out-json", str(tmp_path / "r.json")],
+    )
+    assert result.exit_code == 2
+    assert "Is a directory" in result.output and "finished" not in result.output
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_an_export_that_fails_after_the_run_keeps_the_result_and_the_other_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phi_core.errors import UserError
+    from phi_core.runlog import RunLog
+    from phi_core.select import SelectionResult
+
+    def broken(self: SelectionResult, path: object) -> None:
+        raise UserError("Cannot write 'r.csv': No space left on device; pass a writable file path.")
+
+    monkeypatch.setattr(SelectionResult, "to_csv", broken)
+    spec = write_spec(tmp_path)
+    result = CliRunner().invoke(
+        make_app(),
+        [str(spec), "--csv", str(tmp_path / "r.csv"), "--out-json", str(tmp_path / "r.json")],
+    )
+    assert result.exit_code == 2
+    assert "best: solver=scripted:b" in result.output  # the table and the pick are shown
+    assert (
+        "No space left on device" in result.output
+        and "The selection itself finished" in result.output
+    )
+    assert json.loads((tmp_path / "r.json").read_text())["best"]["models"] == {
+        "solver": "scripted:b"
+    }
+    assert [r.kind for r in RunLog().list_runs()] == ["select"]  # and it is in `phi logs`
+
+
+def test_a_dataset_that_is_not_utf8_names_the_file_and_line(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    (tmp_path / "data.jsonl").write_bytes(b'{"input": "a", "expected": "b"}\n\xff{"input": "c"}\n')
+    result = CliRunner().invoke(make_app(), [str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "data.jsonl:2" in result.output and "not UTF-8" in result.output

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .._files import check_export_target
 from ..config import SelectSpec, load_select_spec
 from ..errors import PhiError, UserError
 from ..select import Evaluation, ModelSelector, SelectionResult
@@ -141,6 +142,9 @@ def command(
             cache=False if no_cache else None,
         )
         selector = loaded.selector()
+        for path in (csv_path, json_path, plot_path):  # before any evaluation is paid for
+            if path is not None:
+                check_export_target(path)
     except UserError as error:
         raise usage_error(error) from None
     grid = len(selector.space) * len(selector.dataset)
@@ -175,8 +179,8 @@ def command(
     except PhiError as error:
         _error(console, str(error))
         raise typer.Exit(EXIT_FAILED) from None
-    _export(console, result, csv_path, json_path, plot_path)
     _log(spec, loaded, result, no_log)
+    failed = _export(result, csv_path, json_path, plot_path)
     if result.resumed:
         console.print(
             f"{result.resumed} evaluations were resumed from the run journal (not run again).",
@@ -193,10 +197,12 @@ def command(
         )
     if as_json:
         typer.echo(result.to_json())
-        return
-    out = Console()
-    print_table(out, result_table(result))
-    out.print(f"best: [bold]{result.best.name}[/bold]", highlight=False)
+    else:
+        out = Console()
+        print_table(out, result_table(result))
+        out.print(f"best: [bold]{result.best.name}[/bold]", highlight=False)
+    if failed:
+        raise usage_error(UserError(f"{'; '.join(failed)} (The selection itself finished.)"))
 
 
 class _Tally:
@@ -235,21 +241,24 @@ def _error(console: Console, message: str) -> None:
 
 
 def _export(
-    console: Console,
-    result: SelectionResult,
-    csv_path: Path | None,
-    json_path: Path | None,
-    plot_path: Path | None,
-) -> None:
-    try:
-        if csv_path is not None:
-            result.to_csv(csv_path)
-        if json_path is not None:
-            result.to_json(json_path)
-        if plot_path is not None:
-            result.plot_pareto(plot_path)
-    except UserError as error:  # an unwritable path, the plot's optional dependency missing
-        raise usage_error(UserError(f"{error} (The selection itself finished.)")) from None
+    result: SelectionResult, csv_path: Path | None, json_path: Path | None, plot_path: Path | None
+) -> list[str]:
+    """Write each export asked for; the messages of those that failed (an unwritable path,
+    the plot's optional dependency missing), each failure leaving the others written."""
+    failed: list[str] = []
+    writers = (
+        (csv_path, result.to_csv),
+        (json_path, result.to_json),
+        (plot_path, result.plot_pareto),
+    )
+    for path, write in writers:
+        if path is None:
+            continue
+        try:
+            write(path)
+        except UserError as error:
+            failed.append(str(error))
+    return failed
 
 
 def _interrupted(

@@ -251,20 +251,34 @@ def _read_dataset(path: Path, source: ConfigSource) -> tuple[list[tuple[Any, Any
         raise source.error(f"no dataset file at {str(path)!r}.", ("dataset",))
     items: list[tuple[Any, Any]] = []
     keys: dict[str, None] = {}
-    with path.open(encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                items.append((row["input"], row["expected"]))
-                keys.update(dict.fromkeys(row))
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise ConfigError(
-                    f'each line must be a JSON object with "input" and "expected" ({error})',
-                    file=str(path),
-                    line=line_no,
-                ) from None
+    try:
+        with path.open("rb") as lines:
+            for line_no, raw in enumerate(lines, 1):
+                try:
+                    line = raw.removeprefix(b"\xef\xbb\xbf" if line_no == 1 else b"").decode()
+                except UnicodeDecodeError as error:
+                    raise ConfigError(
+                        f"the dataset is not UTF-8 text ({error.reason} at byte "
+                        f"{error.start + 1} of the line); save it as UTF-8.",
+                        file=str(path),
+                        line=line_no,
+                    ) from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    items.append((row["input"], row["expected"]))
+                    keys.update(dict.fromkeys(row))
+                except (json.JSONDecodeError, KeyError, TypeError) as error:
+                    raise ConfigError(
+                        f'each line must be a JSON object with "input" and "expected" ({error})',
+                        file=str(path),
+                        line=line_no,
+                    ) from None
+    except OSError as error:
+        raise source.error(
+            f"cannot read the dataset {str(path)!r}: {error.strerror or error}.", ("dataset",)
+        ) from None
     if not items:
         raise source.error(f"the dataset {str(path)!r} has no items.", ("dataset",))
     return items, list(keys)
