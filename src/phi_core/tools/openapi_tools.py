@@ -165,10 +165,10 @@ class OpenApiToolAdapter:
                 ) as response,
             ):
                 text, cut = await _read_capped(response, self.config.max_response_bytes)
-        except _OffOrigin as exc:
+        except OpenApiError as exc:  # only the redirect hook raises it here
             return ToolResult.error(
                 redact(
-                    f"{method} {shown} was redirected to {exc.origin}, another host: not "
+                    f"{method} {shown} was redirected to {exc}, another host: not "
                     f"followed, since the API's credentials and headers would go with it."
                 )
             )
@@ -312,12 +312,6 @@ def _server_url(spec: dict[str, Any], base_uri: str, source: str) -> str:
     return url.rstrip("/")
 
 
-class _OffOrigin(Exception):
-    def __init__(self, origin: str) -> None:
-        super().__init__(origin)
-        self.origin = origin
-
-
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port
 
@@ -330,7 +324,7 @@ def _same_origin_as(first: str) -> Any:
     async def check(request: httpx.Request) -> None:
         if _origin(request.url) != origin:
             u = request.url
-            raise _OffOrigin(f"{u.scheme}://{u.host}" + (f":{u.port}" if u.port else ""))
+            raise OpenApiError(f"{u.scheme}://{u.host}" + (f":{u.port}" if u.port else ""))
 
     return check
 
