@@ -121,3 +121,86 @@ def test_a_bare_name_is_qualified_on_request_and_hinted_otherwise() -> None:
     assert parse_branch("gpt-4o@seed=3", qualify=True) == BranchSpec(model="openai:gpt-4o", seed=3)
     with pytest.raises(UserError, match=r"Did you mean 'openai:gpt-4o'"):
         parse_branch("gpt-4o")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        (
+            '[[branches]]\nmodel = "nosuch:a"\n',
+            "line 2, key `branches[0].model`",
+            "Unknown provider 'nosuch'",
+        ),
+        (
+            '[[branches]]\nmodel = "scripted:a"\n[judge]\nmodel = "gpt-nonexist"\n',
+            "line 4, key `judge.model`",
+            "No known provider",
+        ),
+        (
+            '[[branches]]\nname = "x"\nmodel = "scripted:a"\n[[branches]]\nname = "x"\nmodel = "scripted:b"\n',
+            "line 5, key `branches[1].name`",
+            "both named 'x'",
+        ),
+        (
+            '[[branches]]\nmodel = "scripted:a@temperature=0.5"\ntemperature = 0.2\n',
+            "line 3, key `branches[0].temperature`",
+            "set both after '@'",
+        ),
+        (
+            '[[branches]]\nmodel = "scripted:a@colour=red"\n',
+            "line 2, key `branches[0].model`",
+            "unknown setting 'colour'",
+        ),
+        (
+            '[[branches]]\nmodel = "scripted:a@temperature=0.2,,"\n',
+            "line 2, key `branches[0].model`",
+            "not key=value",
+        ),
+    ],
+    ids=[
+        "provider",
+        "judge-model",
+        "duplicate-name",
+        "set-twice",
+        "unknown-setting",
+        "empty-setting",
+    ],
+)
+def test_model_problems_in_a_race_file_name_the_line_and_key(
+    text: str, where: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_race_spec(text, file="race.toml")
+    assert _located(caught.value) == where
+    assert message in str(caught.value)
+
+
+def _located(error: ConfigError) -> str:
+    return f"line {error.line}, key `{error.key}`"
+
+
+def test_settings_after_at_in_a_race_file_work_as_on_the_command_line() -> None:
+    spec = parse_race_spec('[[branches]]\nmodel = "scripted:a@temperature=0.5,system=Hi"\n')
+    assert spec.branches == [BranchSpec(model="scripted:a", temperature=0.5, system_prompt="Hi")]
+    assert parse_race_spec('judge = "scripted:j@temperature=0"\n').judge == BranchSpec(
+        model="scripted:j", temperature=0.0
+    )
+
+
+@pytest.mark.parametrize("fmt", ["toml", "json", "yaml"])
+def test_an_empty_race_file_is_refused_instead_of_racing_the_defaults(fmt: str) -> None:
+    with pytest.raises(ConfigError, match="the race file is empty"):
+        parse_race_spec("", fmt, file=f"race.{fmt}")
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("local:smollm2@", "ends in '@'"),
+        ("local:smollm2@temperature", "without a value"),
+        ("local:smollm2@temperature=0.2,,", "not key=value"),
+    ],
+)
+def test_a_malformed_setting_after_at_says_so(model: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_branch(model)

@@ -204,6 +204,12 @@ def parse_branch(
         if branch.name == text:
             return branch
     model, settings = split_model_settings(text)
+    head, at, tail = model.rpartition("@")
+    if at and _SETTING_ALIASES.get(tail, tail) in _SETTING_KEYS:
+        raise UserError(
+            f"Model {text!r} ends in '@{tail}' without a value: write settings after '@' as "
+            f"key=value pairs, for example `{head}@{tail}=...`."
+        )
     if ":" in model:
         pass  # `provider:model`: an unknown provider is named when the model is resolved
     elif qualify:
@@ -271,4 +277,70 @@ def parse_race_spec(text: str, fmt: str = "toml", *, file: str | None = None) ->
 
 
 def _race_spec(source: ConfigSource) -> RaceSpec:
-    return validate(RaceSpec, source.parse(), source)
+    data = source.parse()
+    if not data:
+        raise source.error(
+            "the race file is empty: add `[[branches]]` (or `strategy`, `judge`, ...), or leave "
+            "out --config to race the default configurations."
+        )
+    branches = data.get("branches")
+    for i, branch in enumerate(branches if isinstance(branches, list) else []):
+        _split_settings(branch, source, ("branches", i))
+    if isinstance(data.get("judge"), str):
+        data["judge"] = {"model": data["judge"]}
+    _split_settings(data.get("judge"), source, ("judge",))
+    spec = validate(RaceSpec, data, source)
+    _check_branches(spec, source)
+    return spec
+
+
+def _split_settings(branch: object, source: ConfigSource, where: tuple[str | int, ...]) -> None:
+    """A race file's ``model = "provider:model@key=value,..."``: the settings become the
+    branch's keys, as they do on the command line (in place)."""
+    if not isinstance(branch, dict) or not isinstance(branch.get("model"), str):
+        return
+    try:
+        model, settings = split_model_settings(branch["model"])
+    except UserError as error:
+        raise source.error(str(error), (*where, "model")) from None
+    for key, value in settings.items():
+        key = _SETTING_ALIASES.get(key, key)
+        if key not in _SETTING_KEYS or key == "model":
+            raise source.error(
+                f"unknown setting {key!r} after '@'; use one of: "
+                f"{', '.join(k for k in _SETTING_KEYS if k != 'model')}.",
+                (*where, "model"),
+            )
+        if key in branch:
+            raise source.error(
+                f"{key!r} is set both after '@' and as a key of the branch; keep one.",
+                (*where, key),
+            )
+        branch[key] = value
+    branch["model"] = model
+
+
+def _check_branches(spec: RaceSpec, source: ConfigSource) -> None:
+    """Every model names a known provider (checked here, so the error has file, line and
+    key), and no two branches share a name."""
+    from ..providers.registry import resolve_model
+
+    named: dict[str, int] = {}
+    places: list[tuple[BranchSpec, tuple[str | int, ...]]] = [
+        (b, ("branches", i)) for i, b in enumerate(spec.branches or [])
+    ]
+    if spec.judge is not None:
+        places.append((spec.judge, ("judge",)))
+    for branch, where in places:
+        try:
+            resolve_model(branch.model)
+        except UserError as error:
+            raise source.error(str(error), (*where, "model")) from None
+        if branch.name and where[0] == "branches":
+            if branch.name in named:
+                raise source.error(
+                    f"branches {named[branch.name]} and {where[1]} are both named "
+                    f"{branch.name!r}; give each branch its own name.",
+                    (*where, "name"),
+                )
+            named[branch.name] = int(where[1])

@@ -250,11 +250,22 @@ def split_model_settings(text: str) -> tuple[str, dict[str, str]]:
     """
     text = text.strip()
     at = text.rfind("@")
-    if at <= 0 or not _SETTINGS.match(text[at + 1 :]):
+    suffix = text[at + 1 :]
+    if at > 0 and not suffix:
+        raise UserError(
+            f"Model {text!r} ends in {('@' + suffix)!r}: settings after '@' are key=value pairs "
+            f"separated by commas, for example `{text[:at]}@temperature=0.2`."
+        )
+    if at <= 0 or not _SETTINGS.match(suffix):
         return text, {}
     settings: dict[str, str] = {}
-    for item in filter(None, text[at + 1 :].split(",")):
-        key, _, value = item.partition("=")
+    for item in suffix.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(
+                f"Model {text!r} has a setting {item!r} that is not key=value; write the "
+                f"settings after '@' as key=value pairs separated by single commas."
+            )
         settings[key.strip()] = value.strip()
     return text[:at], settings
 
