@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
-from phi_core.runlog import RunLog, default_log_path
+from phi_core.runlog import RunLog, RunRecord, default_log_path
 
 SCRIPT = {
     "scripted:a": {"default": "Entanglement links two particles."},
@@ -87,6 +88,47 @@ def test_filters_pick_runs_by_model_strategy_kind_text_and_date(script: str) -> 
     assert prompts("--until", "2001-01-01") == []
     bad = phi("logs", "--since", "last tuesday")
     assert bad.exit_code == 2 and "an age" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-n", "99999999999999999999"], "-n/--count must be at most 9223372036854775807"),
+        (["list", "-n", "9223372036854775808"], "-n/--count must be at most"),
+        (["--since", "99999999d"], "The age '99999999d' reaches back before the year 1"),
+        (["--until", "99999999d"], "The age '99999999d' reaches back before the year 1"),
+        (["--until", "9999999999w"], "The age '9999999999w' reaches back before the year 1"),
+        (["--since", "99999999999999999999999999s"], "reaches back before the year 1"),
+        (["--since", "-5d"], "cannot be negative, got '-5d'"),
+        (["--since", "5y"], "Cannot read '5y' as a time"),
+        (["--until", "2026-13-45"], "Cannot read '2026-13-45' as a time"),
+        (["--since", "9999-12-31T23:59:59-05:00"], "outside the years 1 to 9999"),
+        (["list", "--until", "0001-01-01T00:00+05:00"], "outside the years 1 to 9999"),
+    ],
+)
+def test_a_count_or_time_out_of_range_is_a_usage_error_not_a_traceback(
+    args: list[str], message: str
+) -> None:
+    with RunLog() as log:
+        log.write(RunRecord(kind="run", prompt="logged", status="ok"))
+    result = phi("logs", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: ") and message in result.stderr
+    assert "Traceback" not in result.output and result.stdout == ""
+
+
+def test_the_edges_of_the_calendar_and_of_the_count_still_list_runs() -> None:
+    with RunLog() as log:
+        log.write(RunRecord(kind="run", prompt="logged", status="ok"))
+    for args in (
+        ["-n", "9223372036854775807"],
+        ["--since", "0001-01-01", "--until", "9999-12-31"],
+        ["--until", "0d"],
+    ):
+        result = phi("logs", "--json", *args)
+        assert result.exit_code == 0, result.output
+        assert [r["prompt"] for r in lines(result.stdout)] == ["logged"]
+    assert lines(phi("logs", "--json", "--since", "0d").stdout) == []
 
 
 def test_no_log_flag_env_and_logs_off_each_keep_a_run_out(script: str) -> None:

@@ -11,13 +11,17 @@ import pytest
 
 from phi_core.errors import RunNotFoundError, UserError
 from phi_core.runlog import (
+    MAX_COUNT,
     BranchRecord,
     RouteEventRecord,
     RunLog,
     RunQuery,
     RunRecord,
+    check_count,
+    end_of_day,
     logging_enabled,
     new_run_id,
+    parse_count,
     parse_when,
     set_logging_enabled,
     utc_iso,
@@ -210,6 +214,69 @@ def test_times_are_read_as_dates_datetimes_or_ages() -> None:
     assert parse_when("7d", now=now) == utc_iso(now - 7 * 86400)
     with pytest.raises(UserError, match="an age"):
         parse_when("yesterday")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("99999999d", "The age '99999999d' reaches back before the year 1"),
+        ("9999999999w", "The age '9999999999w' reaches back before the year 1"),
+        ("99999999999999999999999999s", "reaches back before the year 1"),
+        ("1" + "0" * 5000 + "h", "(5002 characters) reaches back before the year 1"),
+        ("-5d", "cannot be negative, got '-5d'; write '5d'"),
+        ("5y", "Cannot read '5y' as a time"),
+        ("\u00b2d", "Cannot read"),  # a superscript two is a digit to str.isdigit, not to int
+        ("9999-12-31T23:59:59-05:00", "outside the years 1 to 9999"),
+        ("0001-01-01T00:00+05:00", "outside the years 1 to 9999"),
+    ],
+)
+def test_a_time_outside_the_calendar_is_a_user_error_saying_so(text: str, message: str) -> None:
+    for read in (parse_when, end_of_day):
+        with pytest.raises(UserError) as caught:
+            read(text)
+        assert message in str(caught.value)
+
+
+def test_times_at_the_edges_of_the_calendar_are_read_with_four_digit_years() -> None:
+    now = 1_800_000_000.0
+    assert parse_when("0001-01-01") == "0001-01-01T00:00:00.000Z"
+    assert parse_when("0999-06-01") == "0999-06-01T00:00:00.000Z"  # sorts before 2026
+    assert end_of_day("9999-12-31") == "9999-12-31T23:59:59.999Z"
+    assert end_of_day("2026-01-02") == "2026-01-02T23:59:59.999Z"
+    assert parse_when("0d", now=now) == utc_iso(now)
+    reach = int(now) + 62_135_596_800  # seconds from 0001-01-01 to `now`
+    assert parse_when(f"{reach}s", now=now) == "0001-01-01T00:00:00.000Z"  # as far as it goes
+    with pytest.raises(UserError, match="before the year 1"):
+        parse_when(f"{reach + 1}s", now=now)
+    with pytest.raises(UserError, match="Cannot read '2026-13-45' as a time"):
+        end_of_day("2026-13-45")
+
+
+def test_counts_beyond_sqlites_integers_are_a_user_error_naming_the_value(
+    tmp_path: Path,
+) -> None:
+    too_big = MAX_COUNT + 1
+    with pytest.raises(UserError, match=f"limit must be at most {MAX_COUNT} .*got {too_big}"):
+        RunQuery(limit=too_big)
+    with pytest.raises(UserError, match="offset must be >= 0, got -1"):
+        RunQuery(offset=-1)
+    with pytest.raises(UserError, match="-n/--count must be at most"):
+        check_count(10**20, "-n/--count")
+    with pytest.raises(UserError, match="offset must be a whole number, got '1e3'"):
+        parse_count("1e3", "offset")
+    with pytest.raises(
+        UserError, match="limit must be between 1 and 200, got 99999999999999999999"
+    ):
+        parse_count("99999999999999999999", "limit", low=1, high=200)
+    with pytest.raises(UserError, match=r"offset must be at most .*\(5000 characters\)"):
+        parse_count("9" * 5000, "offset")
+    assert parse_count(str(MAX_COUNT), "offset") == MAX_COUNT
+    with RunLog(tmp_path / "logs.db") as log:
+        log.write(race_record("only"))
+        assert log.list_runs(RunQuery(limit=MAX_COUNT, offset=MAX_COUNT)) == []
+        assert len(log.list_runs(RunQuery(limit=MAX_COUNT))) == 1
+        with pytest.raises(UserError, match="limit must be at most"):
+            log.route_events(limit=too_big)
 
 
 def test_run_ids_sort_by_creation_time(monkeypatch: pytest.MonkeyPatch) -> None:

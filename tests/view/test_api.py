@@ -85,6 +85,17 @@ def test_facets_offer_the_values_the_runs_use(client: TestClient) -> None:
         ("?limit=0", "limit must be between 1 and 200, got 0"),
         ("?limit=many", "limit must be a whole number, got 'many'"),
         ("?offset=-1", "offset must be >= 0"),
+        ("?offset=99999999999999999999", "offset must be at most 9223372036854775807"),
+        ("?offset=-99999999999999999999", "offset must be >= 0, got -99999999999999999999"),
+        ("?offset=1e3", "offset must be a whole number, got '1e3'"),
+        ("?limit=99999999999999999999", "limit must be between 1 and 200"),
+        ("?limit=-5", "limit must be between 1 and 200, got -5"),
+        ("?since=99999999d", "The age '99999999d' reaches back before the year 1"),
+        ("?until=9999999999w", "The age '9999999999w' reaches back before the year 1"),
+        ("?until=99999999d", "reaches back before the year 1"),
+        ("?since=-5d", "cannot be negative, got '-5d'"),
+        ("?until=2026-13-45", "Cannot read '2026-13-45' as a time"),
+        ("?since=9999-12-31T23:59:59-05:00", "outside the years 1 to 9999"),
         ("?kind=chat", "Unknown kind 'chat'"),
         ("?since=yesterday-ish", "Cannot read 'yesterday-ish' as a time"),
         ("?colour=red", "Unknown search parameter 'colour'"),
@@ -93,9 +104,18 @@ def test_facets_offer_the_values_the_runs_use(client: TestClient) -> None:
 def test_a_bad_search_parameter_is_a_400_saying_what_was_wrong(
     client: TestClient, query: str, message: str
 ) -> None:
-    response = client.get(f"/api/runs{query}")
-    assert response.status_code == 400
-    assert message in response.json()["error"]
+    # /api/selections takes the same parameters, its kind fixed to `select`.
+    routes = ["/api/runs"] if "kind=" in query else ["/api/runs", "/api/selections"]
+    for route in routes:
+        response = client.get(f"{route}{query}")
+        assert response.status_code == 400, (route, response.text)
+        assert message in response.json()["error"]
+
+
+def test_the_last_page_sqlite_can_address_is_empty_not_an_error(client: TestClient) -> None:
+    body = client.get("/api/runs?offset=9223372036854775807&until=9999-12-31&since=0001-01-01")
+    assert body.status_code == 200, body.text
+    assert body.json()["runs"] == [] and body.json()["total"] == 3
 
 
 def test_one_race_has_every_branch_the_verdict_and_the_figures(

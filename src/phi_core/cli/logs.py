@@ -20,6 +20,7 @@ from ..runlog import (
     RunLog,
     RunQuery,
     RunRecord,
+    check_count,
     default_log_path,
     end_of_day,
     log_status,
@@ -93,7 +94,8 @@ def _list(
         if model is not None:
             model = lookup_alias(model.strip()) or model
         run_query = RunQuery(
-            limit=count or None, model=model, strategy=strategy, kind=kind, status=status,
+            limit=check_count(count, "-n/--count") or None, model=model, strategy=strategy,
+            kind=kind, status=status,
             since=parse_when(since) if since else None,
             until=end_of_day(until) if until else None,
             text=query, conversation_id=cid,

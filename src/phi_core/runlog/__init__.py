@@ -13,6 +13,7 @@ from ._conversation import Continuation, find_continuation, new_conversation_id
 from ._migrations import MIGRATIONS, applied_migrations, fts_available, migrate
 from ._recorder import RunRecorder, plan_snapshot, winner_history
 from ._records import (
+    MAX_COUNT,
     BranchRecord,
     LogStatus,
     RouteEventRecord,
@@ -20,8 +21,10 @@ from ._records import (
     RunKind,
     RunQuery,
     RunRecord,
+    check_count,
     end_of_day,
     new_run_id,
+    parse_count,
     parse_when,
     utc_iso,
 )
@@ -38,6 +41,7 @@ from ._store import (
 
 __all__ = [
     "LOG_FILE",
+    "MAX_COUNT",
     "MIGRATIONS",
     "NO_LOG_ENV",
     "BranchRecord",
@@ -52,6 +56,7 @@ __all__ = [
     "RunRecord",
     "RunRecorder",
     "applied_migrations",
+    "check_count",
     "default_log_path",
     "end_of_day",
     "find_continuation",
@@ -61,6 +66,7 @@ __all__ = [
     "migrate",
     "new_conversation_id",
     "new_run_id",
+    "parse_count",
     "parse_when",
     "plan_snapshot",
     "set_logging_enabled",

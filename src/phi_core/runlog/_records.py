@@ -7,10 +7,12 @@ a web view can serve them as they are.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dt_time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -19,6 +21,7 @@ from ..errors import UserError
 from ..types import MESSAGES_ADAPTER, AgentMessage
 
 __all__ = [
+    "MAX_COUNT",
     "BranchRecord",
     "LogStatus",
     "RouteEventRecord",
@@ -26,8 +29,10 @@ __all__ = [
     "RunKind",
     "RunQuery",
     "RunRecord",
+    "check_count",
     "end_of_day",
     "new_run_id",
+    "parse_count",
     "parse_when",
     "utc_iso",
 ]
@@ -50,43 +55,134 @@ def new_run_id() -> str:
 
 def utc_iso(moment: float | None = None) -> str:
     """``2026-01-02T03:04:05.678Z`` for a unix time (now by default)."""
-    stamp = datetime.fromtimestamp(time.time() if moment is None else moment, tz=UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    return _utc_text(datetime.fromtimestamp(time.time() if moment is None else moment, tz=UTC))
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"(-?)([0-9]+)([smhdw])", re.IGNORECASE)
+_TIME_FORMS = (
+    "write a date (2026-01-02), a date and time (2026-01-02T15:00, UTC) or an age (30m, 2h, 7d, 1w)"
+)
+
+
+def _utc_text(stamp: datetime) -> str:
+    """``stamp`` (aware) as the log stores times: UTC, milliseconds, four-digit year."""
+    return stamp.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def parse_when(text: str, *, now: float | None = None) -> str:
     """A point in time as the log stores it: an ISO date or date-time (``2026-01-02``,
     ``2026-01-02T15:00``; UTC unless it names a zone) or an age (``30m``, ``2h``, ``7d``, ``1w``).
 
+    The one reading of times for ``phi logs --since/--until`` and the web view's ``since`` and
+    ``until``.
+
     Raises:
-        UserError: neither form (says which forms are accepted).
+        UserError: neither form (says which forms are accepted), a negative age, or a time
+            outside the years 1 to 9999 (an age reaching back further, a date at the edge
+            whose zone moves it out).
     """
     raw = text.strip()
-    if raw and raw[:-1].isdigit() and raw[-1].lower() in _UNITS:
-        age = int(raw[:-1]) * _UNITS[raw[-1].lower()]
-        return utc_iso((time.time() if now is None else now) - age)
+    age = _AGE.fullmatch(raw)
+    if age is not None:
+        sign, amount, unit = age.groups()
+        if sign:
+            raise UserError(
+                f"An age counts back from now and cannot be negative, got {_quoted(text)}; "
+                f"write '{amount}{unit}' for that long ago."
+            )
+        start = datetime.fromtimestamp(time.time() if now is None else now, tz=UTC)
+        reach = (start - datetime(1, 1, 1, tzinfo=UTC)) // timedelta(seconds=1)
+        # Lengths first: Python refuses int() of thousands of digits.
+        too_far = len(amount.lstrip("0")) > len(str(reach))
+        if too_far or int(amount) * _UNITS[unit.lower()] > reach:
+            raise UserError(
+                f"The age {_quoted(text)} reaches back before the year 1; write a smaller age or a "
+                "date (2026-01-02)."
+            )
+        return _utc_text(start - timedelta(seconds=int(amount) * _UNITS[unit.lower()]))
     try:
         parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise UserError(
-            f"Cannot read {text!r} as a time; write a date (2026-01-02), a date and time "
-            "(2026-01-02T15:00, UTC) or an age (30m, 2h, 7d, 1w)."
-        ) from None
+        raise UserError(f"Cannot read {_quoted(text)} as a time; {_TIME_FORMS}.") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return utc_iso(parsed.timestamp())
+    try:
+        return _utc_text(parsed)
+    except OverflowError:
+        raise UserError(
+            f"The time {_quoted(text)} falls outside the years 1 to 9999 in UTC; write a time "
+            "within them."
+        ) from None
 
 
 def end_of_day(text: str) -> str:
-    """``--until 2026-01-02`` includes that whole day."""
+    """``--until 2026-01-02`` includes that whole day (any other form as :func:`parse_when`).
+
+    Raises:
+        UserError: as :func:`parse_when`.
+    """
     raw = text.strip()
     if len(raw) == 10 and raw[4] == "-" and raw[7] == "-":
-        day = datetime.fromisoformat(raw).replace(tzinfo=UTC) + timedelta(days=1)
-        return utc_iso(day.timestamp() - 0.001)
+        try:
+            day = date.fromisoformat(raw)
+        except ValueError:
+            return parse_when(raw)  # not a date: raises parse_when's message
+        return _utc_text(datetime.combine(day, dt_time(23, 59, 59, 999_000), tzinfo=UTC))
     return parse_when(raw)
+
+
+MAX_COUNT = 2**63 - 1
+"""The largest count or offset the run log takes: SQLite's largest integer (signed 64-bit)."""
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def check_count(value: int, name: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """``value`` when ``low <= value <= high``: the one range check of the counts and offsets
+    the run log is asked for (``phi logs -n``, the web view's ``limit`` and ``offset``,
+    :class:`RunQuery`, :meth:`RunLog.route_events`). ``name`` is how the caller's user wrote it.
+
+    Raises:
+        UserError: out of range (names ``name``, shows the value and the range).
+    """
+    if low <= value <= high:
+        return value
+    shown = str(value) if value.bit_length() < 10_000 else "a number of thousands of digits"
+    raise _out_of_range(name, shown, below=value < low, low=low, high=high)
+
+
+def parse_count(text: str, name: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """A whole number written as ``text`` (a query string's), range-checked as
+    :func:`check_count`.
+
+    Raises:
+        UserError: not a whole number, or out of range (names ``name`` and shows ``text``).
+    """
+    raw = text.strip()
+    if _WHOLE.fullmatch(raw) is None:
+        raise UserError(f"{name} must be a whole number, got {_quoted(text)}.")
+    if len(raw.lstrip("+-").lstrip("0")) > len(str(MAX_COUNT)):
+        # Beyond any range we take, and Python refuses int() of thousands of digits.
+        shown = raw if len(raw) <= 60 else _quoted(raw)
+        raise _out_of_range(name, shown, below=raw.startswith("-"), low=low, high=high)
+    return check_count(int(raw), name, low=low, high=high)
+
+
+def _quoted(text: str) -> str:
+    """``text`` quoted for an error message, its middle cut out when it is long."""
+    return (
+        repr(text) if len(text) <= 60 else f"{text[:30]!r}…{text[-10:]!r} ({len(text)} characters)"
+    )
+
+
+def _out_of_range(name: str, shown: str, *, below: bool, low: int, high: int) -> UserError:
+    if high < MAX_COUNT:
+        span = f"between {low} and {high}"
+    elif below:
+        span = f">= {low}"
+    else:
+        span = f"at most {high} (the largest number SQLite stores)"
+    return UserError(f"{name} must be {span}, got {shown}.")
 
 
 class BranchRecord(BaseModel):
@@ -190,6 +286,17 @@ class RunQuery:
     text: str | None = None
     """Words that must all appear in the prompt, system prompt, an answer or a model name."""
     conversation_id: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check ``limit`` (``None``: all) and ``offset`` with :func:`check_count`, so every
+        query the store runs fits SQLite's integers.
+
+        Raises:
+            UserError: either out of range.
+        """
+        if self.limit is not None:
+            check_count(self.limit, "limit")
+        check_count(self.offset, "offset")
 
 
 @dataclass(frozen=True)

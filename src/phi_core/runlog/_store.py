@@ -30,7 +30,15 @@ from .._paths import user_path
 from .._sqlite import init_wal
 from ..errors import RunNotFoundError, UserError, redact
 from ._migrations import MIGRATIONS, applied_migrations, migrate
-from ._records import BranchRecord, LogStatus, RouteEventRecord, RunFacets, RunQuery, RunRecord
+from ._records import (
+    BranchRecord,
+    LogStatus,
+    RouteEventRecord,
+    RunFacets,
+    RunQuery,
+    RunRecord,
+    check_count,
+)
 
 __all__ = [
     "LOG_FILE",
@@ -263,7 +271,8 @@ class RunLog:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY r.created_at DESC, r.rowid DESC LIMIT ? OFFSET ?"
-        params += [-1 if query.limit is None else max(0, query.limit), max(0, query.offset)]
+        # RunQuery checked both (check_count): they fit SQLite's integers.
+        params += [-1 if query.limit is None else query.limit, query.offset]
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
             return [self._record(row, with_messages=False) for row in rows]
@@ -393,7 +402,11 @@ class RunLog:
         self, namespace: str | None = None, *, limit: int | None = 500
     ) -> list[RouteEventRecord]:
         """The router's decisions and updates across runs, oldest first (the newest
-        ``limit``), optionally of one namespace."""
+        ``limit``), optionally of one namespace.
+
+        Raises:
+            UserError: ``limit`` below 0 or beyond SQLite's integers (:func:`check_count`).
+        """
         sql = f"SELECT {', '.join(_EVENT_FIELDS)} FROM route_events"
         params: list[Any] = []
         if namespace is not None:
@@ -402,7 +415,7 @@ class RunLog:
         sql += " ORDER BY timestamp DESC, run_id DESC, seq DESC"
         if limit is not None:
             sql += " LIMIT ?"
-            params.append(limit)
+            params.append(check_count(limit, "limit"))
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
         return [_route_event(row) for row in reversed(rows)]

@@ -17,7 +17,16 @@ from typing import Any
 from ..errors import StateStoreError, UserError, ViewNotFoundError
 from ..routing.state import route_state_summary, state_location
 from ..routing.stores import open_state_store
-from ..runlog import RunLog, RunQuery, RunRecord, default_log_path, end_of_day, parse_when
+from ..runlog import (
+    MAX_COUNT,
+    RunLog,
+    RunQuery,
+    RunRecord,
+    default_log_path,
+    end_of_day,
+    parse_count,
+    parse_when,
+)
 from ._svg import Series, scatter_svg
 
 __all__ = ["MAX_PAGE", "ViewData", "run_query"]
@@ -260,7 +269,9 @@ def run_query(params: dict[str, str]) -> RunQuery:
     """The :class:`RunQuery` a query string asks for.
 
     Raises:
-        UserError: a bad ``limit``/``offset``/``kind`` or a time that cannot be read.
+        UserError: a bad ``limit``/``offset``/``kind`` (not a whole number, or outside 1 to
+            :data:`MAX_PAGE` and 0 to SQLite's largest integer) or a time that cannot be read
+            or lies outside the years 1 to 9999.
     """
     known = {"q", "model", "strategy", "kind", "status", "since", "until", "limit", "offset"}
     unknown = sorted(set(params) - known)
@@ -268,7 +279,7 @@ def run_query(params: dict[str, str]) -> RunQuery:
         raise UserError(f"Unknown search parameter {unknown[0]!r}; use {', '.join(sorted(known))}.")
     values = {k: v.strip() for k, v in params.items() if v.strip()}
     limit = _int(values, "limit", 50, 1, MAX_PAGE)
-    offset = _int(values, "offset", 0, 0, None)
+    offset = _int(values, "offset", 0, 0, MAX_COUNT)
     kind = values.get("kind")
     if kind is not None and kind not in _KINDS:
         raise UserError(f"Unknown kind {kind!r}; use one of {', '.join(_KINDS)}.")
@@ -285,18 +296,9 @@ def run_query(params: dict[str, str]) -> RunQuery:
     )
 
 
-def _int(values: dict[str, str], name: str, default: int, low: int, high: int | None) -> int:
+def _int(values: dict[str, str], name: str, default: int, low: int, high: int) -> int:
     raw = values.get(name)
-    if raw is None:
-        return default
-    try:
-        number = int(raw)
-    except ValueError:
-        raise UserError(f"{name} must be a whole number, got {raw!r}.") from None
-    if number < low or (high is not None and number > high):
-        span = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise UserError(f"{name} must be {span}, got {number}.")
-    return number
+    return default if raw is None else parse_count(raw, name, low=low, high=high)
 
 
 def _run_summary(record: RunRecord) -> dict[str, Any]:
