@@ -1,6 +1,7 @@
 """``phi serve`` as a process, used by real command-line clients: ``curl`` and simonw's ``llm``
 (through an OpenAI-compatible model entry pointing at the gateway); graceful shutdown drains a
-stream in flight; a bad config fails before serving, with exit code 2."""
+stream in flight; a bad config, a port in use or a bad host fails before serving, with exit
+code 2."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,22 @@ async def test_a_bad_profile_fails_at_start_with_exit_code_2(
     code, _, err = await run(PHI, "serve", "--config", str(config), "--port", "0")
     assert code == 2
     assert "judgee" in err and "Did you mean 'judge'" in err
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["port in use", "bad host"])
+async def test_an_address_it_cannot_listen_on_fails_at_start_like_phi_view(
+    strict_loop: Any, taken: bool
+) -> None:
+    """The same one-line error and exit code as `phi view` and `phi mcp serve --http`, not
+    uvicorn's log lines and its exit code 3."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        host = "127.0.0.1" if taken else "999.1.1.1"
+        code, _, err = await run(PHI, "serve", "--host", host, "--port", str(port))
+    assert code == 2
+    assert err.startswith(f"Error: Cannot listen on {host}:{port} (")
+    assert "pass another --port (0 picks a free one)." in err
+    assert ("Address already in use" in err) is taken
+    assert "ERROR:" not in err and "Errno" not in err and "warning:" not in err

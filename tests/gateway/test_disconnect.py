@@ -10,12 +10,13 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
-from phi_core.runlog import RunLog
+from phi_core.runlog import RunLog, RunQuery
 
-from ..providers.fakes import FakeServer, Stream
+from ..providers.fakes import FakeServer, Recorded, Respond, Stream
 from ..providers.fakes.openai_wire import chat_stream, chunk, usage_chunk
-from .helpers import gateway_config, live_gateway
+from .helpers import gateway_config, live_gateway, reply_rule
 
 
 def slow_reply(words: int = 200, interval: float = 0.05) -> Stream:
@@ -35,6 +36,20 @@ def delayed(rule: Any, seconds: float) -> Any:
         return rule(record)
 
     return slow
+
+
+def stalling(model: str) -> Any:
+    """The usual replies, except that ``model`` streams three words and then nothing more
+    (until its caller hangs up)."""
+
+    def rule(record: Recorded) -> Respond | Stream:
+        if record.json.get("model") != model:
+            return reply_rule(record)
+        pieces = [chunk({"role": "assistant", "content": ""})]
+        pieces += [chunk({"content": f"word{i} "}) for i in range(3)]
+        return Stream(chat_stream(*pieces, chunk({}, "stop"), usage_chunk(10, 3)), stall_after=4)
+
+    return rule
 
 
 async def until(condition: Any, within: float = 5.0) -> None:
@@ -143,3 +158,47 @@ async def test_a_race_that_fails_after_its_stream_started_ends_with_an_error_eve
     assert raw.status_code == 200 and events[0] == ": phi is still deciding"
     error = json.loads(events[-2][len("data: ") :])
     assert error["error"]["message"] and events[-1] == "data: [DONE]"
+
+
+@pytest.mark.parametrize("keepalive_s", [10.0, 0.05], ids=["before", "after its stream started"])
+async def test_a_race_whose_client_goes_away_is_logged_once_as_a_race_with_its_branches(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog, keepalive_s: float
+) -> None:
+    """One branch has answered, the other is mid-stream when the client leaves: the run log
+    keeps one race record (`phi logs --kind race` lists it) with both branches, their
+    statuses and their usage, not a pseudo-run of the profile's name."""
+    upstream.default = stalling("beta")
+    config = gateway_config(upstream.url, keepalive_s=keepalive_s)
+    body = {"model": "race:duo", "stream": True, "messages": [{"role": "user", "content": "q"}]}
+
+    def alpha_done() -> bool:
+        return any(r.json["model"] == "alpha" and r.completed for r in upstream.requests)
+
+    async with live_gateway(config, run_log) as url:
+        async with httpx.AsyncClient() as client:
+            if keepalive_s < 1:  # the stream has started (keep-alive comments): then close it
+                async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                    async for text in r.aiter_text():
+                        if text.startswith(": phi is still deciding") and alpha_done():
+                            break
+            else:  # no byte has been sent yet
+                request = asyncio.create_task(client.post(f"{url}/v1/chat/completions", json=body))
+                await until(lambda: alpha_done() and upstream.in_flight == 1)
+                request.cancel()
+                await asyncio.gather(request, return_exceptions=True)
+        await until(lambda: all(r.ended_at is not None for r in upstream.requests))
+        async with httpx.AsyncClient() as client:
+            metrics = (await client.get(f"{url}/metrics")).text
+    assert 'phi_gateway_requests_total{kind="race",route="chat",status="499"} 1' in metrics
+    [record] = run_log.list_runs()  # one record per run
+    assert run_log.list_runs(RunQuery(kind="race")) == [record]
+    assert record.kind == "race" and record.strategy == "judge" and record.status == "cancelled"
+    assert record.source == "gateway" and record.winner is None
+    assert "client went away" in " ".join(record.warnings)
+    alpha, beta = record.branches
+    assert (alpha.label, alpha.status) == ("alpha", "ok")
+    assert (alpha.input_tokens, alpha.output_tokens) == (10, 5)
+    assert (beta.label, beta.status) == ("beta", "cancelled") and beta.error
+    assert beta.output_tokens > 0  # the three words it streamed, estimated
+    assert record.input_tokens == alpha.input_tokens + beta.input_tokens
+    assert record.output_tokens == alpha.output_tokens + beta.output_tokens

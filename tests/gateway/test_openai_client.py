@@ -4,6 +4,7 @@ request settings that reach the upstream, race facts, and every error status."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -11,6 +12,8 @@ import httpx
 import openai
 import pytest
 
+from phi_core.context import ExecutionLimits
+from phi_core.gateway import Gateway
 from phi_core.runlog import RunLog
 
 from ..providers.fakes import FakeServer, Stream
@@ -325,6 +328,28 @@ async def test_every_error_status_in_openai_format(strict_loop: Any, upstream: F
         body = error.value.body
         assert isinstance(body, dict) and {"message", "type", "code"} <= set(body)
         assert "sk-team-secret" not in json.dumps(body)
+
+
+async def test_a_request_over_a_per_request_budget_is_a_400_clients_do_not_retry(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    """A request that can never fit the branches' `max_total_tokens` is the client's to fix:
+    not the 429 of a rate or spend limit (which clients retry), and no `Retry-After`."""
+    gateway = Gateway(gateway_config(upstream.url), run_log=None)
+    plan = gateway.race_plans["first"]
+    small = ExecutionLimits(max_total_tokens=50)
+    configs = [dataclasses.replace(c, limits=small) for c in plan.configs]
+    gateway.race_plans["first"] = dataclasses.replace(plan, configs=configs)
+    long = [{"role": "user", "content": "tell me about this: " + "word " * 400}]
+    async with gateway_client(gateway) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="race:first", messages=long)
+    error = caught.value
+    assert error.status_code == 400 and error.code == "over_budget"
+    assert error.type == "invalid_request_error"
+    assert "retry-after" not in error.response.headers
+    assert "max_total_tokens" in error.message and "send a shorter conversation" in error.message
+    assert not chat_bodies(upstream)  # refused before anything was sent
 
 
 async def test_a_streamed_passthrough_the_upstream_refuses_answers_with_its_status(

@@ -50,14 +50,22 @@ class Answer:
 
 
 def error_of_kind(kind: str | None, message: str, retry_after: float | None) -> GatewayError:
-    """An upstream failure's status: 429 rate limit, 503 overloaded, 504 timeout, 502 else."""
+    """An upstream failure's status: 429 rate limit, 400 bad request or over a per-request
+    budget, 503 overloaded, 504 timeout, 502 else."""
     if kind == "rate_limited":
         headers = {"Retry-After": str(max(1, round(retry_after or 1)))}
         return GatewayError(
             429, message, type_="rate_limit_error", code="rate_limited", headers=headers
         )
     if kind == "budget":
-        return GatewayError(429, message, type_="insufficient_quota", code="budget")
+        # Not a 429: clients retry those, and the same request is over the same budget again.
+        return GatewayError(
+            400,
+            f"{message.rstrip('.')}. The request is over a per-request budget (tokens or "
+            "cost), so sending it again fails the same way; send a shorter conversation or a "
+            "lower `max_tokens`.",
+            code="over_budget",
+        )
     if kind in ("bad_request", "context_overflow"):
         return GatewayError(400, message, code=kind)
     if kind == "overloaded":

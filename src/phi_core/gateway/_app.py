@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import (
@@ -99,6 +100,15 @@ async def _cancelled(task: asyncio.Future[Any]) -> None:
     if not task.done():
         task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+def _unrecorded(kind: str, task: asyncio.Future[Any]) -> bool:
+    """Whether a request whose client went away still needs its run-log record: a passthrough
+    call always, a route cut short by the cancellation (one that ended logged its result), a
+    race never (it logs itself as a race, also when cancelled)."""
+    if kind == "passthrough":
+        return True
+    return kind == "route" and task.cancelled()
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -309,7 +319,9 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             await _cancelled(task)
             gateway.in_flight -= 1
             await finish(kind, 499, started, caller, meter, disconnected=True)
-            await gateway.write_record(request_record(chat_request, meter, "cancelled", "", wall))
+            if _unrecorded(kind, task):
+                record = request_record(chat_request, meter, "cancelled", "", wall)
+                await gateway.write_record(record)
             return _error(ClientDisconnected())
         if not task.done():  # a streamed race still deciding: start the stream now
             return early_stream(request, chat_request, task, kind, caller, meter, started, wall)
@@ -376,7 +388,7 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
             gateway.in_flight -= 1
             status = 499 if disconnected else outcome["status"]
             await finish(kind, status, started, caller, meter, disconnected)
-            if disconnected:
+            if disconnected and _unrecorded(kind, task):
                 record = request_record(chat_request, meter, "cancelled", "", wall)
                 await gateway.write_record(record)
 
@@ -583,7 +595,8 @@ def serve(
     uvicorn logs its start and errors at ``log_level``; its access log is off.
 
     The config is loaded (and every profile planned) before the server starts, so a bad file
-    fails here with its located error.
+    fails here with its located error; so does an address that cannot be listened on (a port
+    in use, a host that is not this machine's).
     """
     import uvicorn
 
@@ -592,35 +605,56 @@ def serve(
     if not 0 <= port <= 65535:
         raise UserError(f"port must be from 0 to 65535, got {port!r}.")
     loaded = load_gateway_config(config)
-    warning = exposure_warning(bool(loaded.gateway.keys or env_keys()), host)
-    if warning is not None:
-        logger.warning("phi serve: %s", warning)
-        print(f"warning: {warning}", file=sys.stderr)
-    drain = max(1, round(loaded.gateway.drain_timeout_s))
-    if workers == 1:
-        uvicorn.run(
-            create_app(Gateway(loaded)), host=host, port=port, log_level=log_level,
-            timeout_graceful_shutdown=drain, access_log=False,
-        )  # fmt: skip
-        return
-    Gateway(loaded)  # every profile is checked once, before the workers start
-    if config is not None:
-        os.environ[CONFIG_ENV] = os.fspath(os.path.abspath(config))
-    else:
-        os.environ.pop(CONFIG_ENV, None)
-    from uvicorn.supervisors import Multiprocess
-
-    settings = uvicorn.Config(
-        "phi_core.gateway._app:app_from_env", factory=True, host=host, port=port,
-        workers=workers, log_level=log_level, timeout_graceful_shutdown=drain, access_log=False,
-        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
-    )  # fmt: skip
-    # Our own listening socket rather than uvicorn's: it says IPPROTO_TCP, so every accepted
-    # connection gets TCP_NODELAY (uvicorn's multi-worker socket leaves Nagle on: +40 ms a stream).
+    gateway = Gateway(loaded)  # every profile is checked once, before anything listens
+    # Our own listening socket rather than uvicorn's: a taken port is a UserError like
+    # `phi view`'s, and it says IPPROTO_TCP, so every accepted connection gets TCP_NODELAY
+    # (uvicorn's own sockets leave Nagle on: +40 ms a stream).
     sock = listening_socket(host, port)
     try:
-        Multiprocess(settings, sockets=[sock]).run()
-    except KeyboardInterrupt:
-        pass
+        warning = exposure_warning(bool(loaded.gateway.keys or env_keys()), host)
+        if warning is not None:
+            logger.warning("phi serve: %s", warning)
+            print(f"warning: {warning}", file=sys.stderr)
+        drain = max(1, round(loaded.gateway.drain_timeout_s))
+        if workers == 1:
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    create_app(gateway), log_level=log_level,
+                    timeout_graceful_shutdown=drain, access_log=False,
+                )
+            )  # fmt: skip
+            _log_listening(sock)
+            try:
+                server.run(sockets=[sock])
+            except KeyboardInterrupt:
+                pass
+            if not server.started:  # the app's startup failed; uvicorn said why
+                raise SystemExit(3)  # uvicorn's own exit status for a failed startup
+            return
+        if config is not None:
+            os.environ[CONFIG_ENV] = os.fspath(os.path.abspath(config))
+        else:
+            os.environ.pop(CONFIG_ENV, None)
+        from uvicorn.supervisors import Multiprocess
+
+        settings = uvicorn.Config(
+            "phi_core.gateway._app:app_from_env", factory=True, host=host, port=port,
+            workers=workers, log_level=log_level, timeout_graceful_shutdown=drain,
+            access_log=False, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+        )  # fmt: skip
+        _log_listening(sock)
+        try:
+            Multiprocess(settings, sockets=[sock]).run()
+        except KeyboardInterrupt:
+            pass
     finally:
         sock.close()
+
+
+def _log_listening(sock: socket.socket) -> None:
+    """Say where the gateway listens (uvicorn does not when it is handed a socket)."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    logging.getLogger("uvicorn.error").info(
+        "phi serve: listening on http://%s:%d (Ctrl+C stops it)", shown, port
+    )

@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..cancel import CancelToken
 from ..config import RacePlan, bandit_race_from_plan, plan_race
 from ..errors import GatewayError, ProviderError, UserError
 from ..events import RouteDecision, RouteUpdate, tee
@@ -70,6 +71,10 @@ RELOAD_EVERY_S = 1.0
 """A route profile reloads the shared router statistics at most this often."""
 MODELS_KEPT = 1024
 """How many resolved passthrough model names a gateway remembers."""
+CANCELLED_RACE = (
+    "the race was cancelled before it was decided (its client went away, or the gateway stopped)"
+)
+"""The warning on the run record of a race whose request was cancelled."""
 RECORD_BATCH_S = 0.1
 """How long a run record waits for others to be written with it (one thread hop and one
 transaction a batch); at close, what is queued is written at once."""
@@ -484,8 +489,26 @@ class Gateway:
             )  # fmt: skip
         recorder = self._recorder(request, plan=plan)
         context = AgentContext(messages=list(request.messages[:-1]))
+        cancel = CancelToken()
         with metering(meter):
-            result = await plan.run([last], context=context, events=recorder)
+            run = asyncio.ensure_future(
+                plan.run([last], context=context, events=recorder, cancel=cancel)
+            )
+        try:
+            result = await asyncio.shield(run)
+        except asyncio.CancelledError:
+            # The client went away (or the gateway is stopping): the race is stopped through
+            # its token, so it still ends as a race, each branch with its status and the usage
+            # it had caused, and is logged as one before the cancellation goes on.
+            cancel.cancel("client_disconnected")
+            try:
+                ended = await run
+            except asyncio.CancelledError:  # cancelled again while it stops: stop waiting
+                run.cancel()
+                raise
+            assert isinstance(ended, ParallelLoopResult)
+            await self._log(recorder, ended, warning=CANCELLED_RACE)
+            raise
         assert isinstance(result, ParallelLoopResult)
         await self._log(recorder, result)
         return race_answer(request, profile, plan, result, meter, recorder.run_id)
@@ -592,10 +615,12 @@ class Gateway:
             {"model": request.model},
         )  # fmt: skip
 
-    async def _log(self, recorder: RunRecorder, result: Any) -> None:
+    async def _log(self, recorder: RunRecorder, result: Any, warning: str | None = None) -> None:
         if self.run_log is None:
             return
         record = recorder.build(result)
+        if warning is not None:
+            record.warnings.append(warning)
         await self.write_record(record)
 
     async def write_record(self, record: RunRecord) -> None:
