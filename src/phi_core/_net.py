@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 
@@ -22,10 +23,11 @@ def listening_socket(host: str, port: int, *, backlog: int = 2048) -> socket.soc
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UserError(
-            f"Cannot listen on {host}:{port} ({exc.strerror}); pass another --port "
-            "(0 picks a free one)."
-        ) from None
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            fix = "pass another --host (127.0.0.1 for this machine only, 0.0.0.0 for every address)"
+        else:
+            fix = "pass another --port (0 picks a free one)"
+        raise UserError(f"Cannot listen on {host}:{port} ({exc.strerror}); {fix}.") from None
     sock.listen(backlog)
     sock.setblocking(False)
     sock.set_inheritable(True)

@@ -161,6 +161,7 @@ async def test_an_address_it_cannot_listen_on_fails_at_start_like_phi_view(
         code, _, err = await run(PHI, "serve", "--host", host, "--port", str(port))
     assert code == 2
     assert err.startswith(f"Error: Cannot listen on {host}:{port} (")
-    assert "pass another --port (0 picks a free one)." in err
+    assert ("pass another --port (0 picks a free one)." in err) is taken
+    assert ("pass another --host" in err) is not taken
     assert ("Address already in use" in err) is taken
     assert "ERROR:" not in err and "Errno" not in err and "warning:" not in err
