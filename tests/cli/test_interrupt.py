@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,11 @@ SCRIPT = {
 ARGS = ["-m", "scripted:a", "-m", "scripted:b", "-m", "scripted:c", "--judge", "scripted:j"]
 
 
-def start_phi(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT), encoding="utf-8")
+def start_phi(tmp_path: Path, *args: str, script: dict[str, Any] = SCRIPT) -> subprocess.Popen[str]:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["PHI_SCRIPT"] = str(script)
+    env["PHI_SCRIPT"] = str(path)
     return subprocess.Popen(
         [sys.executable, "-c", "from phi_core.cli import main; main()", "race", "Q?", *args],
         stdout=subprocess.PIPE,
@@ -73,6 +74,22 @@ def test_ctrl_c_in_plain_mode_prints_each_branch_and_exits_130(tmp_path: Path) -
 
 
 @pytest.mark.timeout(60)
+def test_ctrl_c_after_one_branch_finished_names_it_instead_of_saying_all_were_cancelled(
+    tmp_path: Path,
+) -> None:
+    script = {**SCRIPT, "scripted:a": ["four"]}
+    proc = start_phi(tmp_path, *ARGS, script=script)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("Racing 3 branches")
+    assert proc.stdout.readline().startswith("--- scripted:a (scripted:a): done")
+    proc.send_signal(signal.SIGINT)
+    rest, errors = proc.communicate(timeout=30)
+    assert proc.returncode == 130, errors
+    assert "every branch was cancelled" not in rest
+    assert "2 of 3 branches were cancelled; scripted:a had finished (no winner was chosen)" in rest
+
+
+@pytest.mark.timeout(60)
 def test_ctrl_c_during_a_chat_turn_stops_that_turn_and_the_chat_goes_on(tmp_path: Path) -> None:
     script = tmp_path / "chat.json"
     script.write_text(json.dumps({"scripted:a": [{"hang": "partial"}, "second answer"]}))
@@ -104,3 +121,21 @@ def test_ctrl_c_during_a_chat_turn_stops_that_turn_and_the_chat_goes_on(tmp_path
     runs = [json.loads(line) for line in logged.stdout.splitlines()]
     assert [(r["prompt"], r["status"]) for r in runs] == [("second", "ok"), ("first", "cancelled")]
     assert runs[0]["conversation_id"] == runs[1]["conversation_id"]
+
+
+@pytest.mark.parametrize("entry", ["phi", "parallel_agents"])
+def test_ctrl_c_while_phi_core_is_still_loading_exits_130_without_a_traceback(entry: str) -> None:
+    """The console scripts load phi-core (most of a second) inside their own handler."""
+    child = (
+        "import builtins, phi_entry\n"
+        "real = builtins.__import__\n"
+        "def interrupted(name, *args, **kwargs):\n"
+        "    if name == 'phi_core.cli':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = interrupted\n"
+        f"phi_entry.{entry}()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130
+    assert "Traceback" not in done.stderr and done.stdout == ""

@@ -328,12 +328,21 @@ class RaceView:
                 state.status = "cancelled"
             if not self.live_mode:
                 self._print_branch(state)
+        done = [b.label for b in self.branches if b.status == "done"]
+        if done:
+            cut = sum(b.status == "cancelled" for b in self.branches)
+            said = (
+                f"Interrupted before the verdict: {cut} of {len(self.branches)} branches were "
+                f"cancelled; {', '.join(done)} had finished (no winner was chosen)."
+            )
+        else:
+            said = "Interrupted: every branch was cancelled."
         if self.live_mode:
-            self.console.print("Interrupted: every branch was cancelled. What had arrived:")
+            self.console.print(f"{said} What had arrived:", markup=False, highlight=False)
             for state in pending:
                 self._print_branch(state)
         else:
-            self.console.print("Interrupted: every branch was cancelled.")
+            self.console.print(said, markup=False, highlight=False, soft_wrap=True)
 
     def print_verdict(self, result: Any, labels: list[str]) -> None:
         """The winner and why (from the decision object), then the cost table."""
