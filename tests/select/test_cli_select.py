@@ -223,3 +223,11 @@ def test_a_dataset_that_is_not_utf8_names_the_file_and_line(tmp_path: Path) -> N
     result = CliRunner().invoke(make_app(), [str(spec)])
     assert result.exit_code == 2, result.output
     assert "data.jsonl:2" in result.output and "not UTF-8" in result.output
+
+
+def test_a_bad_command_line_override_is_not_blamed_on_the_spec_file(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    result = CliRunner().invoke(make_app(), [str(spec), "-a", "nosuch"])
+    assert result.exit_code == 2
+    assert "key `algorithm`: 'nosuch', given in place of the file's value" in result.output
+    assert "spec.toml" not in result.output  # the file's own algorithm line is fine

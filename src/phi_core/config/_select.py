@@ -203,7 +203,9 @@ def load_select_spec(path: str | os.PathLike[str], **overrides: Any) -> SelectSp
     """Read and validate a selection spec; ``overrides`` (not None) replace its top-level keys."""
     source = read_source(path)
     data = source.parse()
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
+    source.overrides = given
     spec = validate(SelectSpec, data, source)
     spec._source = source
     return spec

@@ -90,8 +90,16 @@ class ConfigSource:
     fmt: ConfigFormat = "toml"
     file: str | None = None
     base_dir: Path = field(default_factory=Path.cwd)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Top-level keys whose values the caller gave instead of the file's (command-line
+    options): an error about one of them names the value, not a line of the file."""
 
     def error(self, message: str, path: Sequence[str | int] = ()) -> ConfigError:
+        if path and path[0] in self.overrides:
+            given = self.overrides[str(path[0])]
+            return ConfigError(
+                f"{given!r}, given in place of the file's value: {message}", key=key_path(path)
+            )
         return ConfigError(
             message,
             file=self.file,
