@@ -32,6 +32,8 @@ def start_phi(tmp_path: Path, *args: str, script: dict[str, Any] = SCRIPT) -> su
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # a shell's background job ignores SIGINT: give the child the default disposition
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -102,6 +104,8 @@ def test_ctrl_c_during_a_chat_turn_stops_that_turn_and_the_chat_goes_on(tmp_path
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # a shell's background job ignores SIGINT: give the child the default disposition
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write("first\n")

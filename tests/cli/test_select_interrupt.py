@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,8 @@ def select(tmp_path: Path, stop_at: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from phi_core.cli import main; main()", "select", "spec.toml"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        # a shell's background job ignores SIGINT: give the child the default disposition
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 
