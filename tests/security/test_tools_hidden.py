@@ -169,3 +169,90 @@ async def test_other_services_sockets_and_var_are_not_there(tmp_path: Path) -> N
     seen = await read_all(bash, workspace, *paths)
     assert seen.pop("/var") == "['tmp']"  # the private one
     assert set(seen.values()) == {"FileNotFoundError"}, seen
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a command run by root had capabilities")
+async def test_run_by_root_a_command_cannot_unmount_or_remount_what_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    visible = tmp_path / "vis"
+    (visible / "phi").mkdir(parents=True)
+    keys = visible / "phi" / "keys.json"
+    keys.write_text('{"openai": "sk-stored-not-for-the-model"}')
+    monkeypatch.setenv("PHI_HOME", str(visible / "phi"))
+    # the commands come from a file, so the policy sees only `sh escape.sh`
+    (workspace / "escape.sh").write_text(
+        f"umount {visible / 'phi'}; umount /etc/shadow; mount -o remount,rw,bind {visible}\n"
+        f"echo x > {visible / 'ESCAPED.txt'}; mknod disk b 8 0\n"
+    )
+    bash = BashTool(workspace, BashSettings(isolate="filesystem", visible=(str(visible),)))
+    result = await run(bash, command="sh escape.sh; echo done")
+    assert "done" in text(result)
+    assert not (visible / "ESCAPED.txt").exists() and not (workspace / "disk").exists()
+    seen = await read_all(bash, workspace, keys, Path("/etc/shadow"))
+    assert seen[str(keys)] == "FileNotFoundError"
+    assert seen["/etc/shadow"] in ("PermissionError", "FileNotFoundError")
+
+
+async def test_without_network_a_command_reaches_neither_loopback_nor_abstract_sockets(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    name = "\0phi-test-" + secrets.token_hex(4)
+    with socket.socket(socket.AF_UNIX) as unix, socket.socket() as tcp:
+        unix.bind(name)
+        unix.listen()
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        (workspace / "reach.py").write_text(
+            "import socket\n"
+            f"for family, address in ((socket.AF_UNIX, {name!r}), "
+            f"(socket.AF_INET, ('127.0.0.1', {tcp.getsockname()[1]}))):\n"
+            "    try:\n"
+            "        socket.socket(family).connect(address); print('reached')\n"
+            "    except OSError as e:\n"
+            "        print(type(e).__name__)\n"
+        )
+        closed = BashTool(workspace, BashSettings(isolate="filesystem", network=False))
+        shut = text(await run(closed, command="python3 reach.py")).splitlines()[1:]
+        assert "reached" not in shut and len(shut) == 2, shut
+        open_ = BashTool(workspace, BashSettings(isolate="filesystem"))
+        assert text(await run(open_, command="python3 reach.py")).count("reached") == 2
+
+
+async def test_the_file_tools_never_touch_the_user_directory_inside_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace of ``~`` holds ``~/.phi``: its stored keys stay out of every tool."""
+    from phi_core.tools import ListFilesTool, ReadFileTool, SearchTool
+
+    workspace = tmp_path / "home"
+    (workspace / ".phi").mkdir(parents=True)
+    (workspace / ".phi" / "keys.json").write_text('{"anthropic": "sk-ant-stored-777777"}')
+    (workspace / "notes.txt").write_text("STORED nothing here\n")
+    monkeypatch.setenv("PHI_HOME", str(workspace / ".phi"))
+    read = await run(ReadFileTool(workspace), path=".phi/keys.json")
+    assert read.is_error and "user directory" in text(read)
+    found = text(await run(SearchTool(workspace), pattern="STORED|sk-ant"))
+    assert "notes.txt" in found and "keys.json" not in found and "sk-ant" not in found
+    listed = text(await run(ListFilesTool(workspace), path="."))
+    assert "notes.txt" in listed and ".phi" not in listed
+
+
+async def test_a_stored_key_is_redacted_even_when_the_environment_supplies_the_providers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    phi_home = tmp_path / "phi"
+    phi_home.mkdir()
+    (phi_home / "keys.json").write_text('{"gemini": "pw-stored-gemini-7f3a9c2e1b55"}')
+    monkeypatch.setenv("PHI_HOME", str(phi_home))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "leak.txt").write_text("the key is pw-stored-gemini-7f3a9c2e1b55 ok\n")
+    shown = text(await run(BashTool(workspace), command="cat leak.txt"))
+    assert "pw-stored-gemini-7f3a9c2e1b55" not in shown and "[REDACTED]" in shown

@@ -214,7 +214,9 @@ class BashTool(WorkspaceTool):
         collector = _Collector(loop, out, err)
         env = self.environment()
         visible = toolchain_paths(env["PATH"], s.visible)
-        isolation, prefix = await isolation_prefix(s.isolate, self.workspace.root, visible)
+        isolation, prefix = await isolation_prefix(
+            s.isolate, self.workspace.root, visible, network=s.network
+        )
         argv = (*prefix, "bash", "--noprofile", "--norc", "-c", command)
         if isolation == "filesystem":
             env["TMPDIR"] = "/tmp"  # the private one; the host's is read-only in there

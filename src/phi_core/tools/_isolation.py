@@ -10,8 +10,11 @@
   by root, what of ``/etc`` other users may not read (``/etc/shadow``, host keys) cannot be
   read either, nor the credential stores of visible toolchains (``~/.cargo/credentials``). A
   command — or a script it runs, which the command policy cannot read — can neither write
-  outside the workspace nor read what was left out, whatever the policy made of it. More host
-  paths are made visible with ``BashSettings.visible``.
+  outside the workspace nor read what was left out, whatever the policy made of it: run by
+  root it has no capabilities, so it cannot unmount or remount what it was given. More host
+  paths are made visible with ``BashSettings.visible``. The network is the host's unless
+  ``BashSettings.network`` is off — and with it the abstract Unix sockets of the host's
+  services (X11, some D-Bus and container daemons), which live in the network namespace.
 * ``processes`` (util-linux ``unshare``): its own PID namespace and ``/proc`` only.
 
 With either, the command sees only its own processes (``ps e`` and ``/proc/<pid>/environ``
@@ -124,7 +127,9 @@ def _unreadable_in_etc() -> tuple[tuple[str, bool], ...]:
     return tuple(hidden)
 
 
-def _bwrap(binary: str, workspace: str, visible: Sequence[str]) -> tuple[str, ...]:
+def _bwrap(
+    binary: str, workspace: str, visible: Sequence[str], network: bool = True
+) -> tuple[str, ...]:
     argv: list[str] = [binary]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -156,8 +161,14 @@ def _bwrap(binary: str, workspace: str, visible: Sequence[str]) -> tuple[str, ..
             argv += ["--tmpfs", path]
         elif not os.path.islink(path):
             argv += ["--ro-bind", "/dev/null", path]
-    argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", workspace, "--"]
-    return tuple(argv)
+    argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", workspace]
+    if not network:
+        argv.append("--unshare-net")
+    if os.geteuid() == 0:
+        # run by root, the command would keep every capability: it could unmount the masks,
+        # remount the read-only binds writable and make device nodes
+        argv += ["--cap-drop", "ALL"]
+    return (*argv, "--")
 
 
 async def _probe(argv: tuple[str, ...]) -> bool:
@@ -183,11 +194,12 @@ async def _probe(argv: tuple[str, ...]) -> bool:
 
 
 async def isolation_prefix(
-    mode: Isolation, workspace: str, visible: Sequence[str] = ()
+    mode: Isolation, workspace: str, visible: Sequence[str] = (), *, network: bool = True
 ) -> tuple[str, tuple[str, ...]]:
     """(the isolation used, the argv a command runs under) for ``mode``; ``visible``: the host
     folders a ``filesystem``-isolated command sees read-only besides the system directories
-    (:func:`toolchain_paths`)."""
+    (:func:`toolchain_paths`); ``network=False``: a ``filesystem``-isolated command gets its
+    own network namespace (loopback only)."""
     global _warned
     if mode == "never":
         return "never", ()
@@ -196,7 +208,7 @@ async def isolation_prefix(
         probe = (bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
                  "--unshare-pid", "--die-with-parent", "--")  # fmt: skip
         if bwrap and await _probe(probe):
-            return "filesystem", _bwrap(bwrap, workspace, visible)
+            return "filesystem", _bwrap(bwrap, workspace, visible, network)
         if mode == "filesystem":
             raise ToolError(
                 "Commands must run with the file system read-only outside the workspace "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
 import os
 import re
@@ -22,9 +23,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import registered_secrets
+from ..errors import UserError, registered_secrets
+from ..providers.keys import stored_keys
 from ..types import Content, ImageContent, TextContent, scrub_surrogates
 from .base import ToolResult
+
+logger = logging.getLogger("phi_core.tools")
 
 __all__ = ["DEFAULT_MAX_RESULT_BYTES", "MAX_IMAGE_BYTES", "finish_result", "json_text"]
 
@@ -97,6 +101,10 @@ def _unsendable(value: Any, exc: BaseException) -> ToolResult:
 
 def secret_values() -> list[str]:
     """Registered API keys and the values of this process's secret-looking variables."""
+    try:
+        stored_keys()  # registers them: a key the environment overrides is still a secret
+    except UserError as error:  # an unreadable keys file: the registered ones still count
+        logger.warning("stored API keys not read for redaction: %s", error)
     found = set(registered_secrets())
     for name, value in os.environ.items():
         if len(value) >= _MIN_SECRET and (_SECRET_NAME.search(name) or _SECRET_VALUE.match(value)):

@@ -58,6 +58,10 @@ class BashSettings(_Settings):
     ``processes`` (``unshare``: its own processes and ``/proc`` only), ``never``; ``auto`` takes
     the strongest that works here. Isolated commands cannot see or signal other processes or
     read their environments, and everything they start dies with them."""
+    network: bool = True
+    """Whether ``filesystem``-isolated commands reach the network (``pip install``, ``git
+    clone``). Off, they get their own network namespace with loopback only — which also keeps
+    them from the host services' abstract Unix sockets."""
     visible: tuple[str, ...] = ()
     """More host paths that ``filesystem``-isolated commands may read (read-only), such as a
     data folder outside the workspace. ``~`` is expanded; missing paths are left out."""

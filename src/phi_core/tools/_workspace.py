@@ -22,6 +22,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from .._paths import user_dir
 from ..errors import PathError, UserError
 
 __all__ = ["Entry", "Workspace"]
@@ -107,12 +108,24 @@ class Workspace:
                 f"The path {shown!r} is outside the workspace {self.root}; the tools can only "
                 "reach files inside it. Use a path relative to the workspace."
             )
+        private = self._private()
+        if private is not None and (real == private or real.startswith(private + "/")):
+            raise PathError(
+                f"The path {shown!r} is in phi-core's user directory ({private}: stored API "
+                "keys, logs, caches), which the tools never touch."
+            )
         for pseudo in _PSEUDO_FILESYSTEMS:
             if real == pseudo or real.startswith(pseudo + "/"):
                 raise PathError(f"The path {shown!r} is in {pseudo}, which the tools never touch.")
         rel = os.path.relpath(real, self.root)
         parts = () if rel == "." else tuple(rel.split(os.sep))
         return Resolved(shown=shown, real=real, parts=parts)
+
+    def _private(self) -> str | None:
+        """phi-core's user directory (``$PHI_HOME``) when it lies inside the root: stored API
+        keys, the run log and caches, which no tool reads, writes, lists or searches."""
+        private = os.path.realpath(user_dir())
+        return private if self.contains(private) and private != self.root else None
 
     def contains(self, real: str) -> bool:
         root = self.root
@@ -251,11 +264,19 @@ class Workspace:
                     rel = self.relative(resolved.real)
                     yield Entry(rel, resolved.parts[-1], _entry_kind(info.st_mode), parent)
                     return
+        private = self._private()
+        hidden = self.relative(private) if private is not None else None
         with self._directory(resolved.parts, resolved.shown) as top:
-            yield from self._walk_fd(top, self.relative(resolved.real), 1, max_depth, skip)
+            yield from self._walk_fd(top, self.relative(resolved.real), 1, max_depth, skip, hidden)
 
     def _walk_fd(
-        self, fd: int, prefix: str, depth: int, max_depth: int, skip: set[str]
+        self,
+        fd: int,
+        prefix: str,
+        depth: int,
+        max_depth: int,
+        skip: set[str],
+        hidden: str | None = None,
     ) -> Iterator[Entry]:
         try:
             with os.scandir(fd) as listing:
@@ -264,6 +285,8 @@ class Workspace:
             return
         for entry in entries:
             rel = entry.name if prefix == "." else f"{prefix}/{entry.name}"
+            if rel == hidden:  # phi-core's user directory: not listed, not searched
+                continue
             try:
                 mode = entry.stat(follow_symlinks=False).st_mode
             except OSError:
@@ -276,7 +299,7 @@ class Workspace:
                 except OSError:
                     continue
                 try:
-                    yield from self._walk_fd(child, rel, depth + 1, max_depth, skip)
+                    yield from self._walk_fd(child, rel, depth + 1, max_depth, skip, hidden)
                 finally:
                     os.close(child)
 
