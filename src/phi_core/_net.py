@@ -5,10 +5,16 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import UserError
 
-__all__ = ["is_loopback", "listening_socket"]
+__all__ = ["LOOPBACK_HOSTS", "HostCheck", "allowed_hosts", "is_loopback", "listening_socket"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""The ``Host`` names a server bound to loopback answers to."""
 
 
 def listening_socket(host: str, port: int, *, backlog: int = 2048) -> socket.socket:
@@ -42,3 +48,40 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def allowed_hosts(host: str) -> tuple[str, ...] | None:
+    """The ``Host`` names a server listening on ``host`` answers: the loopback names when it is
+    bound to loopback; any (``None``) when it is served to the network on purpose."""
+    return LOOPBACK_HOSTS if is_loopback(host) else None
+
+
+class HostCheck:
+    """ASGI middleware answering 400 to a request whose ``Host`` is not one of ``hosts``.
+
+    A server on 127.0.0.1 is still reachable from every web page the user opens: a page whose
+    domain is re-pointed at 127.0.0.1 (DNS rebinding) sends its own domain as ``Host``, so
+    refusing foreign names keeps such pages from reading (or, keyless, spending through) it.
+    ``body(message)`` is the JSON answered, in the server's own error shape.
+    """
+
+    def __init__(self, app: Any, hosts: Sequence[str], body: Callable[[str], Any]) -> None:
+        self.app = app
+        self.hosts = {h.strip("[]").lower() for h in hosts}
+        self.body = body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            host = (urlsplit("//" + raw).hostname or "") if raw else ""
+            if host not in self.hosts:
+                from starlette.responses import JSONResponse
+
+                message = (
+                    f"This server answers requests for {', '.join(sorted(self.hosts))} only, "
+                    f"not {raw!r}; use the address it printed when it started."
+                )
+                response = JSONResponse(self.body(message), status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -84,6 +84,9 @@ async def test_curl_and_llm_against_phi_serve(
         _, streamed, _ = await run(*curl, "-N", "-H", f"Authorization: Bearer {KEY}",
                                    "-d", stream_body)  # fmt: skip
         _, denied, _ = await run(*curl, "-d", body, "-w", "\n%{http_code}")
+        # a page whose domain was re-pointed at 127.0.0.1 (DNS rebinding) sends its own Host
+        _, foreign, _ = await run(*curl, "-H", f"Authorization: Bearer {KEY}", "-H",
+                                  "Host: evil.example", "-d", body, "-w", "\n%{http_code}")  # fmt: skip
         _, models, _ = await run(
             "curl", "-sS", f"{url}/v1/models", "-H", f"Authorization: Bearer {KEY}"
         )
@@ -101,6 +104,8 @@ async def test_curl_and_llm_against_phi_serve(
     assert json.loads(payload)["choices"][0]["message"]["content"] == "alpha says: hi"
     assert '"content": "alpha says: hi"' in streamed and streamed.rstrip().endswith("data: [DONE]")
     assert denied.rstrip().endswith("401") and KEY not in denied
+    assert "value `Bearer <key>`" in denied  # the help is not taken for a secret and redacted
+    assert foreign.rstrip().endswith("400") and "host_not_allowed" in foreign
     served = [m["id"] for m in json.loads(models)["data"]]
     assert served[:4] == ["race:duo", "route:duo", alpha, beta]  # then what passthrough can serve
     assert llm_code == 0, llm_err

@@ -13,7 +13,13 @@ import httpx
 import pytest
 
 from phi_core.errors import ConfigError, GatewayError, UserError
-from phi_core.gateway import Gateway, GatewayConfig, load_gateway_config, parse_chat_request
+from phi_core.gateway import (
+    Gateway,
+    GatewayConfig,
+    create_app,
+    load_gateway_config,
+    parse_chat_request,
+)
 from phi_core.gateway import _service as gateway_service
 from phi_core.runlog import RunLog
 
@@ -311,7 +317,8 @@ async def test_a_body_past_the_limit_is_a_413_whether_its_length_is_declared_or_
         for start in range(0, len(payload), 1000):
             yield payload[start : start + 1000]
 
-    async with live_gateway(config) as url, httpx.AsyncClient() as client:
+    as_json = {"Content-Type": "application/json"}
+    async with live_gateway(config) as url, httpx.AsyncClient(headers=as_json) as client:
         declared = await client.post(f"{url}/v1/chat/completions", content=payload)
         streamed = await client.post(f"{url}/v1/chat/completions", content=chunked())
         nested = await client.post(f"{url}/v1/chat/completions", content=b"[" * 3000)
@@ -365,3 +372,41 @@ async def test_the_model_list_shows_what_the_caller_can_be_served(
     closed = [m["id"] for m in listings["sk-all/False"]]
     assert closed == [n for n in everything if n.startswith(("race:", "route:", "openai-compat:"))]
     assert [m["id"] for m in listings["sk-narrow/False"]] == ["race:duo"]
+
+
+async def test_what_a_web_page_could_send_is_refused_before_any_upstream_call(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    """A page can POST text/plain (or no type) to 127.0.0.1 without a CORS preflight; the
+    gateway answers only JSON bodies, and only for a model name a header can carry."""
+    body = json.dumps({"model": "race:duo", "messages": [{"role": "user", "content": "hi"}]})
+    url_of = "/v1/chat/completions"
+    async with live_gateway(gateway_config(upstream.url)) as url, httpx.AsyncClient() as client:
+        plain = await client.post(
+            url + url_of, content=body, headers={"Content-Type": "text/plain"}
+        )
+        untyped = await client.post(url + url_of, content=body.encode())
+        form = await client.post(url + url_of, data={"model": "race:duo"})
+        crlf = await client.post(
+            url + url_of,
+            json={"model": "x\r\nSet-Cookie: a=b", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    for reply in (plain, untyped, form):
+        assert reply.status_code == 415, reply.text
+        assert "Content-Type: application/json" in reply.json()["error"]["message"]
+    assert crlf.status_code == 400 and crlf.json()["error"]["code"] == "invalid_model"
+    assert "set-cookie" not in crlf.headers
+    assert upstream.requests == []
+
+
+def test_a_foreign_host_is_refused_when_the_gateway_answers_loopback_names_only() -> None:
+    from starlette.testclient import TestClient
+
+    from phi_core._net import LOOPBACK_HOSTS
+
+    app = create_app(GatewayConfig(), hosts=LOOPBACK_HOSTS)
+    with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+        refused = client.get("/v1/models", headers={"Host": "evil.example:8000"})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "host_not_allowed"
+        assert client.get("/v1/models", headers={"Host": "localhost:8000"}).status_code == 200

@@ -216,6 +216,11 @@ def test_the_page_and_its_assets_ship_in_the_package_with_a_strict_policy(
     assert "script-src 'self'" in policy and "default-src 'self'" in policy
     for asset in ("app.js", "style.css", "favicon.svg"):
         assert client.get(f"/static/{asset}").status_code == 200
+    # the page is also reachable as a static file, and must not be framed or sniffed there
+    for url in ("/static/index.html", "/static/app.js", "/favicon.ico"):
+        headers = client.get(url).headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], url
+        assert headers["x-content-type-options"] == "nosniff", url
     # Nothing is fetched from elsewhere: no absolute URL in the page or its assets.
     for name in ("index.html", "app.js", "style.css"):
         text = (STATIC_DIR / name).read_text()
@@ -290,4 +295,29 @@ def test_served_to_the_network_on_purpose_any_host_is_answered(recorded: Recorde
     data = ViewData(recorded.log_path, recorded.state)
     with TestClient(create_app(data, hosts=None), base_url="http://view.lan") as client:
         assert client.get("/api/runs").json()["total"] == 3
+    data.close()
+
+
+def test_a_label_with_control_characters_still_makes_a_readable_chart() -> None:
+    from phi_core.view._svg import Series, scatter_svg
+
+    svg = scatter_svg(
+        [("cost", "accuracy", [Series("solver=a\x01b\x1f", [(1.0, 0.5, "tip\x00")])])],
+        title="t\x0c",
+        empty="none",
+    )
+    names = [t.text for t in ET.fromstring(svg).iter(f"{SVG}text")]
+    assert "solver=a\ufffdb\ufffd" in names
+
+
+def test_a_namespace_holding_a_slash_is_reachable(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = ViewData(recorded.log_path, recorded.state)
+    monkeypatch.setattr(data, "route", lambda ns: {"namespace": ns})
+    monkeypatch.setattr(data, "route_chart", lambda ns: f"<svg>{ns}</svg>")
+    with TestClient(create_app(data), base_url="http://127.0.0.1:8765") as client:
+        assert client.get("/api/routes/team%2Fsupport").json() == {"namespace": "team/support"}
+        chart = client.get("/api/routes/team%2Fsupport/rewards.svg")
+        assert chart.text == "<svg>team/support</svg>"
     data.close()

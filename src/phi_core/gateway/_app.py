@@ -22,11 +22,12 @@ from collections.abc import (
     Callable,
     Coroutine,
     MutableMapping,
+    Sequence,
 )
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from .._net import listening_socket
+from .._net import HostCheck, allowed_hosts, listening_socket
 from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserError
 from ..metering import Meter
 from ..providers.base import StreamDone
@@ -62,6 +63,8 @@ logger = logging.getLogger("phi_core.gateway")
 
 CONFIG_ENV = "PHI_GATEWAY_CONFIG"
 """The config file of workers started by :func:`serve` (``--workers`` > 1 imports the app)."""
+HOSTS_ENV = "PHI_GATEWAY_HOSTS"
+"""The ``Host`` names the workers of a multi-worker :func:`serve` answer."""
 
 FRAMES_AHEAD = 64
 """How many SSE frames a stream reads ahead of a client that is slow to take them."""
@@ -233,9 +236,16 @@ def _answer_frames(answer: Answer, include_usage: bool, created: int) -> list[st
     return frames
 
 
-def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
+def create_app(
+    config: GatewayConfig | Gateway | None = None, *, hosts: Sequence[str] | None = None
+) -> Starlette:
     """The Starlette app serving ``config`` (a :class:`GatewayConfig`, a ready
-    :class:`Gateway`, or ``None`` for passthrough only); the gateway starts with the app."""
+    :class:`Gateway`, or ``None`` for passthrough only); the gateway starts with the app.
+
+    ``hosts``: the ``Host`` names a request may be addressed to (``None``: any).
+    :func:`serve` passes the loopback names when it listens on loopback, so a web page whose
+    domain is re-pointed at 127.0.0.1 (DNS rebinding) can neither call nor read it.
+    """
     gateway = config if isinstance(config, Gateway) else Gateway(config or GatewayConfig())
     metrics = gateway.metrics
 
@@ -270,6 +280,16 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
     async def json_body(request: Request) -> Any:
         """The request's JSON body; 413 past ``max_body_bytes`` (read no further), 400 when it
         is not JSON."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json" and not kind.endswith("+json"):
+            # a web page can send text/plain or a form to 127.0.0.1 without asking first; it
+            # cannot send application/json without a CORS preflight, which this gateway fails
+            raise GatewayError(
+                415,
+                f"The request body must be JSON sent as `Content-Type: application/json`, not "
+                f"{kind or 'no content type'!r}.",
+                code="unsupported_media_type",
+            )
         limit = gateway.settings.max_body_bytes
         declared = request.headers.get("content-length", "")
         too_large = declared.isdigit() and int(declared) > limit
@@ -545,6 +565,17 @@ def create_app(config: GatewayConfig | Gateway | None = None) -> Starlette:
 
     gateway_started = time.time()
     middleware = []
+    if hosts is not None:
+        middleware.append(
+            Middleware(
+                HostCheck,
+                hosts=hosts,
+                body=lambda m: {
+                    "error": {"message": m, "type": "invalid_request_error", "param": None,
+                              "code": "host_not_allowed"}
+                },
+            )
+        )  # fmt: skip
     if gateway.settings.cors_origins:
         middleware.append(
             Middleware(
@@ -580,7 +611,11 @@ worker still importing on a loaded machine)."""
 
 def app_from_env() -> Starlette:
     """The app of one worker: the config named by ``$PHI_GATEWAY_CONFIG`` (uvicorn factory)."""
-    return create_app(load_gateway_config(os.environ.get(CONFIG_ENV) or None))
+    hosts = os.environ.get(HOSTS_ENV)
+    return create_app(
+        load_gateway_config(os.environ.get(CONFIG_ENV) or None),
+        hosts=hosts.split(",") if hosts else None,
+    )
 
 
 def serve(
@@ -619,7 +654,7 @@ def serve(
         if workers == 1:
             server = uvicorn.Server(
                 uvicorn.Config(
-                    create_app(gateway), log_level=log_level,
+                    create_app(gateway, hosts=allowed_hosts(host)), log_level=log_level,
                     timeout_graceful_shutdown=drain, access_log=False,
                 )
             )  # fmt: skip
@@ -635,6 +670,11 @@ def serve(
             os.environ[CONFIG_ENV] = os.fspath(os.path.abspath(config))
         else:
             os.environ.pop(CONFIG_ENV, None)
+        names = allowed_hosts(host)
+        if names is not None:
+            os.environ[HOSTS_ENV] = ",".join(names)
+        else:
+            os.environ.pop(HOSTS_ENV, None)
         from uvicorn.supervisors import Multiprocess
 
         settings = uvicorn.Config(

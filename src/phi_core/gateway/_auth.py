@@ -47,7 +47,8 @@ class BearerKeys:
         if scheme.lower() != "bearer" or not token.strip():
             raise GatewayError(
                 401,
-                "Missing API key: send `Authorization: Bearer <key>`.",
+                "Missing API key: send it as a bearer token (the `Authorization` header, "
+                "value `Bearer <key>`).",
                 type_="authentication_error",
                 code="missing_api_key",
             )

@@ -258,6 +258,15 @@ class Gateway:
 
     def resolve(self, name: str) -> tuple[Kind, str]:
         """``(kind, profile or model)``; an unknown name is a 404 listing the known ones."""
+        if not name.isprintable() or not name.isascii():
+            # it is echoed in headers (x-phi-model), which carry neither
+            raise GatewayError(
+                400,
+                f"The model name {name!r} holds control or non-ASCII characters; no model is "
+                "named so.",
+                param="model",
+                code="invalid_model",
+            )
         head, sep, rest = name.partition(":")
         if head == "race" and sep and rest in self.race_plans:
             # a profile whose own strategy is the bandit races as its route does

@@ -27,9 +27,8 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from .._net import is_loopback, listening_socket
+from .._net import LOOPBACK_HOSTS, HostCheck, allowed_hosts, is_loopback, listening_socket
 from ..errors import MissingExtraError, UserError, ViewNotFoundError
 from ._data import ViewData
 
@@ -45,7 +44,6 @@ __all__ = [
 
 STATIC_DIR = Path(__file__).parent / "static"
 DEFAULT_PORT = 8765
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -90,12 +88,12 @@ def create_app(data: ViewData, *, hosts: Sequence[str] | None = LOOPBACK_HOSTS) 
             try:
                 value = await run_in_threadpool(read, request)
             except ViewNotFoundError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=404, headers=_HEADERS)
+                return JSONResponse({"error": str(exc)}, status_code=404)
             except UserError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400, headers=_HEADERS)
+                return JSONResponse({"error": str(exc)}, status_code=400)
             if media_type is not None:
-                return Response(value, media_type=media_type, headers=_HEADERS)
-            return JSONResponse(value, headers=_HEADERS)
+                return Response(value, media_type=media_type)
+            return JSONResponse(value)
 
         return endpoint
 
@@ -106,7 +104,7 @@ def create_app(data: ViewData, *, hosts: Sequence[str] | None = LOOPBACK_HOSTS) 
         return str(request.path_params[name])
 
     async def page(request: Request) -> Response:
-        return FileResponse(STATIC_DIR / "index.html", headers=_HEADERS)
+        return FileResponse(STATIC_DIR / "index.html")
 
     async def favicon(request: Request) -> Response:
         return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
@@ -115,7 +113,6 @@ def create_app(data: ViewData, *, hosts: Sequence[str] | None = LOOPBACK_HOSTS) 
         return JSONResponse(
             {"error": f"No page {request.url.path!r}; the view starts at /."},
             status_code=404,
-            headers=_HEADERS,
         )
 
     svg = "image/svg+xml"
@@ -126,8 +123,12 @@ def create_app(data: ViewData, *, hosts: Sequence[str] | None = LOOPBACK_HOSTS) 
         Route("/api/facets", api(lambda r: data.facets())),
         Route("/api/runs/{run_id}", api(lambda r: data.run(path(r, "run_id")))),
         Route("/api/routes", api(lambda r: data.routes())),
-        Route("/api/routes/{ns}", api(lambda r: data.route(path(r, "ns")))),
-        Route("/api/routes/{ns}/rewards.svg", api(lambda r: data.route_chart(path(r, "ns")), svg)),
+        # a namespace may hold "/" (the client sends it as %2F, decoded before routing)
+        Route(
+            "/api/routes/{ns:path}/rewards.svg",
+            api(lambda r: data.route_chart(path(r, "ns")), svg),
+        ),
+        Route("/api/routes/{ns:path}", api(lambda r: data.route(path(r, "ns")))),
         Route("/api/selections", api(lambda r: data.selections(params(r)))),
         Route("/api/selections/{run_id}", api(lambda r: data.selection(path(r, "run_id")))),
         Route(
@@ -136,36 +137,33 @@ def create_app(data: ViewData, *, hosts: Sequence[str] | None = LOOPBACK_HOSTS) 
         ),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    middleware = [] if hosts is None else [Middleware(_HostCheck, hosts=hosts)]
+    middleware = [Middleware(_Headers)]
+    if hosts is not None:
+        middleware.insert(0, Middleware(HostCheck, hosts=hosts, body=lambda m: {"error": m}))
     return Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found})
 
 
-class _HostCheck:
-    """ASGI middleware answering 400 to a request whose ``Host`` is not one of ``hosts``."""
+class _Headers:
+    """ASGI middleware giving every response the view's security headers (its static files
+    too: ``/static/index.html`` is the whole view and must not be framed either)."""
 
-    def __init__(self, app: Any, hosts: Sequence[str]) -> None:
+    def __init__(self, app: Any) -> None:
         self.app = app
-        self.hosts = {h.strip("[]").lower() for h in hosts}
+        self.extra = [(k.lower().encode(), v.encode()) for k, v in _HEADERS.items()]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            raw = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            host = (urlsplit("//" + raw).hostname or "") if raw else ""
-            if host not in self.hosts:
-                from starlette.responses import JSONResponse
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
 
-                message = (
-                    f"This view answers requests for {', '.join(sorted(self.hosts))} only, "
-                    f"not {raw!r}; open it at the address `phi view` printed."
-                )
-                await JSONResponse({"error": message}, status_code=400)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in self.extra if k not in have]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
 
-
-def _hosts_for(host: str) -> Sequence[str] | None:
-    """Loopback names when bound to loopback; any host when served to the network on purpose."""
-    return LOOPBACK_HOSTS if is_loopback(host) else None
+        await self.app(scope, receive, with_headers)
 
 
 def _url(sock: socket.socket) -> str:
@@ -185,7 +183,7 @@ class ViewServer:
         self._sock = listening_socket(host, port)
         self.url = _url(self._sock)
         config = uvicorn.Config(
-            create_app(data, hosts=_hosts_for(host)), log_level="warning", lifespan="off"
+            create_app(data, hosts=allowed_hosts(host)), log_level="warning", lifespan="off"
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -219,7 +217,7 @@ def serve(
         if on_ready is not None:
             on_ready(_url(sock))
         config = uvicorn.Config(
-            create_app(data, hosts=_hosts_for(host)), log_level="warning", lifespan="off"
+            create_app(data, hosts=allowed_hosts(host)), log_level="warning", lifespan="off"
         )
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -1,19 +1,29 @@
 """Small scatter charts as standalone SVG text (no charting library, no script): the web view's
 Pareto front and the router's rewards over time.
 
-Every label is XML-escaped: combination and arm names come from user configs and may hold any
-character. Each point carries a ``<title>`` (its tooltip when the SVG is shown inline).
+Every label is XML-escaped, control characters replaced: combination and arm names come from
+user configs and may hold any character. Each point carries a ``<title>`` (its tooltip when the SVG is shown inline).
 """
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
 from typing import Literal
 
 __all__ = ["Series", "nice_ticks", "scatter_svg"]
+
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    """``text`` as XML character data or attribute value: escaped, and the control characters
+    XML 1.0 cannot hold replaced by U+FFFD (one in a label made the whole chart unreadable)."""
+    return html.escape(_NOT_XML.sub("\ufffd", text))
+
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 _W, _H = 440, 320
