@@ -410,3 +410,32 @@ def test_a_foreign_host_is_refused_when_the_gateway_answers_loopback_names_only(
         assert refused.status_code == 400
         assert refused.json()["error"]["code"] == "host_not_allowed"
         assert client.get("/v1/models", headers={"Host": "localhost:8000"}).status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_branch_names_no_header_can_carry_still_answer(
+    strict_loop: Any, upstream: FakeServer, stream: bool
+) -> None:
+    alpha = f"openai-compat:alpha@{upstream.url}/v1"
+    config = GatewayConfig.model_validate(
+        {
+            "gateway": {"retries": 0, "models": [alpha]},
+            "profiles": {
+                "one": {
+                    "strategy": "pick-first",
+                    "branches": [{"name": "日本語\u0001ブランチ", "model": alpha}],
+                }
+            },
+        }
+    )
+    gateway = Gateway(config)
+    async with live_gateway(gateway) as url, httpx.AsyncClient() as client:
+        reply = await client.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "race:one", "stream": stream,
+                  "messages": [{"role": "user", "content": "hi"}]},
+        )  # fmt: skip
+        assert reply.status_code == 200, reply.text
+        assert "alpha says: hi" in reply.text
+        assert reply.headers["x-phi-winner"].startswith("???")
+        assert gateway.in_flight == 0

@@ -26,6 +26,7 @@ __all__ = [
     "error_of_kind",
     "failure_of",
     "header_text",
+    "header_values",
     "race_answer",
     "request_record",
     "route_answer",
@@ -285,9 +286,18 @@ def branch_usage_header(rows: Iterable[tuple[str, int, float]]) -> str:
 
 
 def header_text(text: str, limit: int = 512) -> str:
-    """A header-safe one-line (latin-1) version of ``text``, cut at ``limit`` characters."""
-    flat = " ".join(text.split())[:limit]
+    """A header-safe one-line (latin-1, printable) version of ``text``, cut at ``limit``
+    characters."""
+    flat = "".join(c if c.isprintable() else "?" for c in " ".join(text.split())[:limit])
     return flat.encode("latin-1", "replace").decode("latin-1")
+
+
+def header_values(headers: dict[str, str] | None) -> dict[str, str] | None:
+    """Every value made header-safe (:func:`header_text`): branch and profile names come from
+    configs and may hold any character, which a response header cannot carry."""
+    if headers is None:
+        return None
+    return {k: header_text(v, limit=8192) for k, v in headers.items()}
 
 
 def without_content(record: RunRecord) -> RunRecord:

@@ -32,7 +32,7 @@ from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserEr
 from ..metering import Meter
 from ..providers.base import StreamDone
 from ..types import TextDelta, ToolCallDelta
-from ._answers import Answer, request_record
+from ._answers import Answer, header_values, request_record
 from ._config import GatewayConfig, env_keys, exposure_warning, load_gateway_config
 from ._service import Caller, Gateway, model_owner
 from ._wire import (
@@ -115,7 +115,7 @@ def _unrecorded(kind: str, task: asyncio.Future[Any]) -> bool:
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=header_values(headers))
 
 
 def _error(exc: GatewayError) -> Response:
@@ -138,7 +138,7 @@ class _EventStream:
         on_end: Callable[[bool, GatewayError | None], Awaitable[None]],
     ) -> None:
         self.frames = frames
-        self.headers = headers
+        self.headers = header_values(headers) or {}
         self.on_end = on_end
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
