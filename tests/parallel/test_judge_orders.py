@@ -5,6 +5,7 @@ back emits exactly one Warning event with the reason."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -221,3 +222,38 @@ async def test_a_decision_that_did_not_fall_back_emits_no_warning() -> None:
         events=events,
     )
     assert not [e for e in events.events if isinstance(e, Warning)]
+
+
+async def test_a_judge_reply_cut_short_is_no_verdict_even_when_it_names_a_response() -> None:
+    """Cancelled while the judge streams "Response 1 is wrong; the best is", the race must
+    not read that as a vote for response 1."""
+    from phi_core.cancel import CancelToken
+    from phi_core.testing import Hang
+
+    cancel = CancelToken()
+    events = Recorder()
+
+    def on_event(event: Any) -> None:
+        events(event)
+        if event.type == "message_update" and ".judge" in event.loop_id:
+            cancel.cancel("user")
+
+    judge = LlmJudgeEvaluation(branch(Hang("Response 1 is wrong; the best is"), name="judge"))
+    result = await agent_loop_parallel(
+        "q", base(), [branch("A"), branch("B")], judge, events=on_event, cancel=cancel
+    )
+    assert result.cancelled
+    assert result.decision.fallback
+    assert "the judge run ended with cancelled" in result.decision.rationale
+
+
+async def test_a_judge_that_raises_falls_back_and_keeps_the_paid_answers() -> None:
+    def broken(request: StreamRequest) -> Reply:
+        raise RuntimeError("judge bug")
+
+    result = await agent_loop_parallel(
+        "q", base(), [branch("A"), branch("B")], LlmJudgeEvaluation(branch(broken))
+    )
+    assert result.decision.fallback and result.selected_index == 0
+    assert "RuntimeError: judge bug" in result.decision.rationale
+    assert [o.text for o in result.outcomes] == ["A", "B"]

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import redact
 from ..events import Warning
 from ..loop import AgentContext, AgentLoopConfig, agent_loop
 from ..providers.base import ModelConfig
@@ -92,7 +93,11 @@ async def ask_in_orders(
     calls: list[JudgeCall | None] = [None] * len(arrangements)
 
     async def one(k: int, order: list[ParallelLoopOutcome]) -> None:
-        calls[k] = await ask(k, order)
+        try:
+            calls[k] = await ask(k, order)
+        except Exception as exc:  # a judge that raises fails its call, as a branch would
+            error = redact(f"{type(exc).__name__}: {exc}")
+            calls[k] = JudgeCall("", "", Usage(), 0.0, reason="error", error=error)
 
     async with asyncio.TaskGroup() as group:
         for k, order in enumerate(arrangements):
@@ -327,7 +332,9 @@ class LlmJudgeEvaluation(BaseEvaluation):
         picks: list[int | None] = []
         positions: list[int | None] = []
         for call, order in zip(done, arrangements, strict=True):
-            choice = parse_judge_choice(call.text, len(order))
+            # a reply cut short (cancelled, failed) is no verdict, whatever it names so far
+            complete = call.reason == "completed"
+            choice = parse_judge_choice(call.text, len(order)) if complete else None
             positions.append(choice)
             picks.append(None if choice is None else order[choice].config_index)
         details.update(
@@ -340,7 +347,7 @@ class LlmJudgeEvaluation(BaseEvaluation):
         )
         valid = [p for p in picks if p is not None]
         if not valid:
-            first = done[0]
+            first = next((c for c in done if c.reason != "completed"), done[0])
             problem = (
                 f"the judge run ended with {first.reason}: {first.error}"
                 if first.reason != "completed"
