@@ -17,6 +17,7 @@ from phi_core.metering import Budget, Meter, metering
 from phi_core.parallel import PickFirstEvaluation, agent_loop_parallel
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.providers.call import CachedResponse, ModelCall, request_key
+from phi_core.providers.openai_chat import _usage
 from phi_core.providers.retry import RetryPolicy
 from phi_core.testing import Fail, Hang, Reply, ScriptedProvider
 from phi_core.types import AssistantMessage, Pricing, Usage, UserMessage
@@ -284,3 +285,13 @@ async def test_a_loop_answered_from_the_response_cache_pays_nothing():
     assert provider.calls == 1 and second.cached_calls == 1
     assert first.cost_usd > 0 and second.cost_usd == 0.0
     assert second.usage.total == first.usage.total  # the tokens are still reported
+
+
+def test_impossible_token_counts_are_refused_and_a_cache_larger_than_the_prompt_is_zero() -> None:
+    """Negative usage would refund a budget and win a token-efficient race; a server that
+    reports more cached tokens than prompt tokens leaves no uncached input, not a negative one."""
+    with pytest.raises(ValueError, match=r"cannot be negative \(output=-3\)"):
+        Usage(input=5, output=-3)
+    assert _usage({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}).input == 0
+    with pytest.raises(ValueError, match="cannot be negative"):
+        _usage({"prompt_tokens": 5, "completion_tokens": -200000})

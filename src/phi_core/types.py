@@ -150,6 +150,10 @@ class Usage(_Model):
 
     @model_validator(mode="after")
     def _fill_total(self) -> Usage:
+        negative = {k: v for k, v in self.__dict__.items() if isinstance(v, int) and v < 0}
+        if negative:  # it would refund a budget and win a token-efficient race
+            shown = ", ".join(f"{k}={v}" for k, v in negative.items())
+            raise ValueError(f"token counts cannot be negative ({shown}): impossible usage")
         if self.total == 0 and (self.input or self.output):
             self.total = self.input + self.output
         return self

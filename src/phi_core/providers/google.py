@@ -170,7 +170,7 @@ def _usage(raw: Any) -> Usage:
     thoughts = raw.thoughts_token_count or 0
     output = (raw.candidates_token_count or 0) + thoughts  # thoughts are billed as output
     return Usage(
-        input=prompt - cached,
+        input=max(prompt - cached, 0),
         output=output,
         reasoning=thoughts,
         cache_read=cached,

@@ -128,7 +128,7 @@ def _usage(raw: dict[str, Any]) -> Usage:
     cached = (raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
     return Usage(
-        input=prompt - cached,
+        input=max(prompt - cached, 0),
         output=raw.get("completion_tokens") or 0,
         reasoning=reasoning,
         cache_read=cached,

@@ -184,7 +184,7 @@ def _usage(raw: Any) -> Usage:
     cached = getattr(getattr(raw, "input_tokens_details", None), "cached_tokens", 0) or 0
     reasoning = getattr(getattr(raw, "output_tokens_details", None), "reasoning_tokens", 0) or 0
     return Usage(
-        input=(raw.input_tokens or 0) - cached,
+        input=max((raw.input_tokens or 0) - cached, 0),
         output=raw.output_tokens or 0,
         reasoning=reasoning,
         cache_read=cached,
