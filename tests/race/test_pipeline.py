@@ -466,3 +466,18 @@ async def test_a_conversation_reaches_every_call_and_a_preview_calling_a_tool_is
     # the preview ended on a tool call nobody answered: the arm answers from the conversation
     assert len(answer.messages) == 3 and answer.tools[0].name == "get_weather"
     assert conversation.messages == history and conversation.session_id is None  # not mutated
+
+
+async def test_a_preview_weight_of_zero_learns_from_the_answer_only():
+    arms = [arm(name, ScriptedProvider(default=f"{name} says hi")) for name in ("a", "b", "c")]
+    router = LinUCBRouter(DIM, alpha=0.5)
+    r = race(
+        arms,
+        judge_config(judge_preferring("b says")),
+        router=router,
+        settings=RaceSettings(top_k=3, preview_weight=0),
+    )
+    result = await r.run("Say hi.")
+    assert result.winner == "b"
+    assert set(result.rewards) == {"b"}  # no update from the previews of a and c
+    assert router.stats("b").n == 1.0

@@ -181,3 +181,25 @@ def test_embedding_features_project_any_encoder_to_the_router_dimension_determin
     assert np.isclose(np.linalg.norm(v[:-1]), 1.0)
     assert np.array_equal(v, EmbeddingFeatures(16, encoder=encoder)("banana"))
     assert f.schema.startswith("minilm") and "dim=16" in f.schema
+
+
+@pytest.mark.parametrize("router_type", [LinUCBRouter, LinearThompsonRouter, EpsilonGreedyRouter])
+@pytest.mark.parametrize(
+    ("reward", "weight", "message"),
+    [
+        (0.5, float("nan"), "weight must be > 0"),
+        (0.5, float("inf"), "weight must be > 0"),
+        (1e200, 1.0, "reward must be a finite number within"),
+        (None, 1.0, "reward must be a number, got None"),
+        ("0.5", 1.0, "reward must be a number"),
+    ],
+)
+def test_an_update_that_would_poison_an_arm_is_refused(
+    router_type: type, reward: object, weight: float, message: str
+) -> None:
+    router = router_type(3)
+    router.update(np.ones(3), "a", 0.5)
+    with pytest.raises(UserError, match=message):
+        router.update(np.ones(3), "a", reward, weight)
+    stats = router.stats("a")
+    assert stats.n == 1.0 and np.isfinite(stats.reward_sq)  # the arm is as it was

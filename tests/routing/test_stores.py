@@ -17,11 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from phi_core.errors import UserError
 from phi_core.routing import (
     ArmStats,
     JsonFileStateStore,
     LinUCBRouter,
     MemoryPreviewCache,
+    MemoryStateStore,
     RedisPreviewCache,
     RedisStateStore,
     SQLitePreviewCache,
@@ -239,3 +241,22 @@ def test_sqlite_preview_cache_round_trips_and_expires(tmp_path: Path):
     assert cache.get("k") == {"text": "x"}
     cache.set("old", {"text": "y"}, ttl_s=-1)
     assert cache.get("old") is None
+
+
+@pytest.mark.parametrize("kind", ["memory", "json", "sqlite"])
+def test_a_store_refuses_to_write_what_it_could_not_read_back(tmp_path: Path, kind: str) -> None:
+    """One non-finite arm used to make the next load move the whole file aside, with every
+    other arm's learning."""
+    store = {
+        "memory": MemoryStateStore,
+        "json": lambda: JsonFileStateStore(tmp_path / "state.json"),
+        "sqlite": lambda: SQLiteStateStore(tmp_path / "state.sqlite"),
+    }[kind]()
+    x = np.ones(DIM)
+    store.add("ns", "good", ArmStats.of(x, 0.7))
+    poisoned = ArmStats.of(x, 0.5)
+    poisoned.reward_sq = float("inf")
+    with pytest.raises(UserError, match="holds NaN or infinity"):
+        store.add("ns", "bad", poisoned)
+    loaded = store.load("ns")
+    assert set(loaded) == {"good"} and loaded["good"].n == 1.0

@@ -101,7 +101,7 @@ class RaceSettings:
             order, every arm previewed, never skipped; the router only learns).
         race_only_when_unsure: skip the previews when the top arm is clearly ahead.
         preview_weight: weight of an update learned from a preview's score (the full answer's
-            update weighs 1).
+            update weighs 1; 0: previews are not learned from, failures still are).
         preview_timeout_s / answer_timeout_s: per-branch timeouts of the two races.
         speculative_min_chars: queries at least this long race the first candidates' full
             answers at once (early accept) instead of one after the other.
@@ -628,6 +628,8 @@ class BanditRace:
                 if _is_failure(outcome, wall_expired):
                     updates.append((outcome, 0.0, 1.0, "failure"))
                 elif outcome.ok and not cached and arm in result.scores:
+                    if self.settings.preview_weight == 0:
+                        continue  # previews are not learned from
                     updates.append(
                         (outcome, result.scores[arm], self.settings.preview_weight, "preview")
                     )

@@ -32,7 +32,7 @@ from .._paths import user_path
 from .._sqlite import quarantine
 from ..errors import MissingExtraError, StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats
-from .stores import STATE_VERSION, _number, stats_from_json
+from .stores import STATE_VERSION, _number, check_finite, stats_from_json
 
 __all__ = ["APPLIED_TTL_S", "CLAIM_TTL_S", "RedisPreviewCache", "RedisStateStore", "spool_path"]
 
@@ -588,6 +588,7 @@ class RedisStateStore:
             return self._local(namespace)
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
+        check_finite(delta, namespace, arm)
         with self._lock:
             if self.read_only:
                 raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")

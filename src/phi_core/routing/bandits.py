@@ -19,6 +19,7 @@ Ties keep the caller's arm order (a cold start ranks arms in the order given).
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ __all__ = [
 
 Vector = npt.NDArray[np.float64]
 Matrix = npt.NDArray[np.float64]
+MAX_MAGNITUDE = 1e6
+"""The largest reward (in absolute value) and weight an update takes: rewards are bounded
+(:mod:`.reward`), and far larger ones overflow the statistics' squares to infinity."""
 
 
 @dataclass
@@ -271,10 +275,15 @@ class LinearRouter:
     def update(self, features: Vector, arm: str, reward: float, weight: float = 1.0) -> ArmStats:
         """Learn from one observed reward of ``arm``; returns the additive delta applied."""
         x = self._vector(features)
-        if not math.isfinite(reward):
-            raise UserError(f"reward must be a finite number, got {reward!r}.")
-        if weight <= 0:
-            raise UserError(f"weight must be > 0, got {weight!r}.")
+        for name, value in (("reward", reward), ("weight", weight)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise UserError(f"{name} must be a number, got {value!r}.")
+        if not math.isfinite(reward) or abs(reward) > MAX_MAGNITUDE:
+            raise UserError(
+                f"reward must be a finite number within ±{MAX_MAGNITUDE:g}, got {reward!r}."
+            )
+        if not math.isfinite(weight) or not 0 < weight <= MAX_MAGNITUDE:
+            raise UserError(f"weight must be > 0 and at most {MAX_MAGNITUDE:g}, got {weight!r}.")
         state = self._arm(arm, create=True)
         delta = ArmStats.of(x, float(reward), weight)
         if self.discount is not None and self.discount < 1:

@@ -85,8 +85,9 @@ class MemoryStateStore:
         return dict(self._data.get(namespace, {}))
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
+        check_finite(delta, namespace, arm)
         arms = self._data.setdefault(namespace, {})
-        arms[arm] = arms[arm] + delta if arm in arms else delta
+        arms[arm] = check_finite(arms[arm] + delta if arm in arms else delta, namespace, arm)
 
     def reset(self, namespace: str | None = None) -> None:
         if namespace is None:
@@ -105,6 +106,21 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{where} is {value!r}, not a finite number")
     return float(value)
+
+
+def check_finite(stats: ArmStats, namespace: str, arm: str) -> ArmStats:
+    """``stats`` if every number in it is finite, else a :class:`UserError`: a state store
+    refuses to write what it would refuse to read (one such arm made the whole file be moved
+    aside on the next load, with every other arm's learning)."""
+    values = (stats.n, stats.reward_sum, stats.reward_sq, stats.updated_at)
+    if not (
+        np.isfinite(stats.xx).all() and np.isfinite(stats.xr).all() and np.isfinite(values).all()
+    ):
+        raise UserError(
+            f"The update of arm {arm!r} in {namespace!r} holds NaN or infinity (a reward or "
+            "weight too large, or not a number); it was not stored."
+        )
+    return stats
 
 
 def stats_from_json(data: Any, where: str = "statistics") -> ArmStats:
@@ -223,10 +239,12 @@ class JsonFileStateStore:
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
         self._writable()
+        check_finite(delta, namespace, arm)
         with self._locked():
             data = self._read()
             arms = data.setdefault(namespace, {})
-            arms[arm] = arms[arm] + delta if arm in arms else delta
+            total = arms[arm] + delta if arm in arms else delta
+            arms[arm] = check_finite(total, namespace, arm)
             self._write(data)
 
     def reset(self, namespace: str | None = None) -> None:
@@ -394,6 +412,7 @@ class SQLiteStateStore:
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
         if self.read_only:
             raise UserError(f"The router state {self.path} was opened read-only.")
+        check_finite(delta, namespace, arm)
         try:
             self._add(namespace, arm, delta)
         except StateCorruptError:
@@ -419,6 +438,7 @@ class SQLiteStateStore:
                         total = delta + _row_stats(row, f"arm {arm!r} of {namespace!r}")
                     except ValueError as exc:
                         raise _corrupt(self.path, str(exc)) from None
+                    check_finite(total, namespace, arm)
                 conn.execute(
                     "INSERT OR REPLACE INTO router_stats VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
