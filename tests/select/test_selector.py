@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from phi_core.errors import UserError
@@ -989,3 +990,31 @@ async def test_a_damaged_cache_file_is_reported_in_the_results_warnings(tmp_path
     (warning,) = [w for w in result.warnings if "was not a database" in w]
     assert warning.startswith(f"The response cache {path} was not a database: it was moved to ")
     assert result.evaluations == 8
+
+
+@pytest.mark.parametrize(
+    ("score", "accepted"),
+    [("0.9", False), (None, False), (b"1", False), (np.bool_(True), True), (np.float32(1), True)],
+)
+async def test_a_scorer_must_return_a_number_not_text_that_reads_as_one(
+    score: object, accepted: bool
+) -> None:
+    good, _ = scripted("good", "right")
+    selector = ModelSelector(
+        solver_agent, {"solver": [good]}, DATASET, lambda e, a: score,
+        algorithm="brute_force", cache=False,
+    )  # fmt: skip
+    if accepted:
+        assert (await selector.select_best()).best.accuracy == 1.0
+    else:
+        with pytest.raises(UserError, match="it must return a number"):
+            await selector.select_best()
+
+
+@pytest.mark.parametrize("bad", [None, "x", 1.5, True])
+def test_max_concurrent_must_be_a_whole_number(bad: object) -> None:
+    good, _ = scripted("good", "right")
+    with pytest.raises(UserError, match="max_concurrent must be a whole number"):
+        ModelSelector(
+            solver_agent, {"solver": [good]}, DATASET, lambda e, a: 1.0, max_concurrent=bad
+        )

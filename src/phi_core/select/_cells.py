@@ -50,6 +50,8 @@ def concurrency_split(max_concurrent: int, batch_size: int) -> tuple[int, int]:
     Datapoint parallelism comes first: ``dp_concurrent = min(max_concurrent, batch_size)`` and
     ``n_combo = max_concurrent // dp_concurrent``, so ``n_combo * dp_concurrent <= max_concurrent``.
     """
+    if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
+        raise UserError(f"max_concurrent must be a whole number >= 1, got {max_concurrent!r}.")
     if max_concurrent < 1:
         raise UserError(f"max_concurrent must be >= 1, got {max_concurrent!r}.")
     dp = max(1, min(max_concurrent, batch_size))
@@ -140,12 +142,12 @@ class CellRunner:
                 value = await _in_thread(executor, clock, self.scorer, expected, actual)
             if inspect.isawaitable(value):
                 value = await value
-        try:
-            score = float(value)
-        except (TypeError, ValueError):
+        # a number, not text that reads as one ("0.9" is almost always a parsing slip)
+        if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
             raise UserError(
                 f"The scorer returned {value!r}; it must return a number in [0, 1] (or a bool)."
-            ) from None
+            )
+        score = float(value)
         if not 0.0 <= score <= 1.0 or math.isnan(score):
             raise UserError(f"The scorer returned {value!r}; scores must be in [0, 1] (or bool).")
         return score
