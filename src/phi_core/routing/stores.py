@@ -55,6 +55,7 @@ __all__ = [
     "RouterStateStore",
     "SQLitePreviewCache",
     "SQLiteStateStore",
+    "check_finite",
     "open_state_store",
     "stats_from_json",
 ]
