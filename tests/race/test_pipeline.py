@@ -481,3 +481,28 @@ async def test_a_preview_weight_of_zero_learns_from_the_answer_only():
     assert result.winner == "b"
     assert set(result.rewards) == {"b"}  # no update from the previews of a and c
     assert router.stats("b").n == 1.0
+
+
+async def test_every_agent_run_of_a_bandit_race_has_its_own_loop_id_and_one_end():
+    """The answer continues its preview's conversation under a loop id of its own (the two
+    used to share ``<session>.a.1``: two starts and two ends for one id)."""
+    from collections import Counter
+
+    from phi_core.runlog import RunRecorder
+
+    arms = [arm(name, ScriptedProvider(default=f"{name} says hi")) for name in ("a", "b", "c")]
+    seen: list[Any] = []
+    recorder = RunRecorder(None, prompt="Say hi.")
+
+    def sink(event: Any) -> None:
+        seen.append(event)
+        recorder(event)
+
+    r = race(arms, judge_config(judge_preferring("a says")), settings=RaceSettings(top_k=3))
+    result = await r.run("Say hi.", events=sink)
+    starts = Counter(e.loop_id for e in seen if e.type == "agent_start")
+    ends = Counter(e.loop_id for e in seen if e.type == "agent_end")
+    assert starts == ends and set(starts.values()) == {1}
+    assert len(starts) == 3 + 1 + 1 + 1  # three previews, the judge, the answer, its grading
+    phases = Counter(b.phase for b in recorder.build(result).branches)
+    assert phases["preview"] == 3 and phases["answer"] == 1

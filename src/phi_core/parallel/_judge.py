@@ -107,9 +107,12 @@ async def ask_in_orders(
 
 
 def judge_loop_id(outcomes: list[ParallelLoopOutcome], config: AgentLoopConfig, k: int) -> str:
-    """``{session}.{judge segment}.{N + k}``: the judge runs in the race's session."""
+    """``{session}.{judge segment}.{N + k}``: the judge runs in the race's session, numbered
+    after the race's last branch (``N``)."""
     session = outcomes[0].session_id or ""
-    return f"{session}.{config.segment()}.{outcomes[0].race_size + k}"
+    numbers = [o.loop_id.rsplit(".", 1)[-1] for o in outcomes]
+    last = max((int(n) for n in numbers if n.isdigit()), default=outcomes[0].race_size)
+    return f"{session}.{config.segment()}.{max(last, outcomes[0].race_size) + k}"
 
 
 async def run_judge(

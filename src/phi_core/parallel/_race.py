@@ -121,6 +121,7 @@ class _Race:
         branch_timeout: float | None,
         tool_factory: ToolFactory | None,
         early_accept: bool,
+        first_index: int = 0,
     ) -> None:
         self.prompts = prompts
         self.bases = bases
@@ -141,7 +142,8 @@ class _Race:
         assert bases[0].session_id is not None
         self.session_id: str = bases[0].session_id
         self.loop_ids = [
-            f"{self.session_id}.{config.segment()}.{i + 1}" for i, config in enumerate(configs)
+            f"{self.session_id}.{config.segment()}.{first_index + i + 1}"
+            for i, config in enumerate(configs)
         ]
         # Independent tokens fed by one callback rather than ``cancel.child()``: cancelling a
         # parent skipped every other child (CancelToken.cancel mutated the list it iterated).
@@ -332,6 +334,7 @@ async def agent_loop_parallel(
     early_accept: bool = True,
     budget: Budget | None = None,
     label: str | None = None,
+    first_index: int = 0,
 ) -> ParallelLoopResult:
     """Run ``prompts`` through every config concurrently and let ``strategy`` pick the winner.
 
@@ -342,7 +345,8 @@ async def agent_loop_parallel(
             ``tool_factory`` builds them per branch); never modified. A sequence gives each
             branch its own base (one per config, e.g. to continue each branch of an earlier
             race); the branches then share the first context's session.
-        configs: one per branch; branch ``i`` runs under loop id ``{session}.{segment}.{i+1}``.
+        configs: one per branch; branch ``i`` runs under loop id ``{session}.{segment}.{i+1}``
+            (see ``first_index``).
         strategy: picks the winner; see :class:`EvaluationStrategy`.
         events: a sink (callable, async callable or ``asyncio.Queue``) for every event.
         cancel: cancels the whole race; the result then says ``cancelled``.
@@ -356,6 +360,9 @@ async def agent_loop_parallel(
             sent, so a branch whose call does not fit ends ``over_budget`` and the race never
             overshoots; ``max_wall_s`` cancels what is still running when it passes.
         label: what this race is for, carried by ``ParallelLoopStart`` (e.g. ``"preview"``).
+        first_index: branch ``i`` runs under ``{session}.{segment}.{first_index + i + 1}``: a
+            later race in the same session (a bandit race's answer after its previews) numbers
+            on, so no loop id is run twice.
 
     Raises:
         UserError: no configs, a bad limit, a strategy that refuses the race (Transparent with
@@ -426,6 +433,7 @@ async def agent_loop_parallel(
         branch_timeout,
         tool_factory,
         early_accept,
+        first_index,
     )
     started = time.perf_counter()
     decision: EvaluationDecision | None = None

@@ -557,6 +557,9 @@ class BanditRace:
                 if conversation is None:
                     context.messages.append(UserMessage.text(query))
             contexts.append(context)
+        # numbered after the previews and earlier attempts: an arm's answer continues its
+        # preview's conversation under a loop id of its own
+        earlier = len(result.previews.outcomes) if result.previews is not None else 0
         race = await agent_loop_parallel(
             None,
             contexts,
@@ -566,6 +569,7 @@ class BanditRace:
             cancel=token,
             branch_timeout=self.settings.answer_timeout_s,
             label="answer",
+            first_index=earlier + len(result.answers),
         )
         result.answers.extend(race.outcomes)
         winner = race.selected
