@@ -86,7 +86,6 @@ class MemoryStateStore:
         return dict(self._data.get(namespace, {}))
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
-        check_finite(delta, namespace, arm)
         arms = self._data.setdefault(namespace, {})
         arms[arm] = check_finite(arms[arm] + delta if arm in arms else delta, namespace, arm)
 
@@ -240,7 +239,6 @@ class JsonFileStateStore:
 
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
         self._writable()
-        check_finite(delta, namespace, arm)
         with self._locked():
             data = self._read()
             arms = data.setdefault(namespace, {})
@@ -413,7 +411,6 @@ class SQLiteStateStore:
     def add(self, namespace: str, arm: str, delta: ArmStats) -> None:
         if self.read_only:
             raise UserError(f"The router state {self.path} was opened read-only.")
-        check_finite(delta, namespace, arm)
         try:
             self._add(namespace, arm, delta)
         except StateCorruptError:
@@ -439,7 +436,7 @@ class SQLiteStateStore:
                         total = delta + _row_stats(row, f"arm {arm!r} of {namespace!r}")
                     except ValueError as exc:
                         raise _corrupt(self.path, str(exc)) from None
-                    check_finite(total, namespace, arm)
+                check_finite(total, namespace, arm)
                 conn.execute(
                     "INSERT OR REPLACE INTO router_stats VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
