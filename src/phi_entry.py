@@ -9,21 +9,22 @@ import sys
 __all__ = ["parallel_agents", "phi"]
 
 EXIT_INTERRUPTED = 130
+"""As ``phi_core.cli``'s, which cannot be imported before the handler is in place."""
 
 
 def phi() -> None:
     """``phi``: :func:`phi_core.cli.main` once it has loaded."""
-    try:
-        from phi_core.cli import main
-    except KeyboardInterrupt:
-        sys.exit(EXIT_INTERRUPTED)
-    main()
+    _run("main")
 
 
 def parallel_agents() -> None:
     """``parallel-agents``: :func:`phi_core.cli.parallel_agents_main` once it has loaded."""
+    _run("parallel_agents_main")
+
+
+def _run(entry: str) -> None:
     try:
-        from phi_core.cli import parallel_agents_main
+        import phi_core.cli as cli
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
-    parallel_agents_main()
+    getattr(cli, entry)()
