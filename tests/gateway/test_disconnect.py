@@ -202,3 +202,32 @@ async def test_a_race_whose_client_goes_away_is_logged_once_as_a_race_with_its_b
     assert beta.output_tokens > 0  # the three words it streamed, estimated
     assert record.input_tokens == alpha.input_tokens + beta.input_tokens
     assert record.output_tokens == alpha.output_tokens + beta.output_tokens
+
+
+async def test_a_route_whose_client_goes_away_is_logged_once_as_a_bandit_race(
+    strict_loop: Any, upstream: FakeServer, run_log: RunLog
+) -> None:
+    """A routed request (`route:`) whose arm is mid-stream when the client leaves: the route is
+    stopped through its token and logged once as what it is (a bandit race, `phi logs --kind
+    bandit`), with the arm's status and the usage it caused, not as a pseudo-run."""
+    upstream.default = stalling("alpha")  # the router's first arm on a fresh router
+    body = {"model": "route:duo", "messages": [{"role": "user", "content": "q"}]}
+    async with live_gateway(gateway_config(upstream.url), run_log) as url:
+        async with httpx.AsyncClient() as client:
+            request = asyncio.create_task(client.post(f"{url}/v1/chat/completions", json=body))
+            await until(lambda: upstream.in_flight == 1)
+            await asyncio.sleep(0.3)  # its three words have arrived; then it stalls
+            request.cancel()
+            await asyncio.gather(request, return_exceptions=True)
+        await until(lambda: all(r.ended_at is not None for r in upstream.requests))
+        async with httpx.AsyncClient() as client:
+            metrics = (await client.get(f"{url}/metrics")).text
+    assert 'phi_gateway_requests_total{kind="route",route="chat",status="499"} 1' in metrics
+    [record] = run_log.list_runs()
+    assert run_log.list_runs(RunQuery(kind="bandit")) == [record]
+    assert record.status == "cancelled" and record.source == "gateway"
+    assert record.winner is None
+    assert "route was cancelled" in " ".join(record.warnings)
+    [arm] = record.branches
+    assert arm.label.endswith("alpha") and arm.status == "cancelled"
+    assert arm.output_tokens > 0 and record.output_tokens == arm.output_tokens

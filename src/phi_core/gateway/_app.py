@@ -105,15 +105,6 @@ async def _cancelled(task: asyncio.Future[Any]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-def _unrecorded(kind: str, task: asyncio.Future[Any]) -> bool:
-    """Whether a request whose client went away still needs its run-log record: a passthrough
-    call always, a route cut short by the cancellation (one that ended logged its result), a
-    race never (it logs itself as a race, also when cancelled)."""
-    if kind == "passthrough":
-        return True
-    return kind == "route" and task.cancelled()
-
-
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(body, status_code=status, headers=header_values(headers))
 
@@ -339,12 +330,12 @@ def create_app(
             await _cancelled(task)
             gateway.in_flight -= 1
             await finish(kind, 499, started, caller, meter, disconnected=True)
-            if _unrecorded(kind, task):
+            if kind == "passthrough":  # a race or route logs itself, also when cancelled
                 record = request_record(chat_request, meter, "cancelled", "", wall)
                 await gateway.write_record(record)
             return _error(ClientDisconnected())
         if not task.done():  # a streamed race still deciding: start the stream now
-            return early_stream(request, chat_request, task, kind, caller, meter, started, wall)
+            return early_stream(request, chat_request, task, kind, caller, meter, started)
         gateway.in_flight -= 1
         try:
             answer = task.result()
@@ -382,7 +373,6 @@ def create_app(
         caller: Caller,
         meter: Meter,
         started: float,
-        wall: float,
     ) -> _EventStream:
         """The stream of a race or route that outlasted ``keepalive_s``: an SSE comment every
         ``keepalive_s`` until it is decided, then its frames (or an error event)."""
@@ -408,9 +398,6 @@ def create_app(
             gateway.in_flight -= 1
             status = 499 if disconnected else outcome["status"]
             await finish(kind, status, started, caller, meter, disconnected)
-            if disconnected and _unrecorded(kind, task):
-                record = request_record(chat_request, meter, "cancelled", "", wall)
-                await gateway.write_record(record)
 
         _, profile = gateway.resolve(chat_request.model)
         return _EventStream(frames(), {"x-phi-kind": kind, "x-phi-profile": profile}, done)

@@ -17,7 +17,7 @@ import copy
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,10 +71,10 @@ RELOAD_EVERY_S = 1.0
 """A route profile reloads the shared router statistics at most this often."""
 MODELS_KEPT = 1024
 """How many resolved passthrough model names a gateway remembers."""
-CANCELLED_RACE = (
-    "the race was cancelled before it was decided (its client went away, or the gateway stopped)"
+CANCELLED = (
+    "the {what} was cancelled before it was decided (its client went away, or the gateway stopped)"
 )
-"""The warning on the run record of a race whose request was cancelled."""
+"""The warning on the run record of a race or route whose request was cancelled."""
 RECORD_BATCH_S = 0.1
 """How long a run record waits for others to be written with it (one thread hop and one
 transaction a batch); at close, what is queued is written at once."""
@@ -498,29 +498,43 @@ class Gateway:
             )  # fmt: skip
         recorder = self._recorder(request, plan=plan)
         context = AgentContext(messages=list(request.messages[:-1]))
+
+        def start(cancel: CancelToken) -> Awaitable[Any]:
+            return plan.run([last], context=context, events=recorder, cancel=cancel)
+
+        result = await self._logged_run(start, recorder, meter, "race")
+        assert isinstance(result, ParallelLoopResult)
+        return race_answer(request, profile, plan, result, meter, recorder.run_id)
+
+    async def _logged_run(
+        self,
+        start: Callable[[CancelToken], Awaitable[Any]],
+        recorder: RunRecorder,
+        meter: Meter,
+        what: str,
+    ) -> Any:
+        """Run ``start(token)`` (a race or a route) under ``meter`` and log its result.
+
+        When the request is cancelled (the client went away, or the gateway is stopping) the
+        run is stopped through its token, so it still ends as what it is, each branch with its
+        status and the usage it had caused, and is logged as one before the cancellation goes
+        on."""
         cancel = CancelToken()
         with metering(meter):
-            run = asyncio.ensure_future(
-                plan.run([last], context=context, events=recorder, cancel=cancel)
-            )
+            run = asyncio.ensure_future(start(cancel))
         try:
             result = await asyncio.shield(run)
         except asyncio.CancelledError:
-            # The client went away (or the gateway is stopping): the race is stopped through
-            # its token, so it still ends as a race, each branch with its status and the usage
-            # it had caused, and is logged as one before the cancellation goes on.
             cancel.cancel("client_disconnected")
             try:
                 ended = await run
             except asyncio.CancelledError:  # cancelled again while it stops: stop waiting
                 run.cancel()
                 raise
-            assert isinstance(ended, ParallelLoopResult)
-            await self._log(recorder, ended, warning=CANCELLED_RACE)
+            await self._log(recorder, ended, warning=CANCELLED.format(what=what))
             raise
-        assert isinstance(result, ParallelLoopResult)
         await self._log(recorder, result)
-        return race_answer(request, profile, plan, result, meter, recorder.run_id)
+        return result
 
     async def _route(self, request: ChatRequest, profile: str, meter: Meter) -> Answer:
         route = self.routes[profile]
@@ -556,9 +570,10 @@ class Gateway:
             elif isinstance(event, RouteUpdate):
                 updates.extend(event.rewards)
 
-        with metering(meter):
-            result = await race.run(query, context=conversation, events=tee(recorder, sink))
-        await self._log(recorder, result)
+        def start(cancel: CancelToken) -> Awaitable[Any]:
+            return race.run(query, context=conversation, events=tee(recorder, sink), cancel=cancel)
+
+        result = await self._logged_run(start, recorder, meter, "route")
         self.metrics.inc("phi_gateway_router_decisions_total", profile=profile,
                          action=result.action)  # fmt: skip
         if result.action == "sure":
