@@ -180,6 +180,24 @@ async def test_a_branch_that_raises_is_captured_and_never_selected() -> None:
     assert len(ends) == 1 and ends[0].reason == "error"
 
 
+async def test_a_provider_raising_cancelled_error_on_its_own_is_a_failed_branch() -> None:
+    """An SDK that raises CancelledError when nothing cancelled the call: the branch failed (an
+    error naming the fault), the race was not cancelled, and the other branch wins."""
+
+    def stray(request: StreamRequest) -> Reply:
+        raise asyncio.CancelledError
+
+    events = Recorder()
+    configs = [branch(stray), branch("fine")]
+    result = await agent_loop_parallel("q", base(), configs, PickFirstEvaluation(), events=events)
+    broken = result.outcomes[0]
+    assert broken.status == "error", broken.error
+    assert "raised CancelledError although nothing cancelled" in (broken.error or "")
+    assert not result.cancelled and result.status == "ok" and result.selected_index == 1
+    end = events.events[-1]
+    assert isinstance(end, ParallelLoopEnd) and not end.cancelled
+
+
 async def test_a_provider_failure_becomes_an_error_outcome_with_its_text() -> None:
     configs = [branch(Fail(AuthError("invalid key"))), branch(answer("ok", 5))]
     result = await agent_loop_parallel("q", base(), configs, TokenEfficientEvaluation())

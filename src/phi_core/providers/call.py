@@ -252,6 +252,18 @@ class ModelCall:
                     elif isinstance(item, ToolCallDelta):
                         self._streamed.append(item.arguments)
                     yield item
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                error = exc
+                raise
+            # Nothing cancelled this task: the provider (or its SDK) raised CancelledError of
+            # its own. Passed on, it would read as the run's cancellation; it is a failed call.
+            error = RuntimeError(
+                f"{model.spec}: the provider raised CancelledError although nothing cancelled "
+                "the call (a fault in the provider or its SDK)"
+            )
+            raise error from exc
         except BaseException as exc:
             error = exc
             raise
