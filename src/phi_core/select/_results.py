@@ -57,6 +57,8 @@ class DatapointResult(BaseModel):
     scoring_cost_usd: float = 0.0
     """What the scorer's own model calls cost here (not part of ``cost_usd``)."""
     error: str | None = None
+    usage_by_model: dict[str, Usage] = Field(default_factory=dict)
+    """The tokens of this run's model calls, per ``provider:model``."""
 
 
 class CombinationResult(BaseModel):
@@ -400,6 +402,7 @@ def build_result(
                 status=ev.status,
                 scoring_cost_usd=ev.scoring_usd,
                 error=arena.errors.get((k, p)),
+                usage_by_model=dict(ev.model_usage),
             )
         )
     rest = sorted((k for k in range(arena.n_combos) if k != best), key=arena.rank_key)
