@@ -21,6 +21,17 @@ is phi-core's default algorithm; the dataset order is seeded and shuffled; failu
 instead of being dropped; ties are broken by cost, then latency beyond timing noise, then name
 (so a seed reproduces the pick); the cache lives in ``$PHI_HOME``, not in the working directory;
 the best is always on the Pareto front; and the openai SDK's ``httpx2`` transport is metered too.
+
+Other differences an AgentOpt user may meet:
+
+- The agent class is built for every datapoint (not once per combination and batch), so no
+  state leaks from one datapoint's run into another's; building it is not counted as latency,
+  and a sync agent is built and run in a worker thread, so building blocks no other run.
+- Scores must be numbers in [0, 1] (or bools): the algorithms' bounds rest on it, and a score
+  outside is a usage error that stops the run at once. A scorer returning ``None`` fails that
+  datapoint (it scores 0, with the reason in ``error``), as a scorer that raised does.
+- ``method="matrix_ucb"`` observes a quarter of the grid unless ``sample_fraction`` says
+  otherwise (AgentOpt's default, 1.0, evaluates every cell and so saves nothing).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import gc
 import inspect
 import io
 import json
@@ -66,6 +78,15 @@ __all__ = [
     "ThresholdBanditSEModelSelector",
 ]
 
+
+class _DefaultCacheDir:
+    def __repr__(self) -> str:
+        return "<$PHI_HOME/select-cache.sqlite>"
+
+
+DEFAULT_CACHE_DIR: Any = _DefaultCacheDir()
+"""``LLMTracker``'s ``cache_dir`` when it is left out: the cache file in ``$PHI_HOME``."""
+
 CallRecord = InterceptedCall
 """One tracked model call (``data_id``/``combo_id``, tokens, latency, ``cached``)."""
 
@@ -100,9 +121,9 @@ class LLMTracker:
 
     Args:
         cache: answer repeated requests from the response cache.
-        cache_dir: where the cache lives (default: ``$PHI_HOME/select-cache.sqlite``; ``None``
-            with ``cache=True`` — AgentOpt's in-memory form — keeps it in memory only when
-            ``cache_dir=":memory:"``).
+        cache_dir: the folder of the cache's file (``cache.sqlite``); left out,
+            ``$PHI_HOME/select-cache.sqlite`` (AgentOpt: ``./.agentopt_cache``); ``None`` (or
+            ``":memory:"``) keeps the cache in memory, for this tracker's runs only.
         model_prices: ``{model: {"input_price": ..., "output_price": ...}}`` ($ per million
             tokens).
     """
@@ -110,7 +131,7 @@ class LLMTracker:
     def __init__(
         self,
         cache: bool = True,
-        cache_dir: str | Path | None = None,
+        cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
         model_prices: ModelPrices | None = None,
     ) -> None:
         self.cache = cache
@@ -125,9 +146,9 @@ class LLMTracker:
         """What :class:`ModelSelector`'s ``cache`` argument becomes."""
         if not self.cache:
             return False
-        if self.cache_dir is None:
+        if self.cache_dir is DEFAULT_CACHE_DIR:
             return True
-        if str(self.cache_dir) == ":memory:":
+        if self.cache_dir is None or str(self.cache_dir) == ":memory:":
             return ":memory:"
         return Path(self.cache_dir) / "cache.sqlite"
 
@@ -176,13 +197,15 @@ class LLMTracker:
     def get_usage(
         self, data_id: Any = None, combo_id: str | None = None
     ) -> dict[str, tuple[int, int]]:
-        """``{model: (input tokens, output tokens)}`` of the matching calls."""
+        """``{model: (input tokens, output tokens)}`` of the matching calls, keyed by the model
+        the requests named."""
         out: dict[str, Usage] = {}
         for r in self.get_records():
             if (data_id is None or r.datapoint == data_id) and (
                 combo_id is None or r.combination == combo_id
             ):
-                out[r.model] = out.get(r.model, Usage()) + r.usage
+                model = _requested(r.model)
+                out[model] = out.get(model, Usage()) + r.usage
         return {m: (_input(u), u.output) for m, u in out.items()}
 
     def get_cached_latency(self, data_id: Any = None) -> float:
@@ -198,15 +221,42 @@ def _input(usage: Usage) -> int:
     return usage.input + usage.cache_read + usage.cache_write
 
 
+def _requested(spec: str) -> str:
+    """The model a request named, from the ``provider:model`` an intercepted call is metered
+    under (``openai:llama3.1:8b`` -> ``llama3.1:8b``): AgentOpt keys tokens by it."""
+    return spec.split(":", 1)[1] if ":" in spec else spec
+
+
+def _tokens(usage: Mapping[str, Usage]) -> tuple[dict[str, int], dict[str, int]]:
+    """``({model: input tokens}, {model: output tokens})``, keyed by the requested model."""
+    inputs: dict[str, int] = {}
+    outputs: dict[str, int] = {}
+    for spec, u in usage.items():
+        model = _requested(spec)
+        inputs[model] = inputs.get(model, 0) + _input(u)
+        outputs[model] = outputs.get(model, 0) + u.output
+    return inputs, outputs
+
+
 @dataclass
 class DatapointResult:
+    """One combination on one datapoint, in AgentOpt's shape (tokens per requested model)."""
+
     datapoint_index: int
     score: float
     latency_seconds: float
-    input_tokens: int
-    output_tokens: int
+    input_tokens: dict[str, int]
+    output_tokens: dict[str, int]
     cost_usd: float = 0.0
     error: str | None = None
+
+    @property
+    def total_input_tokens(self) -> int:
+        return sum(self.input_tokens.values())
+
+    @property
+    def total_output_tokens(self) -> int:
+        return sum(self.output_tokens.values())
 
 
 @dataclass
@@ -252,10 +302,11 @@ class SelectionResults:
         unpriced = set(native.unpriced_models)
         rows: dict[str, list[DatapointResult]] = {}
         for row in native.datapoints:
+            inputs, outputs = _tokens(row.usage_by_model)
             rows.setdefault(row.combination, []).append(
                 DatapointResult(
-                    row.datapoint, row.score, row.latency_s, row.input_tokens, row.output_tokens,
-                    row.cost_usd, row.error,
+                    row.datapoint, row.score, row.latency_s, inputs, outputs, row.cost_usd,
+                    row.error,
                 )
             )  # fmt: skip
         self.results = [
@@ -277,14 +328,21 @@ class SelectionResults:
         del attribute  # AgentOpt's only attribute is "combination"
         return next(r for r in self.results if r.is_best)
 
-    def get_best_combo(self) -> dict[str, Any]:
+    def get_best_combo(self) -> dict[str, str]:
+        """``{step: label}`` of the winner (a candidate's label: the string itself, or the
+        object's ``model`` / ``model_name`` / ``id`` / ``name``), as AgentOpt gives it;
+        :meth:`get_best_candidates` gives the objects themselves."""
+        return dict(self.native.best.models)
+
+    def get_best_candidates(self) -> dict[str, Any]:
         """``{step: candidate}`` of the winner, as the agent received it."""
         return {
             step: self._candidates[step][label] for step, label in self.native.best.models.items()
         }
 
-    def get_by_attribute(self) -> dict[str, list[ModelResult]]:
-        return {"combination": list(self.results)}
+    def get_by_attribute(self, attribute: str = "combination") -> list[ModelResult]:
+        """The results of ``attribute`` (AgentOpt's only one is ``"combination"``)."""
+        return [r for r in self.results if r.attribute == attribute]
 
     def print_summary(self) -> None:
         print(self.native.summary(limit=None))
@@ -320,12 +378,13 @@ def _model_result(
     c: CombinationResult, rows: list[DatapointResult], unpriced: set[str]
 ) -> ModelResult:
     models = list(c.usage_by_model)
+    inputs, outputs = _tokens(c.usage_by_model)
     return ModelResult(
         model_name=c.name,
         accuracy=c.accuracy or 0.0,
         latency_seconds=c.latency_mean or 0.0,
-        input_tokens={m: _input(u) for m, u in c.usage_by_model.items()},
-        output_tokens={m: u.output for m, u in c.usage_by_model.items()},
+        input_tokens=inputs,
+        output_tokens=outputs,
         price=None if unpriced.intersection(models) else (c.cost_per_datapoint or 0.0),
         is_best=c.is_best,
         datapoint_results=rows,
@@ -468,17 +527,30 @@ def _method_params(
         params.setdefault("node_descriptions", descriptions)
 
 
+async def _select_on_own_loop(selector: _NativeSelector) -> SelectionResult:
+    """The selection on a loop of its own, which closes after it. Agents are built for every
+    datapoint, and an async SDK client an agent built closes itself when it is collected: the
+    dropped ones are collected here, while the loop can still run their closing, rather than
+    later on a closed loop ("Task exception was never retrieved ... Event loop is closed")."""
+    try:
+        return await selector.select_best()
+    finally:
+        gc.collect()
+        for _ in range(3):  # the closing tasks, and the transports' callbacks they schedule
+            await asyncio.sleep(0)
+
+
 def _run_blocking(selector: _NativeSelector) -> SelectionResult:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(selector.select_best())
+        return asyncio.run(_select_on_own_loop(selector))
     # Called from a running loop (a notebook): run on a private loop in a worker thread.
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["result"] = asyncio.run(selector.select_best())
+            box["result"] = asyncio.run(_select_on_own_loop(selector))
         except BaseException as error:  # handed to the caller's thread below
             box["error"] = error
 

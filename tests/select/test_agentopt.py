@@ -6,6 +6,8 @@ import asyncio
 import csv
 import json
 import runpy
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,20 +109,20 @@ def test_results_carry_agentopt_fields_and_prices_from_model_prices() -> None:
     assert len(results) == 2 and results.results[0].model_name == "solver=gpt-4o"
     best = results.get_best()
     assert best.is_best and best.accuracy == 1.0 and best.num_samples == 6
-    assert best.input_tokens == {"openai:gpt-4o": 6 * 50} and best.output_tokens == {
-        "openai:gpt-4o": 6 * 9
-    }
+    # keyed by the model the requests named, as AgentOpt keys them
+    assert best.input_tokens == {"gpt-4o": 6 * 50} and best.output_tokens == {"gpt-4o": 6 * 9}
     assert best.price == pytest.approx((50 * 10.0 + 9 * 30.0) / 1e6)  # model_prices win
     mini = next(r for r in results if r.model_name == "solver=gpt-4o-mini")
     assert mini.price == pytest.approx((40 * 0.15 + 8 * 0.60) / 1e6)  # the price table
     assert mini.accuracy == pytest.approx(4 / 6)
     assert sorted(d.datapoint_index for d in best.datapoint_results) == list(range(6))
-    assert all(d.score == 1.0 and d.input_tokens == 50 for d in best.datapoint_results)
+    assert all(d.score == 1.0 and d.input_tokens == {"gpt-4o": 50} for d in best.datapoint_results)
+    assert all(d.total_output_tokens == 9 for d in best.datapoint_results)
     assert results.get_best_combo() == {"solver": "gpt-4o"}
     assert results.selection_cost == pytest.approx(6 * (best.price + mini.price))
 
 
-def test_candidates_reach_the_agent_as_given_and_the_best_combo_returns_them() -> None:
+def test_candidates_reach_the_agent_as_given_and_the_best_combo_names_them() -> None:
     class Llm:
         def __init__(self, model: str, skill: float) -> None:
             self.model = model
@@ -146,7 +148,10 @@ def test_candidates_reach_the_agent_as_given_and_the_best_combo_returns_them() -
         tracker=LLMTracker(cache=False),
     ).select_best(parallel=True)
     assert all(m in (strong, weak) for m in seen)
-    assert results.get_best_combo() == {"solver": strong}
+    assert results.get_best_combo() == {"solver": "strong-llm"}  # labels, as AgentOpt's
+    assert results.get_best_candidates() == {"solver": strong}
+    assert results.get_by_attribute("combination") == results.results
+    assert results.get_by_attribute("other") == []
     assert results.get_best().model_name == "solver=strong-llm"
     assert any("No model call was metered" in w for w in results.native.warnings)
 
@@ -234,7 +239,7 @@ def test_agentopts_selector_classes_run_their_method() -> None:
         assert selector.native._algorithm == method, name
         if method in ("auto", "brute_force", "arm_elimination"):  # run the quick ones
             results = selector.select_best(parallel=True, max_concurrent=4)
-            assert results.get_best_combo() == {"solver": 3}, name  # x % 3 == expected
+            assert results.get_best_combo() == {"solver": "3"}, name  # x % 3 == expected
             ran = "regret_race" if method == "auto" else method
             assert results.native.algorithm == ran
     # AgentOpt's parameter names work on the classes too, and the method cannot be changed
@@ -318,8 +323,8 @@ def test_a_tracker_tracks_calls_outside_a_selection() -> None:
             return tracker
 
     tracker = asyncio.run(main())
-    assert tracker.get_usage(combo_id="solver=gpt-4o") == {"openai:gpt-4o": (100, 18)}
-    assert tracker.get_usage(data_id=1) == {"openai:gpt-4o": (50, 9)}
+    assert tracker.get_usage(combo_id="solver=gpt-4o") == {"gpt-4o": (100, 18)}
+    assert tracker.get_usage(data_id=1) == {"gpt-4o": (50, 9)}
     assert [r.data_id for r in tracker.get_records()] == [0, 1]
 
 
@@ -340,3 +345,105 @@ def test_csv_columns_follow_agentopt(tmp_path: Path) -> None:
     assert header[:3] == ["model_name", "accuracy", "latency_seconds"]
     row = next(csv.DictReader((tmp_path / "r.csv").open()))
     assert json.loads(row["input_tokens"]) == {} and row["price"] == "0.0"
+
+
+def test_building_the_agent_is_neither_latency_nor_a_block_on_other_runs() -> None:
+    """AgentOpt times only `run()`: an agent whose `__init__` is slow (an SDK client, a graph)
+    reports the latency of its runs, and a sync agent is built in the worker thread that runs
+    it, so building blocks no other run."""
+    built_on: list[str] = []
+
+    class SlowToBuild:
+        def __init__(self, models: dict[str, str]) -> None:
+            time.sleep(0.2)
+            built_on.append(threading.current_thread().name)
+            self.model = models["solver"]
+
+        def run(self, x: int) -> int:
+            time.sleep(0.01)
+            return x
+
+    results = ModelSelector(
+        SlowToBuild,
+        {"solver": ["a", "b"]},
+        lambda e, a: e == a,
+        [(i, i) for i in range(4)],
+        method="brute_force",
+        tracker=LLMTracker(cache=False),
+    ).select_best(parallel=True, max_concurrent=8)
+    assert all(0.01 <= r.latency_seconds < 0.15 for r in results), [
+        r.latency_seconds for r in results
+    ]
+    assert len(built_on) == 8 and all(n.startswith("phi-select") for n in built_on)
+
+
+def test_an_async_agent_is_built_on_the_loop_and_timed_from_its_run() -> None:
+    class AsyncAgent:
+        def __init__(self, models: dict[str, str]) -> None:
+            asyncio.get_running_loop()  # an async agent may bind to the loop when built
+            time.sleep(0.2)
+
+        async def run(self, x: int) -> int:
+            await asyncio.sleep(0.01)
+            return x
+
+    results = ModelSelector(
+        AsyncAgent,
+        {"solver": ["a"]},
+        lambda e, a: e == a,
+        [(i, i) for i in range(2)],
+        method="brute_force",
+        tracker=LLMTracker(cache=False),
+    ).select_best()
+    [only] = results.results
+    assert only.accuracy == 1.0 and 0.01 <= only.latency_seconds < 0.15
+
+
+def test_a_scorer_returning_none_fails_that_datapoint_and_the_run_goes_on() -> None:
+    def eval_fn(expected: int, actual: int) -> float | None:
+        return None if expected == 2 else float(expected == actual)
+
+    results = ModelSelector(
+        lambda models, x: x,
+        {"solver": ["a"]},
+        eval_fn,
+        [(i, i) for i in range(4)],
+        method="brute_force",
+        tracker=LLMTracker(cache=False),
+    ).select_best()
+    [only] = results.results
+    assert only.accuracy == pytest.approx(3 / 4)
+    [failed] = [d for d in only.datapoint_results if d.error]
+    assert failed.datapoint_index == 2 and failed.score == 0.0
+    assert "returned None" in (failed.error or "")
+    assert any("1 of 4 evaluations failed" in w for w in results.native.warnings)
+
+
+def test_a_tracker_with_cache_dir_none_keeps_its_cache_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AgentOpt's `cache_dir=None`: an in-memory cache; nothing is written to disk, and a second
+    tracker starts empty."""
+    monkeypatch.setenv("PHI_HOME", str(tmp_path / "home"))
+
+    async def main() -> int:
+        async with (
+            FakeServer(default=capitals_server) as server,
+            openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k") as client,
+        ):
+            for _ in range(2):  # two trackers, each asking twice
+                tracker = LLMTracker(cache_dir=None)
+                tracker.start()
+                try:
+                    for dp in range(2):
+                        with tracker.track(data_id=dp, combo_id="solver=gpt-4o"):
+                            await client.chat.completions.create(
+                                model="gpt-4o", messages=[{"role": "user", "content": "France?"}]
+                            )
+                finally:
+                    tracker.stop()
+            return len(server.requests)
+
+    assert asyncio.run(main()) == 2  # each tracker's repeat came from its own memory
+    assert not (tmp_path / "home").exists() or not list((tmp_path / "home").rglob("*.sqlite*"))
+    assert LLMTracker().cache_setting() is True  # left out: the file in $PHI_HOME

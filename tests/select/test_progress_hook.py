@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from phi_core.cli.select import _Tally
 from phi_core.providers.base import ModelConfig
 from phi_core.select import Evaluation, MeteredModel, ModelSelector
@@ -50,3 +52,28 @@ def test_the_tally_sums_what_was_paid_and_bounds_the_time_left() -> None:
         tally.add(Evaluation(config_id="c", score=1.0, cost_usd=0.01, spent_usd=0.002), n * 3.0)
     assert tally.done == 4 and round(tally.spent, 6) == 0.008  # paid, not the list price
     assert tally.eta() == "≤ 0:18 left"  # 6 more at 3 s each, at most
+
+
+async def test_a_callback_that_raises_stops_the_run_with_its_own_error() -> None:
+    """The caller's own exception, not nested exception groups, and the caller's task is left
+    as it was (Python 3.11's TaskGroup can leave a cancel request on it)."""
+    selector = ModelSelector(
+        agent,
+        {"solver": [handle("good", "yes"), handle("bad", "no")]},
+        [(f"q{i}", "yes") for i in range(5)],
+        lambda expected, actual: expected == actual,
+        algorithm="brute_force",
+        cache=False,
+    )
+
+    def broken(k: int, i: int, e: Evaluation) -> None:
+        raise ValueError("progress bar broke")
+
+    try:
+        await selector.select_best(on_evaluation=broken)
+    except ValueError as error:
+        assert str(error) == "progress bar broke"
+    else:
+        raise AssertionError("the callback's error was swallowed")
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0

@@ -994,7 +994,7 @@ async def test_a_damaged_cache_file_is_reported_in_the_results_warnings(tmp_path
 
 @pytest.mark.parametrize(
     ("score", "accepted"),
-    [("0.9", False), (None, False), (b"1", False), (np.bool_(True), True), (np.float32(1), True)],
+    [("0.9", False), (b"1", False), (np.bool_(True), True), (np.float32(1), True)],
 )
 async def test_a_scorer_must_return_a_number_not_text_that_reads_as_one(
     score: object, accepted: bool
@@ -1009,6 +1009,19 @@ async def test_a_scorer_must_return_a_number_not_text_that_reads_as_one(
     else:
         with pytest.raises(UserError, match="it must return a number"):
             await selector.select_best()
+
+
+async def test_a_scorer_returning_none_fails_the_datapoint_not_the_run() -> None:
+    """``None`` is no verdict: that datapoint scores 0 with the reason, the run goes on, and a
+    scorer that never gives one is told apart by the every-evaluation-failed warning."""
+    good, _ = scripted("good", "right")
+    result = await ModelSelector(
+        solver_agent, {"solver": [good]}, DATASET, lambda e, a: None,
+        algorithm="brute_force", cache=False,
+    ).select_best()  # fmt: skip
+    assert result.evaluations == len(DATASET) and result.best.accuracy == 0.0
+    assert all("returned None" in (f.error or "") for f in result.failures)
+    assert any(w.startswith("Every evaluation failed") for w in result.warnings)
 
 
 @pytest.mark.parametrize("bad", [None, "x", 1.5, True])

@@ -142,6 +142,8 @@ class CellRunner:
                 value = await _in_thread(executor, clock, self.scorer, expected, actual)
             if inspect.isawaitable(value):
                 value = await value
+        if value is None:  # no verdict on this answer (AgentOpt drops such a datapoint)
+            raise _NoScore("the scorer returned None instead of a score, so it scored 0")
         # a number, not text that reads as one ("0.9" is almost always a parsing slip)
         if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
             raise UserError(
@@ -178,13 +180,15 @@ class CellRunner:
                 answered = True
             if clock.expired():  # also when the agent swallowed the cancellation and answered
                 error, answered = clock.message(), False
-        wall = time.perf_counter() - started
+        wall = time.perf_counter() - (clock.ran_at or started)
         scoring = Meter(seed=self.seed)
         if answered:  # intercepted judge calls belong to the datapoint, not to a combination
             judging = _RunClock(self.timeout, "scorer")
             with metering(scoring), attribute(None, i):
                 try:
                     score = await self.score(expected, actual, executor, judging)
+                except _NoScore as exc:
+                    error = str(exc)
                 except BaseException as exc:
                     error = f"scorer raised {_failure(exc)}"
             if judging.expired():
@@ -226,23 +230,43 @@ class CellRunner:
         executor: ThreadPoolExecutor,
         clock: _RunClock,
     ) -> Any:
+        """The agent's answer. A class is built for this run (its ``__init__`` counts toward the
+        timeout, not the latency): an async ``run`` is built and awaited on the event loop, a sync
+        one is built and run in a worker thread, so building (an SDK client, a graph) blocks no
+        other run."""
         agent: Any = self.agent
         if inspect.isclass(agent):
-            factory: Callable[..., Any] = agent
-            instance: Any = factory(models)
-            run: Any = instance.run
-            if is_async_callable(run):
+            factory: Callable[[dict[str, Any]], Any] = agent
+            if is_async_callable(getattr(agent, "run", None)):
                 clock.start()
-                return await run(inputs)
-            result = await _in_thread(executor, clock, run, inputs)
+                instance = factory(models)
+                clock.ran()
+                return await instance.run(inputs)
+
+            def build_and_run() -> Any:
+                instance = factory(models)
+                clock.ran()
+                return instance.run(inputs)
+
+            result = await _in_thread(executor, clock, build_and_run)
         elif is_async_callable(agent):
             clock.start()
+            clock.ran()
             return await agent(models, inputs)
         else:
-            result = await _in_thread(executor, clock, agent, models, inputs)
+
+            def run_function() -> Any:
+                clock.ran()
+                return agent(models, inputs)
+
+            result = await _in_thread(executor, clock, run_function)
         if inspect.isawaitable(result):
             return await result
         return result
+
+
+class _NoScore(Exception):
+    """The scorer gave no verdict (``None``): the cell fails and scores 0, the run goes on."""
 
 
 def _failure(exc: BaseException) -> str:
@@ -270,6 +294,8 @@ class _RunClock:
         self.who = who
         self.threaded = False
         """The agent runs in a worker thread (which a timeout cannot stop)."""
+        self.ran_at: float | None = None
+        """When the agent's own run began (``time.perf_counter()``), after it was built."""
         self._timeout = asyncio.timeout(None)
         self._open = False
 
@@ -285,6 +311,10 @@ class _RunClock:
         """Start counting (on the event loop's thread); a no-op once the run has ended."""
         if self.seconds is not None and self._open:
             self._timeout.reschedule(asyncio.get_running_loop().time() + self.seconds)
+
+    def ran(self) -> None:
+        """The run itself starts now (from any thread): latency is counted from here."""
+        self.ran_at = time.perf_counter()
 
     def expired(self) -> bool:
         return self._timeout.expired()
@@ -372,30 +402,39 @@ async def each_combination(
     batch: Mapping[int, Sequence[int]],
     run: Callable[[int, Sequence[int]], Coroutine[Any, Any, None]],
 ) -> None:
-    """``run(k, datapoints)`` for every combination of a batch, concurrently. A usage mistake
-    (a bad score, a missing key...) in any aborts the batch and is raised with its own message."""
+    """``run(k, datapoints)`` for every combination of a batch, concurrently. What fails in any
+    (a usage mistake such as a bad score, a callback of the caller's that raised) aborts the
+    batch and is raised as itself, not wrapped in exception groups; a usage mistake first."""
+    task = asyncio.current_task()
+    entered = task.cancelling() if task is not None else 0
     try:
         async with asyncio.TaskGroup() as tg:
             for k, datapoints in batch.items():
                 tg.create_task(run(k, datapoints))
     except BaseExceptionGroup as group:
+        # Python 3.11's TaskGroup can leave its own cancel request on this task when a child
+        # fails while it waits for the others; left there, later checks of `cancelling()`
+        # would take this task for one being cancelled.
+        while task is not None and task.cancelling() > entered:
+            task.uncancel()
         interrupted = _first(group, AgentInterrupted)
         if interrupted is not None:  # every sibling has been cancelled and awaited by now
             raise interrupted.interrupt from None
-        user_error = _first(group, UserError)
-        if user_error is not None:
-            raise user_error from None
+        first = _first(group, UserError) or _first(group, Exception)
+        if first is not None:
+            raise first from None
         raise
 
 
 def _first(group: BaseExceptionGroup[BaseException], kind: type[_E]) -> _E | None:
+    """The first leaf of ``group`` (nested groups searched, never returned) of type ``kind``."""
     for error in group.exceptions:
-        if isinstance(error, kind):
-            return error
         if isinstance(error, BaseExceptionGroup):
             found = _first(error, kind)
             if found is not None:
                 return found
+        elif isinstance(error, kind):
+            return error
     return None
 
 
