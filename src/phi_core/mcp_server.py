@@ -36,6 +36,7 @@ from .config import (
     RacePlan,
     RaceSpec,
     bandit_race_from_plan,
+    default_strategy,
     parse_branch,
     plan_race,
 )
@@ -88,7 +89,7 @@ class RaceProfile:
         return {
             "name": self.name,
             "source": self.source,
-            "strategy": self.spec.strategy or "judge",
+            "strategy": self.spec.strategy or default_strategy(branches, self.spec.judge),
             "branches": [{"name": b.label, "model": b.model} for b in branches],
             "judge": self.spec.judge.model if self.spec.judge is not None else None,
         }

@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 from mcp.types import TextContent
 
+from phi_core.config import EMBEDDED_DEFAULT_STRATEGY, RaceSpec, plan_race
 from phi_core.errors import ConfigError, UserError
 from phi_core.mcp_server import DEFAULT_PROFILE, RaceTools, load_profiles, mcp_server
 from phi_core.testing import Reply, ScriptedProvider
@@ -73,6 +74,9 @@ def test_profiles_come_from_gateway_files_and_race_files(tmp_path: Path) -> None
     # The built-in profile races the default configurations of the embedded model.
     default = profiles[DEFAULT_PROFILE].describe()
     assert {b["model"] for b in default["branches"]} == {"local:smollm2"}
+    # the strategy it really races with, not "judge" (three local branches, no judge)
+    assert default["strategy"] == plan_race(RaceSpec()).strategy == EMBEDDED_DEFAULT_STRATEGY
+    assert profiles["solo"].describe()["strategy"] == plan_race(profiles["solo"].spec).strategy
 
 
 def test_two_files_offering_one_profile_and_a_bad_file_are_errors(tmp_path: Path) -> None:

@@ -231,3 +231,18 @@ def test_a_bad_command_line_override_is_not_blamed_on_the_spec_file(tmp_path: Pa
     assert result.exit_code == 2
     assert "key `algorithm`: 'nosuch', given in place of the file's value" in result.output
     assert "spec.toml" not in result.output  # the file's own algorithm line is fine
+
+
+def test_cost_and_latency_weights_come_from_the_spec_or_the_command_line(tmp_path: Path) -> None:
+    """The README's `cost_weight` / `latency_weight` are spec keys and options, weighting the
+    objective of the search; a negative weight is a located error."""
+    spec = write_spec(tmp_path, "cost_weight = 0.25\n")
+    done = CliRunner().invoke(make_app(), [str(spec), "--json", "--latency-weight", "0.5"])
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout[done.stdout.index("{") :])
+    assert (result["cost_weight"], result["latency_weight"]) == (0.25, 0.5)
+    assert result["best"]["objective"] is not None  # the search ranked by the weighted objective
+    bad = write_spec(tmp_path, "latency_weight = -1\n")
+    refused = CliRunner().invoke(make_app(), [str(bad)])
+    assert refused.exit_code == 2
+    assert "spec.toml:7" in refused.output and "latency_weight" in refused.output

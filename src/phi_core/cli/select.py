@@ -101,6 +101,22 @@ def command(
             help="Seconds one agent run may take (then it stops and scores 0); overrides the spec.",
         ),
     ] = None,
+    cost_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--cost-weight",
+            min=0.0,
+            help="Rank by score minus this times the normalised cost, during the search.",
+        ),
+    ] = None,
+    latency_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--latency-weight",
+            min=0.0,
+            help="Rank by score minus this times the normalised latency, during the search.",
+        ),
+    ] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the response cache.")
     ] = False,
@@ -139,6 +155,8 @@ def command(
             seed=seed,
             max_concurrent=max_concurrent,
             timeout=timeout,
+            cost_weight=cost_weight,
+            latency_weight=latency_weight,
             cache=False if no_cache else None,
         )
         selector = loaded.selector()
@@ -288,7 +306,7 @@ def _interrupted(
                 str(sum(1 for e in mine if e.error is not None)),
                 f"${sum(e.cost_usd for e in mine):.4f}",
             )
-        console.print(table)
+        print_table(console, table)  # whole values when piped, as every other table
     console.print(
         "Run the same command with --resume to continue where it stopped: the finished "
         "evaluations are taken from the run journal, not run again.",

@@ -10,6 +10,8 @@
     seed = 0
     timeout = 120                          # optional: seconds one agent run may take (then it scores 0)
     cache = true                           # or a path to the SQLite cache file
+    cost_weight = 0.0                      # optional: rank by score - w * norm(cost) - w' * norm(latency)
+    latency_weight = 0.0                   #   during the search (AgentOpt's lambda_cost / lambda_latency)
 
     [steps]
     planner = ["openai:gpt-4o-mini", "local:smollm2"]
@@ -82,6 +84,10 @@ class SelectSpec(_Section):
     seed: int | None = Field(default=None, strict=True)
     timeout: float | None = Field(default=None, gt=0)
     cache: bool | str = True
+    cost_weight: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Weight of the normalised cost in the objective the search ranks by (0: score alone)."""
+    latency_weight: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Weight of the normalised latency in that objective."""
     steps: dict[str, list[str]]
     prompts: dict[str, str] | None = None
     budget: SelectBudget | None = None
@@ -150,6 +156,8 @@ class SelectSpec(_Section):
                 cache=cache if cache is not None else False,
                 algorithm_params=self.algorithm_params,
                 timeout=self.timeout,
+                cost_weight=self.cost_weight,
+                latency_weight=self.latency_weight,
             )
         except ConfigError:
             raise

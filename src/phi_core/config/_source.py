@@ -58,14 +58,14 @@ def substitute_env(
     """Replace ``${VAR}`` with the variable's value (before parsing, in every format).
 
     A missing variable is a :class:`ConfigError` naming it and its line; ``${}`` and an
-    unterminated ``${…`` stay as written; comment lines (``#``) are left alone.
+    unterminated ``${…`` stay as written; comments (``#`` to the end of the line, outside
+    quotes: TOML's and YAML's) are left alone.
     """
     environ = os.environ if env is None else env
     out: list[str] = []
-    for number, line in enumerate(text.splitlines(keepends=True), start=1):
-        if line.lstrip().startswith("#"):
-            out.append(line)
-            continue
+    for number, whole in enumerate(text.splitlines(keepends=True), start=1):
+        cut = _comment_start(whole)
+        line, comment = whole[:cut], whole[cut:]
 
         def replace(match: re.Match[str], number: int = number) -> str:
             name = match.group(1)
@@ -78,8 +78,28 @@ def substitute_env(
                 )
             return value
 
-        out.append(_VAR.sub(replace, line))
+        out.append(_VAR.sub(replace, line) + comment)
     return "".join(out)
+
+
+def _comment_start(line: str) -> int:
+    """Where the ``#`` comment of ``line`` starts (``len(line)`` when it has none): a ``#`` at
+    the start or after white space, outside single and double quotes."""
+    quote = ""
+    escaped = False
+    for i, char in enumerate(line):
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return i
+    return len(line)
 
 
 @dataclass
