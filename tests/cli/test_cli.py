@@ -356,6 +356,8 @@ def test_unknown_provider_is_a_usage_error_with_a_suggestion(runner: CliRunner) 
     assert result.exit_code == 2
     assert "Unknown provider 'opnai'" in result.stderr
     assert "Did you mean 'openai'?" in result.stderr
+    listed = result.stderr.split("Known providers:", 1)[1]
+    assert "openai-compat" in listed and "scripted" not in listed  # no test double offered
 
 
 def test_a_bare_name_no_provider_offers_is_a_usage_error_naming_the_form(

@@ -95,6 +95,10 @@ def test_bandit_flags_on_a_parallel_race_warn(script: str, tmp_path: Path) -> No
     assert code == 0
     assert "warning: --alpha, --state only apply to --strategy bandit; ignored." in err
     assert not (tmp_path / "s.db").exists()
+    code, _, err = invoke(
+        "race", "Q?", "-m", "scripted:a", "--strategy", "vote", "--alpha", "2", "--script", script
+    )  # fmt: skip
+    assert "warning: --alpha only applies to --strategy bandit; ignored." in err
 
 
 def test_route_reset_of_an_unknown_namespace_is_exit_2_listing_the_real_ones(

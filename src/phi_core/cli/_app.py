@@ -88,7 +88,7 @@ app = typer.Typer(
     help=(
         "Race LLM agent configurations, judge the outcomes, keep the best.\n\n"
         'Start with `phi race "your question"`: three configurations of the embedded model '
-        "(no key, no network) and a judge."
+        "(no key, no network), the winner picked by consensus."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -362,7 +362,8 @@ def _warn_about(ctx: typer.Context, plan: RacePlan, config: Path | None, err: Te
     if plan.strategy != "bandit":
         given = [flag for name, flag in _BANDIT_FLAGS.items() if _explicit(ctx, name)]
         if given:
-            warn(f"{', '.join(given)} only apply to --strategy bandit; ignored.", err)
+            verb = "applies" if len(given) == 1 else "apply"
+            warn(f"{', '.join(given)} only {verb} to --strategy bandit; ignored.", err)
     for warning in plan.warnings:
         param, flag = _FLAG_OF_SETTING.get(warning.setting, ("", ""))
         if param and _explicit(ctx, param):

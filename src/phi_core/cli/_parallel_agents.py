@@ -231,7 +231,11 @@ def parallel_agents(
         Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
     ] = None,
 ) -> None:
-    """Race the agent models on QUERY and learn which one to trust."""
+    """Race the agent models on QUERY and learn which one to trust.
+
+    The seed's command line and variables; the separate `parallel-agents` script also reads
+    ./.env first, as the seed did (`phi parallel-agents` reads no .env, like every phi command).
+    """
     del no_web_search  # the documented meaning (no web search) is what phi-core always does
     try:
         text = read_prompt(query)

@@ -161,18 +161,24 @@ def resolve_model(spec: str | ModelConfig, **overrides: Any) -> ModelConfig:
         raise UnknownModelError(
             f"Model {spec!r} is not of the form `provider:model` "
             f"(for example `local:smollm2` or `openai:gpt-4o-mini`). "
-            f"Known providers: {', '.join(sorted(_PROVIDERS))}."
+            f"Known providers: {', '.join(_listed())}."
         )
     provider = _PROVIDERS.get(name)
     if provider is None:
-        suggestion = _closest(name, list(_PROVIDERS))
+        suggestion = _closest(name, _listed())
         hint = f" Did you mean {suggestion!r}?" if suggestion else ""
         raise UnknownModelError(
             f"Unknown provider {name!r} in model {spec!r}.{hint} "
-            f"Known providers: {', '.join(sorted(_PROVIDERS))}."
+            f"Known providers: {', '.join(_listed())}."
         )
     config = provider.build(model)
     return _override(config, overrides) if overrides else config
+
+
+def _listed() -> list[str]:
+    """The provider names an error lists: every one but the scripted test double (which still
+    works; it is just not offered)."""
+    return sorted(name for name in _PROVIDERS if name != "scripted")
 
 
 def qualify_model_name(name: str) -> str:
