@@ -70,6 +70,8 @@ def test_ctrl_c_reports_what_was_evaluated_and_a_rerun_resumes_from_the_cache(
     assert re.search(r"solver=scripted:a\s*│\s*6\s*│\s*1\.000\s*│\s*0\s*│", first.stderr)
     cache = tmp_path / "responses.sqlite"
     assert f"saved in {cache}" in first.stderr and "run the same command again" in first.stderr
+    journal = re.search(r"run journal \((/[^)]+)\)", first.stderr.replace("\n", ""))
+    assert journal is not None and Path(journal.group(1)).exists()  # where --resume reads
     assert "Traceback" not in first.stderr
 
     again = select(tmp_path, stop_at=0)

@@ -234,13 +234,17 @@ async def test_results_export_a_race_file_phi_race_reads_and_a_litellm_config(
         multi.export_config(tmp_path / "x.toml", "xml")
 
 
-async def test_a_bare_model_no_vendor_lists_cannot_be_exported(tmp_path: Path) -> None:
+async def test_a_bare_model_no_vendor_lists_is_exported_with_a_guessed_provider(
+    tmp_path: Path,
+) -> None:
+    """As AgentOpt does, a name outside the catalog is exported as an OpenAI-compatible model,
+    flagged in a comment for the user to check."""
     space = SearchSpace({"solver": ["my-finetune-v3"]})
     result, _ = await run(
         "brute_force", space, World(np.ones((1, 2)), np.zeros((1, 2)), np.ones((1, 2))), 0
     )
-    with pytest.raises(UserError, match="No known provider offers the model 'my-finetune-v3'"):
-        result.export_config(tmp_path / "x.yaml")
+    text = result.export_config(tmp_path / "x.yaml")
+    assert "model: openai/my-finetune-v3" in text and "guessed" in text
 
 
 async def test_the_summary_ranks_best_first_and_marks_the_front() -> None:

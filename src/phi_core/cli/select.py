@@ -69,7 +69,7 @@ def result_table(result: SelectionResult, limit: int | None = 20) -> Table:
             c.name,
             f"{100 * c.accuracy:.1f}%",
             f"{100 * (c.ci_low or 0):.0f}–{100 * (c.ci_high or 0):.0f}",
-            f"{c.cost_per_datapoint or 0:.5f}",
+            f"{c.cost_per_datapoint or 0:.5f}" if c.cost_known else "n/a",
             f"{c.latency_p50 or 0:.2f}",
             f"{c.latency_p95 or 0:.2f}",
             str(c.input_tokens + c.output_tokens),
@@ -307,9 +307,13 @@ def _interrupted(
                 f"${sum(e.cost_usd for e in mine):.4f}",
             )
         print_table(console, table)  # whole values when piped, as every other table
+    journal = selector.journal_path
     console.print(
         "Run the same command with --resume to continue where it stopped: the finished "
-        "evaluations are taken from the run journal, not run again.",
+        "evaluations are taken from the run journal"
+        + (f" ({journal.resolve()})" if journal is not None else "")
+        + ", not run again.",
+        highlight=False,
         soft_wrap=True,
     )
     cache = spec.cache_path

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -157,6 +157,43 @@ class Objective:
         cw, lw = self.cost_weight, self.latency_weight
         value = scores + cw * (1.0 - _norm(costs)) + lw * (1.0 - _norm(latencies))
         return np.asarray(value / (1.0 + cw + lw), dtype=np.float64)
+
+
+def _components(nodes: Sequence[int], above: Mapping[int, Sequence[int]]) -> dict[int, int]:
+    """Strongly connected components of the graph with an edge ``j -> k`` for each ``j`` in
+    ``above[k]``: ``{node: component id}`` (Kosaraju, iterative)."""
+    below: dict[int, list[int]] = {k: [] for k in nodes}
+    for k in nodes:
+        for j in above[k]:
+            below[j].append(k)
+    order: list[int] = []
+    visited: set[int] = set()
+    for start in nodes:  # finishing order on the edges j -> k
+        if start in visited:
+            continue
+        visited.add(start)
+        stack = [(start, iter(below[start]))]
+        while stack:
+            node, edges = stack[-1]
+            nxt = next((n for n in edges if n not in visited), None)
+            if nxt is None:
+                stack.pop()
+                order.append(node)
+            else:
+                visited.add(nxt)
+                stack.append((nxt, iter(below[nxt])))
+    component: dict[int, int] = {}
+    for start in reversed(order):  # then on the reversed edges
+        if start in component:
+            continue
+        component[start] = start
+        todo = [start]
+        while todo:
+            for j in above[todo.pop()]:
+                if j not in component:
+                    component[j] = start
+                    todo.append(j)
+    return component
 
 
 def _norm(values: FloatArray) -> FloatArray:
@@ -445,12 +482,17 @@ class Arena:
             float(self.latencies[k][mask].mean()),
         )
 
-    def dominates(self, a: int, b: int) -> bool:
+    def dominates(self, a: int, b: int, cost_unknown: Container[int] = ()) -> bool:
         """Whether ``a`` is at least as good as ``b`` on accuracy, cost and latency, better on one,
         and was evaluated on every datapoint ``b`` was (less evidence never dominates).
 
         Latency is compared at the resolution of :func:`clearly_faster` unless the objective
         weighs latency (then it is compared as measured, like the objective does).
+
+        ``cost_unknown``: combinations whose cost is not known (they called a model without a
+        price, counted as $0). When ``a`` or ``b`` is one, cost is left out of the comparison:
+        they are compared on accuracy and latency only, so an unknown cost never wins (nor
+        loses) on cost.
         """
         if a == b or not (self.observed[a] >= self.observed[b]).all():
             return False
@@ -458,6 +500,8 @@ class Arena:
         nb, acc_b, cost_b, lat_b = self.summary(b)
         if na == 0 or nb == 0:
             return False
+        if a in cost_unknown or b in cost_unknown:
+            cost_a = cost_b = 0.0
         exact = self.objective is not None and self.objective.latency_weight > 0
         slower = lat_a > lat_b if exact else clearly_faster(lat_b, lat_a)
         if acc_a < acc_b - 1e-12 or _cheaper(cost_b, cost_a) or slower:
@@ -465,10 +509,42 @@ class Arena:
         faster = lat_a < lat_b if exact else clearly_faster(lat_a, lat_b)
         return acc_a > acc_b + 1e-12 or _cheaper(cost_a, cost_b) or faster
 
-    def pareto(self, combos: Iterable[int]) -> list[int]:
-        """The combinations of ``combos`` no other one of them dominates."""
+    def pareto(self, combos: Iterable[int], cost_unknown: Container[int] = ()) -> list[int]:
+        """The combinations of ``combos`` no other one of them dominates (see :meth:`dominates`
+        for ``cost_unknown``).
+
+        Without ``cost_unknown`` domination has no cycles. Leaving cost out of some comparisons
+        can make one (a dearer but not clearly slower ``a`` over a cheaper ``b``, ..., and an
+        unpriced combination over ``a`` by latency): then a combination counts as dominated only
+        by one it does not itself dominate through a chain, so the front is never empty and the
+        best can always be found on it (:meth:`dominated_by`)."""
         pool = [k for k in combos if self.count(k) > 0]
-        return [k for k in pool if not any(self.dominates(j, k) for j in pool)]
+        above = {k: [j for j in pool if self.dominates(j, k, cost_unknown)] for k in pool}
+        if not cost_unknown:
+            return [k for k in pool if not above[k]]
+        component = _components(pool, above)
+        beaten = {component[k] for k in pool for j in above[k] if component[j] != component[k]}
+        return [k for k in pool if component[k] not in beaten]
+
+    def dominated_by(
+        self, k: int, combos: Iterable[int], cost_unknown: Container[int] = ()
+    ) -> list[int]:
+        """The combinations of ``combos`` on their Pareto front that dominate ``k`` through a
+        chain of dominations (empty when ``k`` itself is on the front)."""
+        pool = [j for j in combos if self.count(j) > 0]
+        if k not in pool:
+            pool.append(k)
+        front = set(self.pareto(pool, cost_unknown))
+        if k in front:
+            return []
+        above = {j: [i for i in pool if self.dominates(i, j, cost_unknown)] for j in pool}
+        seen, todo = {k}, [k]
+        while todo:
+            for i in above[todo.pop()]:
+                if i not in seen:
+                    seen.add(i)
+                    todo.append(i)
+        return sorted(front & seen)
 
     def stats(self) -> tuple[npt.NDArray[np.int64], FloatArray, FloatArray]:
         """Per combination: sample count, mean score and a shrunk standard error.

@@ -112,6 +112,8 @@ class InterceptedCall:
     latency_s: float
     cached: bool = False
     estimated: bool = False
+    """The response reported no usage (an OpenAI stream without
+    ``stream_options={"include_usage": True}``): its tokens were estimated from the text."""
     status: int = 200
     error_kind: str | None = None
     priced: bool = True
@@ -201,6 +203,12 @@ class InterceptScope:
         with self._lock:
             return {c.model for c in self.calls if not c.priced and c.usage.total}
 
+    @property
+    def estimated(self) -> list[InterceptedCall]:
+        """The calls whose response reported no usage: their tokens (and dollars) are estimated."""
+        with self._lock:
+            return [c for c in self.calls if c.estimated and c.usage.total]
+
     def _log(self, call: InterceptedCall) -> None:
         with self._lock:
             self.calls.append(call)
@@ -252,7 +260,9 @@ class _Pending:
         content_type, body = decoded
         usage = cached.message.usage if cached is not None else Usage()
         latency = cached.latency if cached is not None else 0.0
-        self._record(usage, latency, cached=True)
+        # a response stored without usage (a stream without it) answers with the same estimate
+        estimated = parse_usage(self.call, body)[0] is None
+        self._record(usage, latency, cached=True, estimated=estimated)
         return 200, {"content-type": content_type, "x-phi-cache": "hit"}, body
 
     def reserve(self) -> bytes | None:
@@ -347,12 +357,13 @@ class _Pending:
             record_everywhere(record, self.meters)
         self.scope._log(self._entry(Usage(), latency, status=0, error_kind=kind))
 
-    def _record(self, usage: Usage, latency: float, *, cached: bool) -> None:
+    def _record(self, usage: Usage, latency: float, *, cached: bool, estimated: bool) -> None:
         cost = usage.cost(self.pricing)
-        record_everywhere(
-            CallRecord(self.call.spec, usage, cost, latency, cached=cached), self.meters
+        record = CallRecord(
+            self.call.spec, usage, cost, latency, cached=cached, estimated=estimated
         )
-        self.scope._log(self._entry(usage, latency, cached=cached))
+        record_everywhere(record, self.meters)
+        self.scope._log(self._entry(usage, latency, cached=cached, estimated=estimated))
 
     def _entry(
         self,

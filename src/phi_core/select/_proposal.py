@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ProviderError, RunError, UserError
+from ..metering import Meter, metering
 from ..providers.base import ModelConfig, Provider
 from ..providers.pricing import price_for
 from ..types import Pricing
@@ -97,12 +98,19 @@ class LMProposal(SelectionAlgorithm):
         self._last_error = ""
         self.proposed = 0
         """Combinations the proposer named that were evaluated (the rest came from fallbacks)."""
+        self.proposal_cost_usd = 0.0
+        """Dollars the proposer's calls of the last run cost (cache hits free): the selection
+        counts them in its ``cost_usd`` and ``proposal_cost_usd``, in no combination's cost."""
+        self.proposal_calls = 0
+        """Model calls the proposer made in the last run (metered, refused and failed ones too)."""
 
     async def run(self, arena: Arena, space: SearchSpace) -> int:
         limit = min(arena.n_combos, max(1, math.ceil(self.budget_fraction * arena.n_combos)))
         seen: list[int] = []
         self.pool = set()
         self.proposed = 0
+        self.proposal_cost_usd = 0.0
+        self.proposal_calls = 0
         round_ = 0
         while len(seen) < limit:
             round_ += 1
@@ -128,13 +136,18 @@ class LMProposal(SelectionAlgorithm):
     ) -> list[int]:
         prompt = self._prompt(arena, space, seen, want)
         for attempt in range(self.attempts):
+            meter = Meter()  # inside the run's meters: held to its budget, counted apart
             try:
-                reply = await self._model.complete(
-                    prompt, system=_SYSTEM, temperature=0.0, sample=round_ * 16 + attempt
-                )
+                with metering(meter):
+                    reply = await self._model.complete(
+                        prompt, system=_SYSTEM, temperature=0.0, sample=round_ * 16 + attempt
+                    )
             except (ProviderError, RunError) as error:  # advisory: a failed call falls back
                 self._last_error = f"{type(error).__name__}: {error}"
                 continue
+            finally:
+                self.proposal_cost_usd += meter.spent
+                self.proposal_calls += len(meter.calls)
             self._last_error = f"unusable reply {reply[:120]!r}"
             picks = [k for k in parse_proposals(reply, space) if k not in seen][:want]
             if picks:

@@ -87,11 +87,20 @@ class CombinationResult(BaseModel):
     in_contention: bool = True
     """False when the algorithm eliminated or never chose to finish this combination."""
     pareto: bool = False
-    """On the Pareto front (accuracy, cost, latency) of the combinations in contention."""
+    """On the Pareto front (accuracy, cost, latency) of the combinations in contention (see
+    :meth:`SelectionResult.pareto_front`)."""
     objective: float | None = None
     """The mean search objective, when cost or latency were weighted."""
     usage_by_model: dict[str, Usage] = Field(default_factory=dict)
     """Tokens per model (``provider:model``) over its evaluations."""
+    unpriced_models: list[str] = Field(default_factory=list)
+    """The models without a price it called (``provider:model``): their calls count as $0, so
+    its ``cost_usd`` is a lower bound and its cost is unknown (the summary shows ``n/a``)."""
+
+    @property
+    def cost_known(self) -> bool:
+        """Whether every model it called has a price (else its cost is shown as ``n/a``)."""
+        return not self.unpriced_models
 
 
 class SelectionResult(BaseModel):
@@ -107,10 +116,14 @@ class SelectionResult(BaseModel):
     grid_evaluations: int
     """What brute force would run: combinations x datapoints."""
     cost_usd: float
-    """Dollars paid during this run (cache hits are free), the scorer's model calls included."""
+    """Dollars paid during this run (cache hits are free), the scorer's and the algorithm's own
+    model calls (an LM proposer's) included."""
     scoring_cost_usd: float = 0.0
     """Of ``cost_usd``, what the scorer's own model calls cost (an LLM judge); no combination's
     cost includes it."""
+    proposal_cost_usd: float = 0.0
+    """Of ``cost_usd``, what the algorithm's own model calls cost (``lm_proposal``'s proposer);
+    no combination's cost includes it."""
     wall_time_s: float
     failures: list[FailureRecord] = Field(default_factory=list)
     budget_exhausted: bool = False
@@ -138,7 +151,13 @@ class SelectionResult(BaseModel):
         """The combinations in contention no other one dominates on (higher accuracy, lower cost,
         lower latency), best first. Latencies closer than timing noise count as equal, and a
         combination evaluated on fewer datapoints never dominates one evaluated on more, so the
-        best is always on the front."""
+        best is always on the front.
+
+        A combination that called a model without a price (its ``unpriced_models``) has an
+        unknown cost, not a zero one: it is compared with the others on accuracy and latency
+        only, so it neither dominates nor is dominated on cost. When every combination is
+        unpriced (local models without a price), the front is thus on accuracy and latency, as
+        it is when every cost is $0 (an agent that calls no model)."""
         return [c for c in self.combinations if c.pareto]
 
     def get_best(self) -> CombinationResult:
@@ -330,6 +349,7 @@ def build_result(
     pool: set[int] | None,
     spent: float,
     wall_time: float,
+    proposal_cost_usd: float = 0.0,
     budget_exhausted: bool = False,
     warnings: Sequence[str] = (),
     unpriced: Sequence[str] = (),
@@ -340,19 +360,33 @@ def build_result(
 
     A combination in contention that dominates the recommendation with at least as much
     evidence is at least as good on every axis, so it replaces it: the reported best is always on
-    the Pareto front.
+    the Pareto front. ``unpriced`` lists the models without a price: a combination that called
+    one has an unknown cost, left out of its comparisons (see :meth:`SelectionResult.pareto_front`).
     """
     total = arena.n_datapoints
+    usage: list[dict[str, Usage]] = [{} for _ in range(arena.n_combos)]
+    for (k, _), ev in sorted(arena.cells.items()):
+        for model, used in ev.model_usage.items():
+            usage[k][model] = usage[k].get(model, Usage()) + used
+    no_price = set(unpriced)
+    unpriced_of = [
+        sorted(m for m, used in usage[k].items() if m in no_price and used.total)
+        for k in range(arena.n_combos)
+    ]
+    unknown = {k for k in range(arena.n_combos) if unpriced_of[k]}
     contenders = {
         k for k in (range(arena.n_combos) if pool is None else pool) if arena.count(k) > 0
     }
     for _ in range(arena.n_combos):
-        better = [k for k in contenders if arena.dominates(k, best)]
+        better = [k for k in contenders if arena.dominates(k, best, unknown)]
         if not better:
             break
         best = arena.best(better)
     contenders.add(best)
-    front = set(arena.pareto(contenders))
+    above = arena.dominated_by(best, contenders, unknown) if unknown else []
+    if above:  # a cycle through an unknown cost (see Arena.pareto): the front's best above it
+        best = arena.best(above)
+    front = set(arena.pareto(contenders, unknown))
     weighted = arena.objective is not None
     combos: list[CombinationResult] = []
     for k in range(arena.n_combos):
@@ -383,10 +417,11 @@ def build_result(
                 item.objective = float(arena.scores[k][mask].mean())
         combos.append(item)
     rows: list[DatapointResult] = []
+    for k, item in enumerate(combos):
+        item.usage_by_model = usage[k]
+        item.unpriced_models = unpriced_of[k]
     for (k, p), ev in sorted(arena.cells.items()):
         item = combos[k]
-        for model, usage in ev.model_usage.items():
-            item.usage_by_model[model] = item.usage_by_model.get(model, Usage()) + usage
         rows.append(
             DatapointResult(
                 combination=item.name,
@@ -421,6 +456,7 @@ def build_result(
         grid_evaluations=arena.n_combos * total,
         cost_usd=spent,
         scoring_cost_usd=sum(ev.scoring_usd for ev in arena.cells.values()),
+        proposal_cost_usd=proposal_cost_usd,
         wall_time_s=wall_time,
         failures=failure_records,
         budget_exhausted=budget_exhausted,

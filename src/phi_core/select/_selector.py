@@ -35,7 +35,7 @@ from ._cells import (
     concurrency_split,
     read_datapoint,
 )
-from ._intercept import InterceptScope, intercepting
+from ._intercept import InterceptedCall, InterceptScope, intercepting
 from ._intercept_wire import ModelPrices, normalise_prices
 from ._journal import RunJournal, default_journal_path, run_fingerprint
 from ._meter import MeteredModel
@@ -64,6 +64,16 @@ NO_CALLS_WARNING = (
     "through MeteredModel handles, the openai, anthropic and google-genai SDKs, plain httpx and "
     "requests made by the agent in the run are counted; calls from other HTTP libraries "
     "(urllib, aiohttp), subprocesses or other processes are not."
+)
+
+
+NO_AGENT_CALLS_WARNING = (
+    "No model call of the agent was metered in this selection run (only the {calls} of the "
+    "algorithm's proposer were, and they are in cost_usd), so the combinations' tokens and "
+    "dollars are 0. If the agent calls models, those calls were not seen: calls through "
+    "MeteredModel handles, the openai, anthropic and google-genai SDKs, plain httpx and requests "
+    "made by the agent in the run are counted; calls from other HTTP libraries (urllib, "
+    "aiohttp), subprocesses or other processes are not."
 )
 
 
@@ -397,11 +407,18 @@ class ModelSelector:
             self.timeout,
         )
 
-    def _journal(self, algorithm: SelectionAlgorithm) -> RunJournal | None:
+    @property
+    def journal_path(self) -> Path | None:
+        """The file the run journal is kept in (``None`` with ``journal=False``)."""
         setting = self._journal_setting
         if setting is False:
             return None
-        path = default_journal_path() if setting is True else Path(setting)
+        return default_journal_path() if setting is True else Path(setting)
+
+    def _journal(self, algorithm: SelectionAlgorithm) -> RunJournal | None:
+        path = self.journal_path
+        if path is None:
+            return None
         run = run_fingerprint(
             combinations=[self.space.name(k) for k in range(len(self.space))],
             dataset=self.dataset,
@@ -551,7 +568,12 @@ class ModelSelector:
                 journal.close()
         self.last_scope = scope
         unpriced = scope.unpriced | evaluator.unpriced
-        warnings = _warnings(arena, unpriced)
+        proposal_cost = float(getattr(algorithm, "proposal_cost_usd", 0.0))
+        proposal_calls = int(getattr(algorithm, "proposal_calls", 0))
+        warnings = _warnings(arena, unpriced, proposal_calls)
+        estimated = scope.estimated
+        if estimated:
+            warnings.append(_estimated_warning(estimated, len(scope.calls)))
         if resume and not recorded:
             warnings.append(NOTHING_TO_RESUME)
         for warning in warnings:
@@ -570,7 +592,8 @@ class ModelSelector:
             algorithm=algorithm.name,
             params=algorithm.params(),
             pool=algorithm.pool,
-            spent=evaluator.spent,
+            spent=evaluator.spent + proposal_cost,
+            proposal_cost_usd=proposal_cost,
             wall_time=time.perf_counter() - started,
             budget_exhausted=exhausted,
             warnings=warnings,
@@ -630,10 +653,16 @@ NOTHING_TO_RESUME = (
 )
 
 
-def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
+def _warnings(arena: Arena, unpriced: set[str], proposal_calls: int = 0) -> list[str]:
     out: list[str] = []
     if arena.evaluations and int(arena.calls[arena.observed].sum()) == 0:
-        out.append(NO_CALLS_WARNING)
+        out.append(
+            NO_AGENT_CALLS_WARNING.format(
+                calls=f"{proposal_calls} call" + ("s" if proposal_calls > 1 else "")
+            )
+            if proposal_calls
+            else NO_CALLS_WARNING
+        )
     else:
         silent = _silent_cells(arena)
         if silent:
@@ -655,6 +684,18 @@ def _warnings(arena: Arena, unpriced: set[str]) -> list[str]:
             "million tokens) to price them."
         )
     return out
+
+
+def _estimated_warning(estimated: Sequence[InterceptedCall], intercepted: int) -> str:
+    """How many intercepted calls had their tokens estimated, why, and how to meter them."""
+    models = sorted({c.model for c in estimated})
+    shown = ", ".join(models[:3]) + (f" and {len(models) - 3} more" if len(models) > 3 else "")
+    return (
+        f"{len(estimated)} of {intercepted} intercepted model calls ({shown}) reported no token "
+        "usage, so their tokens were estimated from the text and their cost is an estimate (it "
+        "can be far off). An OpenAI stream reports its usage only when asked: pass "
+        'stream_options={"include_usage": True} to chat.completions.create(..., stream=True).'
+    )
 
 
 def _silent_cells(arena: Arena) -> list[tuple[int, int]]:
