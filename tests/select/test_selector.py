@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from phi_core.errors import UserError
+from phi_core.errors import RunError, UserError
 from phi_core.providers.base import ModelConfig
 from phi_core.select import (
     Budget,
@@ -1031,3 +1031,34 @@ def test_max_concurrent_must_be_a_whole_number(bad: object) -> None:
         ModelSelector(
             solver_agent, {"solver": [good]}, DATASET, lambda e, a: 1.0, max_concurrent=bad
         )
+
+
+async def test_a_sync_agent_past_its_timeout_calls_no_model_after_its_run_ended() -> None:
+    """Python cannot stop the thread of a sync agent past its timeout, but its model calls can
+    be: the call in flight is cancelled when the run ends, later ones are refused, so nothing is
+    paid for after select_best() returns and no task of the run is left on the loop."""
+    slow, provider = scripted("slow", "right", delay=0.05)
+    made_after: list[int] = []
+    ended = threading.Event()
+
+    def sync_agent(models: dict[str, MeteredModel], question: str) -> str:
+        answer = ""
+        for n in range(8):
+            try:
+                answer = models["solver"].complete_sync(question)
+            except RunError:
+                return answer
+            if ended.is_set():
+                made_after.append(n)
+        return answer
+
+    result = await ModelSelector(
+        sync_agent, {"solver": [slow]}, DATASET[:2], exact,
+        algorithm="brute_force", max_concurrent=2, cache=False, journal=False, timeout=0.08,
+    ).select_best()  # fmt: skip
+    ended.set()
+    calls = provider.calls
+    assert [r.status for r in result.datapoints] == ["timeout", "timeout"]
+    assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    await asyncio.sleep(0.3)  # the threads had time to try again
+    assert provider.calls == calls and made_after == []

@@ -420,7 +420,7 @@ async def each_combination(
         interrupted = _first(group, AgentInterrupted)
         if interrupted is not None:  # every sibling has been cancelled and awaited by now
             raise interrupted.interrupt from None
-        first = _first(group, UserError) or _first(group, Exception)
+        first = _first(group, UserError) or _first(group, BaseException)
         if first is not None:
             raise first from None
         raise

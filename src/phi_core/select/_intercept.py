@@ -41,6 +41,7 @@ made by phi-core's own providers through ``ModelCall`` are metered there and lef
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import hashlib
@@ -56,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import BudgetExceededError, register_secret
+from ..errors import BudgetExceededError, RunError, register_secret
 from ..metering import (
     CallRecord,
     Reservation,
@@ -146,6 +147,12 @@ class _Cell:
     datapoint: Any
     seen: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+    """The block that attributed calls to this cell has ended: a thread still running in it
+    (a sync agent past its timeout, which Python cannot stop) may call no more models."""
+    pending: set[concurrent.futures.Future[Any]] = field(default_factory=set)
+    """Calls a worker thread handed to the event loop (:func:`on_close`), cancelled when the
+    block ends."""
 
     def occurrence(self, key: str) -> int:
         with self.lock:
@@ -160,12 +167,45 @@ _scope: ContextVar[InterceptScope | None] = ContextVar("phi_intercept_scope", de
 
 @contextlib.contextmanager
 def attribute(combination: str | None, datapoint: Any) -> Iterator[None]:
-    """Attribute the calls made in this block to ``(combination, datapoint)``."""
-    token = _cell.set(_Cell(combination, datapoint))
+    """Attribute the calls made in this block to ``(combination, datapoint)``. Once the block
+    has ended, model calls still made in its context (by a thread it left running) are refused
+    with :class:`~phi_core.errors.RunError` (:func:`check_open`) instead of being paid for."""
+    cell = _Cell(combination, datapoint)
+    token = _cell.set(cell)
     try:
         yield
     finally:
+        with cell.lock:
+            cell.closed = True
+            pending, cell.pending = cell.pending, set()
+        for future in list(pending):  # what a thread left running stops; its usage is metered
+            future.cancel()
         _cell.reset(token)
+
+
+def on_close(future: concurrent.futures.Future[Any]) -> None:
+    """Cancel ``future`` (a call a worker thread handed to the event loop) when the current
+    attribution block ends, if it is still running then."""
+    cell = _cell.get()
+    if cell is None:
+        return
+    with cell.lock:
+        if cell.closed:
+            future.cancel()
+            return
+        cell.pending.add(future)
+    future.add_done_callback(cell.pending.discard)
+
+
+def check_open() -> None:
+    """Refuse a model call made for an attribution block that has ended (see :func:`attribute`)."""
+    cell = _cell.get()
+    if cell is not None and cell.closed:
+        raise RunError(
+            f"A model call for {cell.combination or 'the scorer'} on dataset item "
+            f"{cell.datapoint!r} came after that run had ended (a sync agent past its timeout "
+            "runs on in its thread); it was refused, not sent."
+        )
 
 
 class InterceptScope:
@@ -224,6 +264,7 @@ class InterceptScope:
         if call is None:
             return None
         _register_credentials(request)
+        check_open()
         cell = _cell.get() or self._outside
         identity = _identity(request, content)
         occurrence = cell.occurrence(identity)

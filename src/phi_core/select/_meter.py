@@ -11,6 +11,7 @@ running (set per (combination, datapoint)) and the selection run's own, which ho
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from ..providers.call import CallCache, ModelCall
 from ..providers.registry import get_provider, resolve_model
 from ..providers.retry import RetryPolicy
 from ..types import AssistantMessage, Message, UserMessage
+from ._intercept import check_open, on_close
 
 __all__ = ["MeteredModel", "current_meter"]
 
@@ -175,6 +177,7 @@ class MeteredModel:
 
         ``sample`` numbers repeated samples of the same request so the cache keeps them apart.
         """
+        check_open()  # not for a run that has ended (a sync agent's thread past its timeout)
         messages: list[Message] = (
             [UserMessage.text(prompt)] if isinstance(prompt, str) else list(prompt)
         )
@@ -213,5 +216,13 @@ class MeteredModel:
         coro = self.generate(prompt, **kwargs)  # type: ignore[arg-type]
         loop = self.loop
         if loop is not None and loop.is_running():
-            return asyncio.run_coroutine_threadsafe(coro, loop).result().text
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            on_close(future)  # stopped with the run it belongs to (a timeout, its end)
+            try:
+                return future.result().text
+            except concurrent.futures.CancelledError:
+                raise RunError(
+                    f"{self.spec}: the call was stopped because its run had ended (a sync "
+                    "agent past its timeout runs on in its thread)."
+                ) from None
         return asyncio.run(coro).text
