@@ -25,7 +25,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from .._net import HostCheck, allowed_hosts, listening_socket
 from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserError
@@ -72,6 +72,9 @@ FRAMES_AHEAD = 64
 T = TypeVar("T")
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Ended = Literal["done", "disconnected", "stopped"]
+"""How a request's work ended: answered (or refused), its client went away, or its handler was
+cancelled (a stopping server); the last two are counted as 499 and logged as cancelled."""
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
@@ -99,10 +102,24 @@ async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T] | Awa
 
 
 async def _cancelled(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` if it is still running and wait for it (its outcome is not wanted)."""
+    """Cancel ``task`` if it is still running and wait for its end (its outcome is not wanted).
+
+    Cancelled again while it waits (a server stopping harder), it cancels ``task`` again and
+    still waits for it, then raises :class:`asyncio.CancelledError`: no work of a request
+    outlives its handler."""
     if not task.done():
         task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    again = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            again = True
+            task.cancel()
+    if not task.cancelled():
+        task.exception()  # retrieved: its outcome is not wanted
+    if again:
+        raise asyncio.CancelledError()
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -113,20 +130,27 @@ def _error(exc: GatewayError) -> Response:
     return _json(exc.status, exc.body(), exc.headers)
 
 
+def _failed() -> GatewayError:
+    """The answer to a failure that is not a :class:`GatewayError` (a bug; it is logged)."""
+    return GatewayError(500, "The gateway failed.", type_="server_error")
+
+
 class _EventStream:
     """An SSE response whose producer is cancelled when the client disconnects (the ASGI
     receive channel is watched from the start), so no upstream call is orphaned.
 
-    The response starts with the first frame: frames that fail with a :class:`GatewayError`
-    before it (an upstream refusing the call) answer that error with its own status instead.
-    ``on_end(disconnected, refused)`` is told how it ended (``refused``: that error, or a 500
-    when the frames failed otherwise)."""
+    The response starts with the first frame: frames that fail before it answer an error in
+    OpenAI's shape instead: a :class:`GatewayError` (an upstream refusing the call) with its own
+    status, anything else as a 500 (logged). ``on_end(ended, refused)`` is told how it ended
+    (``ended``: ``"done"``, ``"disconnected"`` when the client went away, ``"stopped"`` when
+    the response itself was cancelled, as a stopping server does; ``refused``: that error, or a
+    500 when the frames failed otherwise)."""
 
     def __init__(
         self,
         frames: AsyncIterator[str],
         headers: dict[str, str],
-        on_end: Callable[[bool, GatewayError | None], Awaitable[None]],
+        on_end: Callable[[Ended, GatewayError | None], Awaitable[None]],
     ) -> None:
         self.frames = frames
         self.headers = header_values(headers) or {}
@@ -174,7 +198,11 @@ class _EventStream:
                                 await puller
                             except GatewayError as exc:
                                 refused.append(exc)
-                                await _error(exc)(scope, receive, send)
+                            except Exception:  # a bug: logged, answered as OpenAI's 500
+                                logger.exception("a gateway stream failed before its first frame")
+                                refused.append(_failed())
+                            if refused:
+                                await _error(refused[0])(scope, receive, send)
                                 return
                         await send({"type": "http.response.start", "status": 200,
                                     "headers": headers})  # fmt: skip
@@ -191,21 +219,24 @@ class _EventStream:
                 await asyncio.gather(puller, return_exceptions=True)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-        disconnected = False
+        ended: Ended = "done"
         try:
             await _until_disconnect(receive, produce())
         except ClientDisconnected:
-            disconnected = True
+            ended = "disconnected"
         except OSError:  # the transport went away while writing
-            disconnected = True
+            ended = "disconnected"
+        except asyncio.CancelledError:  # the server stops: the producer was cancelled, awaited
+            ended = "stopped"
+            raise
         except Exception:  # a bug: uvicorn logs it (and answers 500 if nothing was sent yet)
-            refused.append(GatewayError(500, "The gateway failed.", type_="server_error"))
+            refused.append(_failed())
             raise
         finally:
             aclose = getattr(self.frames, "aclose", None)
             if aclose is not None:
                 await aclose()
-            await self.on_end(disconnected, refused[0] if refused else None)
+            await self.on_end(ended, refused[0] if refused else None)
 
 
 def _sse(data: Any) -> str:
@@ -324,26 +355,44 @@ def create_app(
         gateway.in_flight += 1
         task = asyncio.ensure_future(gateway.answer(chat_request, caller, meter))
         patience = gateway.settings.keepalive_s if chat_request.stream else None
+
+        async def stop(ended: Ended) -> None:
+            """Its client went away or the handler is cancelled (a stopping server): cancel the
+            work and wait for it, then count and charge the request (499) and log a
+            passthrough as cancelled (a race or route logs itself, also when cancelled)."""
+            try:
+                await _cancelled(task)
+            finally:
+                gateway.in_flight -= 1
+                await finish(kind, 499, started, caller, meter, ended == "disconnected")
+                if kind == "passthrough":
+                    record = request_record(chat_request, meter, "cancelled", "", wall)
+                    await gateway.write_record(record)
+
         try:
             await _until_disconnect(request.receive, asyncio.wait({task}, timeout=patience))
         except ClientDisconnected:
-            await _cancelled(task)
-            gateway.in_flight -= 1
-            await finish(kind, 499, started, caller, meter, disconnected=True)
-            if kind == "passthrough":  # a race or route logs itself, also when cancelled
-                record = request_record(chat_request, meter, "cancelled", "", wall)
-                await gateway.write_record(record)
+            await stop("disconnected")
             return _error(ClientDisconnected())
+        except asyncio.CancelledError:  # the work stops before the cancellation goes on
+            await stop("stopped")
+            raise
         if not task.done():  # a streamed race still deciding: start the stream now
             return early_stream(request, chat_request, task, kind, caller, meter, started)
         gateway.in_flight -= 1
         try:
             answer = task.result()
-        except GatewayError as exc:
-            await finish(kind, exc.status, started, caller, meter, disconnected=False)
+        except Exception as failure:
+            if isinstance(failure, GatewayError):
+                refusal = failure
+            else:  # a bug: logged, and answered and counted as any failed request
+                logger.error("the gateway failed to answer %r", chat_request.model,
+                             exc_info=failure)  # fmt: skip
+                refusal = _failed()
+            await finish(kind, refusal.status, started, caller, meter, disconnected=False)
             if kind == "passthrough":  # a race or route logged its own result
                 await gateway.write_record(request_record(chat_request, meter, "error", "", wall))
-            return _error(exc)
+            return _error(refusal)
         await finish(kind, 200, started, caller, meter, disconnected=False)
         if kind == "passthrough":
             await gateway.write_record(request_record(chat_request, meter, "ok", answer.text, wall))
@@ -354,8 +403,8 @@ def create_app(
                 for frame in frames:
                     yield frame
 
-            async def done(disconnected: bool, refused: GatewayError | None) -> None:
-                if disconnected:
+            async def done(ended: Ended, refused: GatewayError | None) -> None:
+                if ended == "disconnected":  # the request was already counted and charged
                     metrics.inc("phi_gateway_disconnects_total", kind=kind)
 
             return _EventStream(replay(), answer.headers, done)
@@ -393,11 +442,13 @@ def create_app(
             for frame in _answer_frames(answer, chat_request.include_usage, int(time.time())):
                 yield frame
 
-        async def done(disconnected: bool, refused: GatewayError | None) -> None:
-            await _cancelled(task)
-            gateway.in_flight -= 1
-            status = 499 if disconnected else outcome["status"]
-            await finish(kind, status, started, caller, meter, disconnected)
+        async def done(ended: Ended, refused: GatewayError | None) -> None:
+            status = 499 if ended != "done" else refused.status if refused else outcome["status"]
+            try:
+                await _cancelled(task)
+            finally:
+                gateway.in_flight -= 1
+                await finish(kind, status, started, caller, meter, ended == "disconnected")
 
         _, profile = gateway.resolve(chat_request.model)
         return _EventStream(frames(), {"x-phi-kind": kind, "x-phi-profile": profile}, done)
@@ -464,15 +515,18 @@ def create_app(
                 yield _sse(chunk(cid, model, created, None, usage=meter.paid_usage))
             yield _sse("[DONE]")
 
-        async def done(disconnected: bool, refused: GatewayError | None) -> None:
-            await stream.aclose()
-            gateway.in_flight -= 1
-            status = 499 if disconnected else refused.status if refused else outcome["status"]
-            await finish("passthrough", status, started, caller, meter, disconnected)
-            state = {200: "ok", 499: "cancelled"}.get(status, "error")
-            await gateway.write_record(
-                request_record(chat_request, meter, state, "".join(text), wall)
-            )
+        async def done(ended: Ended, refused: GatewayError | None) -> None:
+            status = 499 if ended != "done" else refused.status if refused else outcome["status"]
+            try:
+                await stream.aclose()
+            finally:
+                gateway.in_flight -= 1
+                disconnected = ended == "disconnected"
+                await finish("passthrough", status, started, caller, meter, disconnected)
+                state = {200: "ok", 499: "cancelled"}.get(status, "error")
+                await gateway.write_record(
+                    request_record(chat_request, meter, state, "".join(text), wall)
+                )
 
         headers = {"x-phi-kind": "passthrough", "x-phi-model": model}
         return _EventStream(frames(), headers, done)
@@ -490,11 +544,15 @@ def create_app(
         return _json(200, {"object": "list", "data": data})
 
     async def model(request: Request) -> Response:
-        """``GET /v1/models/{id}``: the model's object, or the 404 listing the known ones."""
+        """``GET /v1/models/{id}``: the model's object, the 404 listing the known ones, or the
+        503 a chat request would get for a ``provider:model`` this gateway cannot call (its
+        key is not set): what the model list leaves out is not offered here either."""
         name = request.path_params["model"]
         try:
             gateway.authenticate(request.headers.get("authorization"))
-            gateway.resolve(name)
+            kind, _ = gateway.resolve(name)
+            if kind == "passthrough":
+                gateway.provider_for(name)
         except GatewayError as exc:
             return _error(exc)
         body = {
@@ -634,8 +692,7 @@ def serve(
     sock = listening_socket(host, port)
     try:
         warning = exposure_warning(bool(loaded.gateway.keys or env_keys()), host)
-        if warning is not None:
-            logger.warning("phi serve: %s", warning)
+        if warning is not None:  # once, on stderr (a logged copy would print it twice)
             print(f"warning: {warning}", file=sys.stderr)
         drain = max(1, round(loaded.gateway.drain_timeout_s))
         if workers == 1:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_race_from_plan, plan_race
-from ..errors import GatewayError, ProviderError, UserError
+from ..errors import GatewayError, MissingApiKeyError, ProviderError, UserError
 from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
@@ -424,9 +424,45 @@ class Gateway:
             headers={"x-phi-kind": "passthrough", "x-phi-model": model},
         )
 
+    def provider_for(self, name: str) -> Provider:
+        """The provider that serves the passthrough model ``name``; a 503 when this gateway
+        cannot build it (its vendor's key is not set, an extra is not installed…): the
+        gateway's configuration, not the request, is at fault, and asking again will not help
+        (``x-should-retry: false``) until it is fixed. The message names the environment
+        variable to set, never a key."""
+        model = self._model(name)
+        provided = self.providers.get(name)
+        if provided is not None:
+            return provided
+        no_retry = {"x-should-retry": "false"}
+        try:
+            return get_provider(model)
+        except MissingApiKeyError as exc:
+            raise GatewayError(
+                503,
+                f"This gateway cannot serve {name!r}: it has no API key for the provider "
+                f"{exc.provider!r}. Set the {exc.env_var} environment variable where the "
+                f"gateway runs (or store a key there with `phi keys set {exc.provider}`).",
+                type_="server_error",
+                code="missing_api_key",
+                param="model",
+                headers=no_retry,
+            ) from None
+        except UserError as exc:
+            raise GatewayError(
+                503,
+                f"This gateway cannot serve {name!r}: {exc}",
+                type_="server_error",
+                code="model_unavailable",
+                param="model",
+                headers=no_retry,
+            ) from None
+
     def passthrough_request(self, request: ChatRequest) -> tuple[Provider, StreamRequest]:
+        """The provider and the upstream request of a passthrough ``request`` (see
+        :meth:`provider_for` for the 503 of a model this gateway cannot call)."""
         model = self._model(request.model)
-        provider = self.providers.get(request.model) or get_provider(model)
+        provider = self.provider_for(request.model)
         return provider, StreamRequest(
             model=model,
             messages=request.messages,
@@ -528,8 +564,9 @@ class Gateway:
             cancel.cancel("client_disconnected")
             try:
                 ended = await run
-            except asyncio.CancelledError:  # cancelled again while it stops: stop waiting
+            except asyncio.CancelledError:  # cancelled again while it stops: stop it harder
                 run.cancel()
+                await asyncio.gather(run, return_exceptions=True)  # it outlives no request
                 raise
             await self._log(recorder, ended, warning=CANCELLED.format(what=what))
             raise
