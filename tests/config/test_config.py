@@ -78,7 +78,6 @@ def test_env_substitution_replaces_missing_errors_and_leaves_malformed_literal()
     assert info.value.line == 2 and info.value.file == "c.toml"
 
 
-
 def test_env_substitution_leaves_comments_alone_but_not_hashes_in_strings() -> None:
     """A commented-out `${VAR}` (a whole line or after a value) needs no variable, as in the
     gateway's own example file; a `#` inside quotes or a URL is no comment."""
@@ -90,6 +89,7 @@ def test_env_substitution_leaves_comments_alone_but_not_hashes_in_strings() -> N
     assert substitute_env("url: http://h/#frag${KEY}", env) == "url: http://h/#fragk1"
     with pytest.raises(ConfigError, match="NOPE"):
         substitute_env('a = "${NOPE}" # ${KEY}', env)
+
 
 # ---------------------------------------------------------------- §4.17.2 agent_from_config
 

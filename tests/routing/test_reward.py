@@ -89,10 +89,13 @@ def test_latency_history_persists_between_trackers():
 
 
 def test_failed_arms_pay_the_fallback_penalty():
+    # A failure earns the penalty alone: it once kept the latency term (0.2 x 0.5 unknown), so it
+    # sat only 0.05 below a success and a failure of unknown latency earned +0.05.
     policy = RewardPolicy()
     ok = policy.reward(ran("a"), 1.0)
     failed = policy.reward(ran("a", failed=True), 1.0)
-    assert ok.reward - failed.reward == pytest.approx(0.05)
+    assert failed.reward == pytest.approx(-0.05) and failed.penalty == pytest.approx(0.05)
+    assert ok.reward - failed.reward == pytest.approx(0.8 + 0.2 * 0.5 + 0.05)
 
 
 def test_invalid_weights_and_qualities_fail_clearly():

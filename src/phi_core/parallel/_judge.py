@@ -23,6 +23,7 @@ from ..events import Warning
 from ..loop import AgentContext, AgentLoopConfig, agent_loop
 from ..providers.base import ModelConfig
 from ..types import AgentMessage, ResponseFormat, Usage
+from ._race import STOPS, describe_exception, is_real_cancellation
 from ._strategies import BaseEvaluation, cost_key, successful
 from ._text import (
     compact_for_judge,
@@ -89,19 +90,38 @@ async def ask_in_orders(
     ask: Callable[[int, list[ParallelLoopOutcome]], Awaitable[JudgeCall]],
 ) -> tuple[list[JudgeCall], Usage, float]:
     """Ask the judge once per order of the answers, all at once: the replies in order, with
-    their usage and dollars summed (an order-debiased judge and rubric share this)."""
+    their usage and dollars summed (an order-debiased judge and rubric share this).
+
+    A call that raises fails that call (reason ``error``), as a branch would, whatever it raises
+    (a custom ``BaseException``, ``GeneratorExit``, a stray ``CancelledError``): the caller's
+    fallback for an unusable reply then applies. Not captured: a real cancellation, and
+    ``KeyboardInterrupt``/``SystemExit``, which end the other calls and are then raised again.
+    """
     calls: list[JudgeCall | None] = [None] * len(arrangements)
+    tasks: list[asyncio.Task[None]] = []
+    stops: list[BaseException] = []
 
     async def one(k: int, order: list[ParallelLoopOutcome]) -> None:
         try:
             calls[k] = await ask(k, order)
-        except Exception as exc:  # a judge that raises fails its call, as a branch would
-            error = redact(f"{type(exc).__name__}: {exc}")
-            calls[k] = JudgeCall("", "", Usage(), 0.0, reason="error", error=error)
+        except BaseException as exc:  # nothing but a real cancellation reaches the task group
+            if is_real_cancellation(exc):
+                raise
+            if isinstance(exc, STOPS):
+                stops.append(exc)
+                for task in tasks:
+                    if task is not asyncio.current_task():
+                        task.cancel()
+                return
+            calls[k] = JudgeCall(
+                "", "", Usage(), 0.0, reason="error", error=redact(describe_exception(exc))
+            )
 
     async with asyncio.TaskGroup() as group:
         for k, order in enumerate(arrangements):
-            group.create_task(one(k, order))
+            tasks.append(group.create_task(one(k, order)))
+    if stops:  # every call has ended
+        raise stops[0]
     done = [c for c in calls if c is not None]
     return done, sum((c.usage for c in done), Usage()), sum(c.cost_usd for c in done)
 

@@ -5,7 +5,15 @@ branch's ``AgentEnd`` last for that branch) → the judge's events, if any → `
 ``ParallelLoopEnd`` is emitted on every exit, including cancellation and a failing strategy.
 
 Branches run as tasks of one ``asyncio.TaskGroup``. Whatever a branch raises is captured into
-its outcome (status ``error``); a branch that emitted no ``AgentEnd`` (it raised before the loop
+its outcome (status ``error``, the exception's type and text in ``error``) — any
+``BaseException``, a custom one or ``GeneratorExit`` included, and a ``CancelledError`` that a
+provider or tool raised although nothing cancelled the branch — so no exception reaches the task
+group: the other branches go on and the caller's ``Task.cancelling()`` count is left as it was.
+Two exceptions are not captured: a real cancellation (``CancelledError`` while the branch's task
+is being cancelled) propagates, and ``KeyboardInterrupt``/``SystemExit`` stop the race — the
+branch that raised it ends with status ``error`` (like ``agent_loop``, which ends the run and
+raises it again), every other branch is cancelled and ends, ``ParallelLoopEnd`` is emitted and
+the race raises it again. A branch that emitted no ``AgentEnd`` (it raised before the loop
 could) gets one synthesised, so every branch ends with exactly one. Each branch has its own child
 :class:`CancelToken`: ``branch_timeout`` and early accept cancel one branch through it, so the loop
 ends that branch cleanly (reason ``cancelled``, partial usage kept).
@@ -39,12 +47,45 @@ from ._types import (
     ensure_valid_index,
 )
 
-__all__ = ["ToolFactory", "adopt_winner", "agent_loop_parallel"]
+__all__ = [
+    "STOPS",
+    "ToolFactory",
+    "adopt_winner",
+    "agent_loop_parallel",
+    "describe_exception",
+    "is_real_cancellation",
+]
 
 logger = logging.getLogger("phi_core.parallel")
 
 _WALL = "wall-clock budget"
 """The reason the race's own token is cancelled with when its ``max_wall_s`` passes."""
+
+_HALT = "halted"
+"""The reason the other branches' tokens are cancelled with when a branch raised a stop."""
+
+STOPS = (KeyboardInterrupt, SystemExit)
+"""What a branch (or a judge call) raises that still stops the race: it is recorded, the other
+tasks are ended, then it is raised again. Anything else a task raises is captured."""
+
+
+def is_real_cancellation(exc: BaseException) -> bool:
+    """``exc`` is a ``CancelledError`` raised while the current task is being cancelled.
+
+    Any other ``CancelledError`` (a provider, tool or hook raising one although nothing cancelled
+    the task) is a fault of whatever raised it, to be captured like any exception.
+    """
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: text"``, or ``"Type"`` alone for an exception without text."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
 
 ToolFactory = Callable[[int, AgentLoopConfig], Sequence[Any]]
 """``(branch index, config) -> tools`` for branches that must not share tool state."""
@@ -151,6 +192,9 @@ class _Race:
         self.outcomes: list[ParallelLoopOutcome | None] = [None] * len(configs)
         self.accepted: int | None = None
         self._timed_out = [False] * len(configs)
+        self.stop: BaseException | None = None
+        """The first KeyboardInterrupt/SystemExit a branch raised: the race raises it again."""
+        self.stopped_by: str = ""
 
     async def run_branches(self) -> list[ParallelLoopOutcome]:
         unhook = self.cancel.on_cancel(self._cancel_branches)
@@ -160,16 +204,32 @@ class _Race:
                     group.create_task(self._branch(index))
         finally:
             unhook()
+        if self.stop is not None:  # every branch has ended: now stop the race with it
+            raise self.stop
         return [o for o in self.outcomes if o is not None]
 
     def _cancel_branches(self) -> None:
         for token in self.tokens:
             token.cancel(self.cancel.reason or "cancelled")
 
+    def _halt(self, index: int, exc: BaseException) -> None:
+        """A branch raised KeyboardInterrupt/SystemExit: end every other branch, keep ``exc``."""
+        if self.stop is None:
+            self.stop = exc
+            self.stopped_by = f"branch {index} raised {type(exc).__name__}"
+        for other, token in enumerate(self.tokens):
+            if other != index:
+                token.cancel(_HALT)
+
     async def _branch(self, index: int) -> None:
+        """Run one branch; nothing it raises reaches the task group but a real cancellation.
+
+        An exception escaping the group would cancel the sibling branches, and on Python 3.11 it
+        also leaves the caller's ``Task.cancelling()`` count raised for good (the task group
+        cancels its parent and never uncancels it), which later reads as a real cancellation.
+        """
         config = self.configs[index]
         loop_id = self.loop_ids[index]
-        token = self.tokens[index]
         forward = _Forward(self.emitter, loop_id)
         context = self.bases[index].clone()
         context.loop_id = loop_id
@@ -183,6 +243,28 @@ class _Race:
             race_size=len(self.configs),
         )
         self.outcomes[index] = outcome
+        try:
+            await self._run_branch(outcome, forward)
+        except BaseException as exc:
+            if is_real_cancellation(exc):
+                raise
+            # What got past _execute: a sink raising on the branch's synthesised AgentEnd, an
+            # early-accept check raising KeyboardInterrupt, ...
+            if outcome.status != "error":
+                outcome.status, outcome.error = "error", describe_exception(exc)
+                outcome.error_kind = "internal"
+            if isinstance(exc, STOPS):
+                self._halt(index, exc)
+            else:
+                logger.warning(
+                    "branch %d raised after its run ended; recorded as an error",
+                    index,
+                    exc_info=True,
+                )
+
+    async def _run_branch(self, outcome: ParallelLoopOutcome, forward: _Forward) -> None:
+        index = outcome.config_index
+        token = self.tokens[index]
 
         def on_timeout() -> None:
             self._timed_out[index] = True
@@ -196,8 +278,11 @@ class _Race:
             finally:
                 if self.semaphore is not None:
                     self.semaphore.release()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # a real one: _execute captures a stray one
             outcome.status, outcome.error = "cancelled", "the race's task was cancelled"
+            self._close(outcome, forward)
+            raise
+        except STOPS:  # recorded by _execute; _branch stops the race with it
             self._close(outcome, forward)
             raise
         self._close(outcome, forward)
@@ -205,8 +290,10 @@ class _Race:
             self.early is not None
             and outcome.ok
             and self.accepted is None
+            and self.stop is None
             and await self._accepts(outcome)
             and self.accepted is None  # a sibling may have been accepted while we checked
+            and self.stop is None
         ):
             self.accepted = index
             for other, sibling in enumerate(self.tokens):
@@ -214,11 +301,14 @@ class _Race:
                     sibling.cancel("early_accept")
 
     async def _accepts(self, outcome: ParallelLoopOutcome) -> bool:
-        """The early-accept check; one that raises rejects the branch (and is logged)."""
+        """The early-accept check; one that raises rejects the branch (and is logged), except a
+        real cancellation and KeyboardInterrupt/SystemExit, which propagate."""
         assert self.early is not None
         try:
             return await self.early.accept(outcome, cancel=self.cancel)
-        except Exception:
+        except BaseException as exc:
+            if is_real_cancellation(exc) or isinstance(exc, STOPS):
+                raise
             logger.warning(
                 "early-accept check raised for branch %d; not accepting it",
                 outcome.config_index,
@@ -233,11 +323,12 @@ class _Race:
         token = self.tokens[index]
         if token.cancelled:  # stopped while waiting for a slot: never started
             outcome.status = "cancelled"
-            outcome.error = (
-                "cancelled before it started: another branch was accepted early"
-                if token.reason == "early_accept"
-                else "cancelled before it started: the race was cancelled"
-            )
+            if token.reason == "early_accept":
+                outcome.error = "cancelled before it started: another branch was accepted early"
+            elif token.reason == _HALT:
+                outcome.error = f"cancelled before it started: {self.stopped_by}"
+            else:
+                outcome.error = "cancelled before it started: the race was cancelled"
             return
         timer = (
             asyncio.get_running_loop().call_later(self.branch_timeout, on_timeout)
@@ -250,10 +341,17 @@ class _Race:
                 outcome.context.tools = list(self.tool_factory(index, outcome.config))
             result = await self._run_loop(outcome.context, outcome.config, forward, token)
             self._record(outcome, result, self._timed_out[index])
-        except Exception as exc:
+        except BaseException as exc:
+            # Any exception is the branch's failure (a custom BaseException, GeneratorExit, a
+            # stray CancelledError...); a real cancellation is not, and a stop is recorded and
+            # raised again for _branch to stop the race with.
+            if is_real_cancellation(exc):
+                raise
             outcome.status = "error"
-            outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.error = describe_exception(exc)
             outcome.error_kind = getattr(exc, "kind", None) or "internal"
+            if isinstance(exc, STOPS):
+                raise
         finally:
             outcome.latency_s = time.perf_counter() - started
             if timer is not None:
@@ -290,6 +388,8 @@ class _Race:
                 error = f"the branch exceeded branch_timeout={self.branch_timeout}s"
             elif self.tokens[outcome.config_index].reason == "early_accept":
                 error = "cancelled: another branch was accepted early"
+            elif self.tokens[outcome.config_index].reason == _HALT:
+                error = f"cancelled: {self.stopped_by}"
             elif self.cancel.reason == _WALL:
                 status = "timeout"
                 outcome.error_kind = "timeout"

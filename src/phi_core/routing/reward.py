@@ -1,8 +1,14 @@
 """What a routing decision earned: quality, latency and cost blended into one bounded reward.
 
-``reward = w_q·Q + w_l·L + w_c·C − fallback_penalty·[the arm failed]`` where every term lies in
-[0, 1], so the reward is **bounded**: it lies in ``[−fallback_penalty, w_q + w_l + w_c]``
-(``[−0.05, 1]`` with the defaults) whatever a call costs or however long it takes:
+An answer that succeeded (status ``ok``) earns ``reward = w_q·Q + w_l·L + w_c·C``, where
+every term lies in [0, 1]. An arm that failed — any other status: an error, an ``unverified``
+answer (it failed the check), a rejection, a timeout — earns **the failure's reward**,
+``−fallback_penalty``, whatever its quality, latency or cost: speed and cheapness are bonuses
+for answers that succeeded, so a fast failure (or one whose latency is unknown) is never paid
+for failing, and a failure always earns less than any answer that succeeded (which earns at
+least 0) as long as ``fallback_penalty`` > 0. The reward is **bounded**: it lies in
+``[−fallback_penalty, w_q + w_l + w_c]`` (``[−0.05, 1]`` with the defaults) whatever a
+call costs or however long it takes:
 
 - ``Q`` is the quality in [0, 1] (a judge's score of the full answer, a verifier's pass,
   recorded correctness);
@@ -107,7 +113,11 @@ class LatencyTracker:
 
 @dataclass(frozen=True)
 class RewardPolicy:
-    """Blend quality, latency and cost (defaults 0.8 / 0.2 / 0.0 as in the seed)."""
+    """Blend quality, latency and cost (defaults 0.8 / 0.2 / 0.0 as in the seed).
+
+    The weights apply to answers that succeeded; an arm that failed earns
+    ``−fallback_penalty`` (its only term), so a failure never outranks a success.
+    """
 
     quality_weight: float = 0.8
     latency_weight: float = 0.2
@@ -159,21 +169,25 @@ class RewardPolicy:
         query_chars: int = 0,
         tracker: LatencyTracker | None = None,
     ) -> ArmReward:
-        """The reward of ``outcome`` (its ``config_id`` is the arm) given its ``quality``."""
+        """The reward of ``outcome`` (its ``config_id`` is the arm) given its ``quality``.
+
+        An outcome that did not succeed (any status but ``ok``, ``unverified`` included) earns
+        ``−fallback_penalty`` and nothing else, whatever its quality, latency and cost.
+        """
         arm = outcome.config_id
         if not (isinstance(quality, int | float) and 0.0 <= quality <= 1.0):
             raise UserError(f"quality of arm {arm!r} must be in [0, 1], got {quality!r}.")
+        if not outcome.ok:
+            # A failure (an unverified answer included) earns the failure's reward and nothing
+            # else: no quality, latency or cost term (see the module docstring). The parts are
+            # reported as they counted, so reward = w_q·quality + w_l·latency + w_c·cost − penalty.
+            penalty = self.fallback_penalty
+            return ArmReward(arm, -penalty, 0.0, 0.0, 0.0, penalty)
         latency = outcome.latency_s if outcome.latency_s > 0 else None
         lat = self.latency_term(arm, latency, query_chars, tracker)
         cost = float(self.cost_term(outcome.cost_usd))
-        penalty = self.fallback_penalty if not outcome.ok else 0.0
-        value = (
-            self.quality_weight * quality
-            + self.latency_weight * lat
-            + self.cost_weight * cost
-            - penalty
-        )
-        return ArmReward(arm, value, quality, lat, cost, penalty)
+        value = self.quality_weight * quality + self.latency_weight * lat + self.cost_weight * cost
+        return ArmReward(arm, value, quality, lat, cost, 0.0)
 
     def rewards(
         self,

@@ -130,10 +130,10 @@ class CellRunner:
 
     async def score(
         self, expected: Any, actual: Any, executor: ThreadPoolExecutor, clock: _RunClock
-    ) -> float:
+    ) -> float | None:
         """The scorer's verdict on ``actual`` (a sync scorer in ``executor``'s threads, so an
         LLM judge called synchronously does not stop every other run while it waits), within
-        ``clock``'s timeout."""
+        ``clock``'s timeout; ``None`` when it gave none."""
         async with clock:
             if is_async_callable(self.scorer):
                 clock.start()
@@ -143,7 +143,7 @@ class CellRunner:
             if inspect.isawaitable(value):
                 value = await value
         if value is None:  # no verdict on this answer (AgentOpt drops such a datapoint)
-            raise _NoScore("the scorer returned None instead of a score, so it scored 0")
+            return None
         # a number, not text that reads as one ("0.9" is almost always a parsing slip)
         if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
             raise UserError(
@@ -186,11 +186,14 @@ class CellRunner:
             judging = _RunClock(self.timeout, "scorer")
             with metering(scoring), attribute(None, i):
                 try:
-                    score = await self.score(expected, actual, executor, judging)
-                except _NoScore as exc:
-                    error = str(exc)
+                    verdict = await self.score(expected, actual, executor, judging)
                 except BaseException as exc:
                     error = f"scorer raised {_failure(exc)}"
+                else:
+                    if verdict is None:
+                        error = "the scorer returned None instead of a score, so it scored 0"
+                    else:
+                        score = verdict
             if judging.expired():
                 error, score = f"scorer raised {judging.message()}", 0.0
         calls = list(meter.calls)
@@ -263,10 +266,6 @@ class CellRunner:
         if inspect.isawaitable(result):
             return await result
         return result
-
-
-class _NoScore(Exception):
-    """The scorer gave no verdict (``None``): the cell fails and scores 0, the run goes on."""
 
 
 def _failure(exc: BaseException) -> str:
