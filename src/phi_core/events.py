@@ -197,6 +197,8 @@ class ToolExecutionEnd(_Event):
     result: ToolResultMessage
     is_error: bool = False
     child_loop_id: str | None = None
+    cancelled: bool = False
+    """The run was cancelled while the call ran: ``result`` is its "Cancelled" error result."""
 
 
 class ProgressMessage(_Event):
@@ -431,11 +433,22 @@ def remove_observer(observer: Observer) -> None:
     _failed_observers.discard(id(observer))
 
 
+def _fatal_to_consumer(exc: BaseException) -> bool:
+    """Whether exc, raised by a sink or an observer, must stop the run rather than be
+    reported and isolated: only KeyboardInterrupt and SystemExit. Anything else (also
+    CancelledError or GeneratorExit a consumer raises itself) is the consumer's fault."""
+    return isinstance(exc, KeyboardInterrupt | SystemExit)
+
+
 def _observe(observers: tuple[Observer, ...], event: Any) -> None:
     for observer in observers:
         try:
             observer(event)
-        except Exception:
+        except BaseException as exc:
+            # A sync call has no await, so no cancellation of the task can be delivered inside
+            # it: a CancelledError it raises is its own.
+            if _fatal_to_consumer(exc):
+                raise
             if id(observer) not in _failed_observers:
                 _failed_observers.add(id(observer))
                 logger.exception("event observer %r raised; it keeps receiving events", observer)
@@ -507,7 +520,12 @@ class Emitter:
                 return
             try:
                 result = self._sync_fn(event)
-            except Exception:
+            except BaseException as exc:
+                # No await happens inside a sync call, so no cancellation of this task can be
+                # delivered there: a CancelledError (or another BaseException but
+                # KeyboardInterrupt/SystemExit) it raises is the sink's own failure.
+                if _fatal_to_consumer(exc):
+                    raise
                 self._failed = True
                 logger.exception("event sink raised; further events to it are dropped")
                 return
@@ -550,7 +568,12 @@ class Emitter:
                     await fn(item)
                 elif self._queue is not None:
                     await self._queue.put(item)
-            except Exception:
+            except BaseException as exc:
+                if _fatal_to_consumer(exc):
+                    raise
+                if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
+                    raise  # this drain task is being cancelled (aclose gave up, loop shutdown)
+                # The sink's own failure, a CancelledError it raised included: isolate it.
                 if not self._failed:
                     logger.exception("async event sink raised; continuing")
                 self._failed = True
@@ -558,7 +581,13 @@ class Emitter:
                 _delivering.reset(token)
 
     async def aclose(self) -> None:
-        """Wait until every event handed to an async sink has been delivered."""
+        """Wait until every event handed to an async sink has been delivered.
+
+        When the calling task is cancelled (before or while this waits), the events already
+        queued, the run's end event among them, are still delivered, within
+        :data:`CLOSE_GRACE_S` seconds; then the ``CancelledError`` propagates (never
+        swallowed). Only a sink too slow to take them in that time loses the rest.
+        """
         if self._drain_task is None or self._pending is None:
             return
         self._pending.put_nowait(_STOP)
@@ -566,11 +595,41 @@ class Emitter:
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.cancel()
+            if task.done() and not _being_cancelled():
+                # The drain task itself was cancelled (the loop is shutting down), not us.
+                return
+            await _finish_drain(task)
             raise
 
 
+CLOSE_GRACE_S = 1.0
+"""How long :meth:`Emitter.aclose` keeps delivering queued events to an async sink after the
+caller was cancelled, before it gives up on them."""
+
 _STOP = object()
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _finish_drain(task: asyncio.Task[None]) -> None:
+    """Let ``task`` deliver what is queued within the grace period, then stop it; called while
+    a ``CancelledError`` is propagating, which the caller raises again afterwards."""
+    try:
+        await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
+    except asyncio.CancelledError:
+        pass  # cancelled once more: stop waiting (the caller re-raises its CancelledError)
+    if task.done():
+        return
+    task.cancel()
+    try:
+        # The drain ends at its next step (a sink that swallows the cancellation is not
+        # waited for), so no task is left behind.
+        await asyncio.wait({task}, timeout=0.1)
+    except asyncio.CancelledError:
+        pass
 
 
 def tee(*sinks: Callable[[Any], Any] | None) -> Callable[[Any], None]:
@@ -598,7 +657,21 @@ T = TypeVar("T")
 
 class EventStream(Generic[T]):
     """``async for event in stream`` yields a run's events live; ``await stream`` (or
-    :meth:`result`) gives its return value. Leaving the ``async for`` early cancels the run.
+    :meth:`result`) gives its return value.
+
+    Leaving the ``async for`` early (``break``, ``return``, an exception) cancels the run. The
+    iterator is a plain object, not an async generator, so this does not wait for Python's
+    async-generator finaliser: the cancellation is requested as soon as the loop lets go of the
+    iterator (at once on CPython), and the run stops at the event loop's next step. Python gives
+    a ``break`` no way to *wait* for that; to have the run ended (its tools stopped, its end
+    event emitted) before the next line, use the stream as an async context manager, or call
+    :meth:`aclose` (on the stream or on its iterator)::
+
+        async with agent_loop_stream(prompt, context, config) as events:
+            async for event in events:
+                if enough(event):
+                    break
+        # the run has ended here
     """
 
     def __init__(self, run: Callable[[asyncio.Queue[Any]], Coroutine[Any, Any, T]]) -> None:
@@ -627,38 +700,31 @@ class EventStream(Generic[T]):
             raise self._fatal
 
     def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
+        return _StreamIterator(self)
 
-    async def _iterate(self) -> AsyncIterator[Any]:
-        task = self._start()
-        finished = False
-        try:
-            while True:
-                item = await self._queue.get()
-                if item is _STOP:
-                    # Events put after the run ended (none expected) are still delivered.
-                    while not self._queue.empty():
-                        extra = self._queue.get_nowait()
-                        if extra is not _STOP:
-                            yield extra
-                    finished = True
-                    break
-                yield item
-        finally:
-            if not finished and not task.done():
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-                except Exception:
-                    logger.debug("run ended with an error after its consumer left", exc_info=True)
-        # Surface the run's own failure to the consumer.
-        self._raise_fatal()
-        if task.done() and not task.cancelled():
-            exc = task.exception()
-            if exc is not None:
-                raise exc
+    async def __aenter__(self) -> EventStream[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel the run if it is still going and wait until it has ended (a no-op once it
+        has). A ``CancelledError`` of the caller while it waits is not swallowed."""
+        task = self._task
+        if task is None or task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task})
+        _forget_outcome(task)
+
+    def _abandon(self) -> None:
+        """Cancel the run without waiting (its iterator was dropped mid-run)."""
+        task = self._task
+        if task is None or task.done():
+            return
+        task.add_done_callback(_forget_outcome)
+        task.cancel()
 
     async def result(self) -> T:
         """Run to completion (draining events nobody iterated) and return the result."""
@@ -674,3 +740,77 @@ class EventStream(Generic[T]):
     def cancel(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+def _forget_outcome(task: asyncio.Task[Any]) -> None:
+    """Retrieve the outcome of a run its consumer left (no "exception never retrieved")."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        logger.debug("run ended with an error after its consumer left", exc_info=exc)
+
+
+_RUNNING, _DRAINING, _CLOSED = 0, 1, 2
+
+
+class _StreamIterator(AsyncIterator[Any]):
+    """One ``async for`` over an :class:`EventStream`: an async iterator object rather than an
+    async generator, so leaving the loop early leaves no generator for Python to finalise later;
+    dropping it mid-run cancels the run right away (:meth:`EventStream._abandon`)."""
+
+    __slots__ = ("_state", "_stream", "_task")
+
+    def __init__(self, stream: EventStream[Any]) -> None:
+        self._stream = stream
+        self._task: asyncio.Task[Any] | None = None
+        self._state = _RUNNING
+
+    def __aiter__(self) -> _StreamIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        stream = self._stream
+        if self._state == _CLOSED:
+            raise StopAsyncIteration
+        if self._state == _RUNNING:
+            self._task = stream._start()
+            try:
+                item = await stream._queue.get()
+            except BaseException:
+                # The consumer itself was cancelled while waiting: stop the run first.
+                self._state = _CLOSED
+                await stream.aclose()
+                raise
+            if item is not _STOP:
+                return item
+            self._state = _DRAINING
+        # Events put after the run ended (none expected) are still delivered.
+        while not stream._queue.empty():
+            extra = stream._queue.get_nowait()
+            if extra is not _STOP:
+                return extra
+        self._state = _CLOSED
+        # Surface the run's own failure to the consumer.
+        stream._raise_fatal()
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                raise exc
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop iterating: cancel the run if it is still going and wait until it has ended."""
+        running = self._state == _RUNNING
+        self._state = _CLOSED
+        if running and self._task is not None:
+            await self._stream.aclose()
+
+    def __del__(self) -> None:
+        if self._state != _RUNNING or self._task is None:
+            return
+        try:
+            self._stream._abandon()
+        except Exception:  # the event loop is already closed: nothing left to cancel
+            pass

@@ -611,8 +611,20 @@ class _Run:
                         async with timer:
                             results, steering = await runner.run(calls)
                     except asyncio.CancelledError:
-                        self._append_tool_results(runner.take_partial_results(), turn_id)
+                        # Every call has its result (and its events); close the turn as the
+                        # streaming path does when it is cancelled, then let it propagate.
+                        results = runner.take_partial_results()
+                        self._append_tool_results(results, turn_id)
                         self._take_tool_effects(runner, calls, turn_id)
+                        emit(
+                            TurnEnd(
+                                loop_id=loop_id,
+                                turn_index=this_turn,
+                                message=assistant,
+                                usage=assistant.usage,
+                                tool_results=results,
+                            )
+                        )
                         raise
                     except TimeoutError:
                         if not timer.expired():

@@ -431,7 +431,9 @@ class EventSpans:
             span.set_attribute(
                 "gen_ai.tool.call.result", content.scrub(text, self.max_content_chars)
             )
-        if event.is_error:
+        if event.cancelled:
+            _fail(span, "cancelled", "the tool was cancelled with its run")
+        elif event.is_error:
             why = text if self.capture_content else "the tool reported an error"
             _fail(span, "tool_error", why)
         span.end(now)

@@ -3,11 +3,12 @@
 Every call produces exactly one :class:`ToolResultMessage`, whatever happens: unknown tool,
 malformed arguments, a veto, a raising hook, a refused approval, a tool that raises or returns
 unsendable data, a timeout, or cancellation of the run (the unfinished calls get "Cancelled"
-results so the conversation stays valid for a later continuation). A tool that raises
-``SystemExit``, ``KeyboardInterrupt`` or ``GeneratorExit`` gets an error result too; the
-exception is kept in :attr:`ToolRunner.fatal` for the loop to re-raise after its ``AgentEnd``.
-Every result is made fit to send (:func:`finish_result`: valid Unicode, no secret values, text
-capped at ``max_result_bytes``).
+results so the conversation stays valid for a later continuation; a call cancelled after its
+``ToolExecutionStart`` still gets its one ``ToolExecutionEnd``, and every such result its
+message events). A tool that raises ``SystemExit``, ``KeyboardInterrupt`` or ``GeneratorExit``
+gets an error result too; the exception is kept in :attr:`ToolRunner.fatal` for the loop to
+re-raise after its ``AgentEnd``. Every result is made fit to send (:func:`finish_result`: valid
+Unicode, no secret values, text capped at ``max_result_bytes``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class ToolRunner:
     max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
     fatal: BaseException | None = None
     """A SystemExit/KeyboardInterrupt/GeneratorExit a tool raised; the loop re-raises it."""
+    _interrupted: dict[str, ToolResultMessage] = field(default_factory=dict)
+    """Results of started calls the cancellation of the run interrupted ("Cancelled", or the
+    call's own result when it had finished), each with its events already emitted."""
 
     async def run(
         self, calls: list[ToolCall]
@@ -93,10 +97,20 @@ class ToolRunner:
                             results[j] = self._skipped(calls[j])
                         break
         except asyncio.CancelledError:
-            # Keep the conversation valid: every call gets a result even when the run stops.
+            # Keep the conversation valid: every call gets a result even when the run stops. A
+            # call that had started has had its ToolExecutionEnd and message events (see
+            # _execute); one that never started gets its result's message events here.
+            emit = self.emitter.emit
             for i, tc in enumerate(calls):
-                if i not in results:
-                    results[i] = self._result_message(tc, ToolResult.error("Cancelled"))
+                if i in results:
+                    continue
+                message = self._interrupted.pop(tc.id, None)
+                if message is None:
+                    message = self._result_message(tc, ToolResult.error("Cancelled"))
+                    emit(MessageStart(loop_id=self.loop_id, message=message))
+                    emit(MessageEnd(loop_id=self.loop_id, message=message))
+                results[i] = message
+            self._interrupted.clear()
             self._pending_results = [results[i] for i in range(len(calls))]
             raise
         return [results[i] for i in range(len(calls))], steering
@@ -192,18 +206,27 @@ class ToolRunner:
                 loop_id=loop_id, tool_call_id=tc.id, tool_name=tc.name, args=tc.arguments
             )
         )
-        agent_tool = self._find(tc.name)
-        if agent_tool is None:
-            names = ", ".join(t.name for t in self.tools) or "none"
-            result = ToolResult.error(f"Tool {tc.name} not found. Available tools: {names}.")
-        elif tc.raw_arguments is not None:
-            result = ToolResult.error(
-                f"The arguments for tool {tc.name!r} are not a JSON object: "
-                f"{tc.raw_arguments[:500]!r}. Call the tool again with valid JSON arguments."
+        try:
+            result = await self._outcome(tc)
+        except asyncio.CancelledError:
+            # The run was cancelled while this call ran: close it like any other call (one
+            # ToolExecutionEnd with the "Cancelled" result, then the result's message events);
+            # run() puts that result in the conversation.
+            message = self._result_message(tc, ToolResult.error("Cancelled"))
+            emit(
+                ToolExecutionEnd(
+                    loop_id=loop_id,
+                    tool_call_id=tc.id,
+                    tool_name=tc.name,
+                    result=message,
+                    is_error=True,
+                    cancelled=True,
+                )
             )
-        else:
-            refusal = await self._approve(agent_tool, tc)
-            result = refusal if refusal is not None else await self._invoke(agent_tool, tc)
+            emit(MessageStart(loop_id=loop_id, message=message))
+            emit(MessageEnd(loop_id=loop_id, message=message))
+            self._interrupted[tc.id] = message
+            raise
         message = self._result_message(tc, result)
         details = result.details
         if details is not None:
@@ -219,10 +242,29 @@ class ToolRunner:
                 child_loop_id=details.get("child_loop_id") if isinstance(details, dict) else None,
             )
         )
-        await self.call_hook("after_tool_execution", None, (tc.name, tc.id, result.is_error))
-        emit(MessageStart(loop_id=loop_id, message=message))
-        emit(MessageEnd(loop_id=loop_id, message=message))
+        try:
+            await self.call_hook("after_tool_execution", None, (tc.name, tc.id, result.is_error))
+        except asyncio.CancelledError:
+            self._interrupted[tc.id] = message  # it finished: its own result stays
+            raise
+        finally:
+            emit(MessageStart(loop_id=loop_id, message=message))
+            emit(MessageEnd(loop_id=loop_id, message=message))
         return message
+
+    async def _outcome(self, tc: ToolCall) -> ToolResult:
+        """What a started call produced (its error result when it cannot run)."""
+        agent_tool = self._find(tc.name)
+        if agent_tool is None:
+            names = ", ".join(t.name for t in self.tools) or "none"
+            return ToolResult.error(f"Tool {tc.name} not found. Available tools: {names}.")
+        if tc.raw_arguments is not None:
+            return ToolResult.error(
+                f"The arguments for tool {tc.name!r} are not a JSON object: "
+                f"{tc.raw_arguments[:500]!r}. Call the tool again with valid JSON arguments."
+            )
+        refusal = await self._approve(agent_tool, tc)
+        return refusal if refusal is not None else await self._invoke(agent_tool, tc)
 
     async def _approve(self, agent_tool: Any, tc: ToolCall) -> ToolResult | None:
         """Ask the approver when the tool needs approval; an error result when refused."""
