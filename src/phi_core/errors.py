@@ -52,8 +52,9 @@ headers hold the key); ``ProviderError.cause_type`` names its type.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -145,6 +146,26 @@ def register_secret(value: str | None) -> None:
     """Remember a secret so :func:`redact` removes it wherever it shows up."""
     if value and len(value) >= 6:
         _registered_secrets.add(value)
+
+
+SECRET_NAME = re.compile(
+    r"(?i)(API_?KEY|_KEY$|^KEY$|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|DSN$|"
+    r"DATABASE_URL|CONNECTION_STRING)"
+)
+"""Names of environment variables whose values are secrets."""
+SECRET_VALUE = re.compile(r"^(sk-|sk_|AIza|ghp_|gho_|github_pat_|xox[abp]-|AKIA|glpat-)")
+"""How the values of well-known kinds of keys start, whatever their variable is called."""
+MIN_SECRET = 8
+"""A shorter value (``true``, ``1``) is no secret worth hiding."""
+
+
+def register_environment_secrets(environ: Mapping[str, str] | None = None) -> None:
+    """Register the values of the environment's secret-looking variables (``*_API_KEY``,
+    ``*_TOKEN``, ``sk-…`` values...), so :func:`redact` removes a key even in a shape its
+    patterns do not know, also one this process never used (done once at import)."""
+    for name, value in (os.environ if environ is None else environ).items():
+        if len(value) >= MIN_SECRET and (SECRET_NAME.search(name) or SECRET_VALUE.match(value)):
+            register_secret(value)
 
 
 def registered_secrets() -> frozenset[str]:
@@ -560,3 +581,6 @@ class CallTimeoutError(ProviderError):
 
 class ProviderCancelledError(ProviderError):
     kind = "cancelled"
+
+
+register_environment_secrets()

@@ -266,6 +266,13 @@ def test_timeout_turns_a_hanging_branch_into_a_timeout_and_the_other_wins(
     last = json_lines(result.stdout)[-1]
     assert [b["status"] for b in last["branches"]] == ["timeout", "ok"]
     assert last["winner"]["name"] == "scripted:b"
+    # the streamed text view says the same as the table and the JSON
+    plain = runner.invoke(
+        app,
+        ["race", "Q?", "-m", "scripted:a", "-m", "scripted:b", "-s", "pick-first",
+         "--timeout", "0.2", "--script", script],
+    )  # fmt: skip
+    assert "--- scripted:a (scripted:a): timeout: it ran past its timeout" in plain.stdout
 
 
 def test_branch_settings_reach_the_model_request(tmp_path: Path) -> None:

@@ -63,6 +63,38 @@ def test_race_c_races_the_same_branches_again_from_the_winners_answer(script: st
         ]
 
 
+def test_race_c_after_single_model_turns_races_the_conversations_branches_again(
+    script: str,
+) -> None:
+    """A `run -c` turn between two races does not make `race -c` forget the branches: it races
+    the conversation's newest race's branches, from the last answer."""
+    phi("race", "What is X?", *RACE, "--script", script)
+    assert phi("run", "-c", "Why?", "--script", script).exit_code == 0
+    again = phi("race", "-c", "And Y?", "--json", "--script", script)
+    assert again.exit_code == 0, again.output
+    result = jsonl(again.stdout)[-1]
+    assert [b["name"] for b in result["branches"]] == ["scripted:a", "scripted:b@temperature=0.5"]
+    assert result["judge"] == "scripted:judge"
+    assert sent_messages(again.stdout)[0][-3:] == [
+        ("user", "Why?"),
+        ("assistant", "B answers best."),
+        ("user", "And Y?"),
+    ]
+
+
+def test_cid_takes_the_id_of_any_run_of_the_conversation_as_phi_logs_lists_it(
+    script: str,
+) -> None:
+    first = phi("run", "About cats", "-m", "scripted:a", "--json", "--script", script)
+    cats = jsonl(first.stdout)[-1]["conversation_id"]
+    run_id = jsonl(CliRunner().invoke(app, ["logs", "--json"]).stdout)[0]["id"]
+    phi("run", "About dogs", "-m", "scripted:c", "--script", script)
+    for given in (run_id, run_id[:10].lower(), cats.lower()):
+        follow = phi("run", "--cid", given, "More please", "--json", "--script", script)
+        assert follow.exit_code == 0, (given, follow.output)
+        assert jsonl(follow.stdout)[-1]["conversation_id"] == cats
+
+
 def test_run_c_continues_with_the_winners_model_and_settings(script: str) -> None:
     phi("race", "What is X?", *RACE, "--script", script)
     follow = phi("run", "-c", "Why?", "--json", "--script", script)

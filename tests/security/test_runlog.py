@@ -107,3 +107,28 @@ def test_a_stored_key_is_scrubbed_from_errors_that_echo_it() -> None:
     stored_keys()  # reading the stored keys registers them as secrets
     error = AuthError(f"invalid x-api-key {key}")
     assert key not in redact(str(error))
+
+
+def test_a_key_in_no_known_shape_is_scrubbed_because_its_variable_names_a_key(
+    tmp_path: Path,
+) -> None:
+    """A key the patterns cannot recognise (no `sk-` prefix), exported as `*_API_KEY` and never
+    used by this process, still never reaches the run log or an error message."""
+    from phi_core.errors import register_environment_secrets
+
+    odd = "ZZplainsecret9876ZZ"
+    assert redact(f"echoed {odd}") == f"echoed {odd}"  # no pattern knows it
+    register_environment_secrets({"ACME_API_KEY": odd, "TOKENIZERS_PARALLELISM": "false"})
+    assert redact(f"echoed {odd}") == "echoed [REDACTED]"
+    assert redact("false") == "false"  # short values are no secrets
+    record = RunRecord(
+        kind="run",
+        prompt=f"key {odd}",
+        status="ok",
+        branches=[
+            BranchRecord(index=0, label="a", model="scripted:a", status="ok", text=f"it is {odd}")
+        ],
+    )
+    with RunLog(tmp_path / "logs.db") as log:
+        log.write(record)
+    assert odd.encode() not in log_bytes(tmp_path)

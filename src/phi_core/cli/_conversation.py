@@ -131,13 +131,15 @@ def open_session(
 def race_spec(
     config: Path | None, continuation: Continuation | None, *, given_models: bool
 ) -> RaceSpec:
-    """The race file; else, when continuing a race and no -m names branches, the branches,
-    judge and strategy that race ran; else the defaults."""
+    """The race file; else, when continuing a conversation that raced and no -m names
+    branches, the branches, judge and strategy of its newest race (also when turns run by one
+    model came after it); else the defaults."""
     if config is not None:
         return load_race_spec(config)
-    if continuation is None or given_models or continuation.run.kind not in ("race", "bandit"):
+    race = continuation.last_race if continuation is not None else None
+    if race is None or given_models:
         return RaceSpec()
-    plan = continuation.run.plan or {}
+    plan = race.plan or {}
     strategy = plan.get("strategy")
     branches = plan.get("branches") or None
     judge = plan.get("judge")

@@ -31,7 +31,11 @@ ContinueOption = Annotated[
 ]
 CidOption = Annotated[
     str | None,
-    typer.Option("--cid", help="Continue this conversation (an id from `phi logs`)."),
+    typer.Option(
+        "--cid",
+        help="Continue this conversation: its id (`phi logs --json`), or the id of any run in "
+        "it as `phi logs` lists them (a prefix is enough).",
+    ),
 ]
 NoLogOption = Annotated[
     bool,

@@ -215,6 +215,9 @@ class RaceView:
             state.ended = now
             state.status = _STATUS_OF_REASON.get(event.reason, event.reason)
             state.error = event.error
+            if event.reason == "cancelled" and event.error == "cancelled: timeout":
+                # its branch timeout passed: a timeout, as the table and the JSON say
+                state.status, state.error = "timeout", "it ran past its timeout"
             if state is not self.judge:
                 if not self.live_mode:
                     self._print_branch(state)

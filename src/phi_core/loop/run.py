@@ -332,8 +332,11 @@ class _Run:
 
     def _mark_cancelled(self) -> None:
         self.reason = "cancelled"
+        why = self.cancel.reason if self.cancel.cancelled else None
+        # the token's reason when it says more (a race's branch_timeout says "timeout")
+        self.error = self.error or (f"cancelled: {why}" if why and why != "cancelled" else None)
         self.error = self.error or "cancelled"
-        self.error_kind = self.error_kind or "cancelled"
+        self.error_kind = self.error_kind or ("timeout" if why == "timeout" else "cancelled")
 
     def _end_event(self) -> AgentEnd:
         return AgentEnd(

@@ -32,6 +32,9 @@ class Continuation:
     """The run continued from (the conversation's last one with an answer)."""
     messages: list[AgentMessage]
     """The winner's whole history: the next prompt is appended to it."""
+    last_race: RunRecord | None = None
+    """The conversation's newest race (or bandit race), which ``phi race -c`` races again also
+    after turns run by one model (``phi run -c``, ``phi chat -c``)."""
 
     @property
     def winner_spec(self) -> dict[str, Any] | None:
@@ -59,15 +62,25 @@ def find_continuation(log: RunLog, conversation_id: str | None = None) -> Contin
             "yet. Ask something first (without -c); `phi logs status` shows whether runs are "
             "logged."
         )
-    runs = log.conversation(cid)
+    runs = log.conversation(cid) or log.conversation(cid.upper())
+    if not runs and conversation_id:  # the id of a run, as `phi logs` lists them (or a prefix)
+        try:
+            found = log.get_run(cid).conversation_id
+        except RunNotFoundError:
+            found = None
+        if found:
+            cid, runs = found, log.conversation(found)
     if not runs:
         raise RunNotFoundError(
-            f"No conversation {cid!r} in the run log {str(log.path)!r}; `phi logs` lists runs "
-            "with their conversation ids (`phi logs --json`)."
+            f"No conversation {cid!r} in the run log {str(log.path)!r}: give a conversation id "
+            "(`phi logs --json` shows each run's `conversation_id`) or the id of any run in it "
+            "(`phi logs` lists them; a prefix is enough)."
         )
+    cid = runs[0].conversation_id or cid
+    last_race = next((r for r in reversed(runs) if r.kind in ("race", "bandit")), None)
     for run in reversed(runs):
         if run.messages:
-            return Continuation(cid, run, run.history())
+            return Continuation(cid, run, run.history(), last_race)
     raise RunNotFoundError(
         f"No run of conversation {cid!r} produced an answer to continue from ({len(runs)} "
         "failed or were cancelled); ask again without -c."

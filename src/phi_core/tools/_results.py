@@ -17,13 +17,11 @@ import base64
 import json
 import logging
 import math
-import os
-import re
 from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import UserError, registered_secrets
+from ..errors import MIN_SECRET, UserError, register_environment_secrets, registered_secrets
 from ..providers.keys import stored_keys
 from ..types import Content, ImageContent, TextContent, scrub_surrogates
 from .base import ToolResult
@@ -34,12 +32,6 @@ __all__ = ["DEFAULT_MAX_RESULT_BYTES", "MAX_IMAGE_BYTES", "finish_result", "json
 
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
-_SECRET_NAME = re.compile(
-    r"(?i)(API_?KEY|_KEY$|^KEY$|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|DSN$|"
-    r"DATABASE_URL|CONNECTION_STRING)"
-)
-_SECRET_VALUE = re.compile(r"^(sk-|sk_|AIza|ghp_|gho_|github_pat_|xox[abp]-|AKIA|glpat-)")
-_MIN_SECRET = 8
 _WINDOW = 12  # this many characters of a secret in a row (or their encoding) are redacted
 _STEP = 4
 
@@ -105,11 +97,8 @@ def secret_values() -> list[str]:
         stored_keys()  # registers them: a key the environment overrides is still a secret
     except UserError as error:  # an unreadable keys file: the registered ones still count
         logger.warning("stored API keys not read for redaction: %s", error)
-    found = set(registered_secrets())
-    for name, value in os.environ.items():
-        if len(value) >= _MIN_SECRET and (_SECRET_NAME.search(name) or _SECRET_VALUE.match(value)):
-            found.add(value)
-    return sorted(found, key=len, reverse=True)
+    register_environment_secrets()  # what was exported since the import too
+    return sorted(registered_secrets(), key=len, reverse=True)
 
 
 def _encodings(secret: str) -> dict[str, int]:
@@ -123,7 +112,7 @@ def _encodings(secret: str) -> dict[str, int]:
         for encode in (base64.b64encode, base64.urlsafe_b64encode):
             encoded = encode(b"\0" * shift + raw).decode()
             core = encoded[(shift * 8 + 5) // 6 : -4]
-            if len(core) >= _MIN_SECRET:
+            if len(core) >= MIN_SECRET:
                 found[core] = _WINDOW * 4 // 3
     return found
 
