@@ -238,17 +238,11 @@ def _tokens(usage: Mapping[str, Usage]) -> tuple[dict[str, int], dict[str, int]]
     return inputs, outputs
 
 
-@dataclass
-class DatapointResult:
-    """One combination on one datapoint, in AgentOpt's shape (tokens per requested model)."""
+class _Tokens:
+    """Totals of per-model token counts (``input_tokens`` / ``output_tokens``)."""
 
-    datapoint_index: int
-    score: float
-    latency_seconds: float
     input_tokens: dict[str, int]
     output_tokens: dict[str, int]
-    cost_usd: float = 0.0
-    error: str | None = None
 
     @property
     def total_input_tokens(self) -> int:
@@ -260,7 +254,20 @@ class DatapointResult:
 
 
 @dataclass
-class ModelResult:
+class DatapointResult(_Tokens):
+    """One combination on one datapoint, in AgentOpt's shape (tokens per requested model)."""
+
+    datapoint_index: int
+    score: float
+    latency_seconds: float
+    input_tokens: dict[str, int]
+    output_tokens: dict[str, int]
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class ModelResult(_Tokens):
     """One combination, in AgentOpt's shape."""
 
     model_name: str
@@ -280,14 +287,6 @@ class ModelResult:
     @property
     def num_samples(self) -> int:
         return len(self.datapoint_results) or 1
-
-    @property
-    def total_input_tokens(self) -> int:
-        return sum(self.input_tokens.values())
-
-    @property
-    def total_output_tokens(self) -> int:
-        return sum(self.output_tokens.values())
 
 
 class SelectionResults:

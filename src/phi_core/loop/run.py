@@ -330,6 +330,29 @@ class _Run:
             self.ended = True
             self.emitter.emit(self._end_event())
 
+    def _close_stopped_tools(
+        self,
+        runner: ToolRunner,
+        calls: list[Any],
+        assistant: AssistantMessage,
+        turn_index: int,
+        turn_id: TurnId,
+    ) -> None:
+        """Tools stopped mid-turn (cancelled, or past ``max_duration``): every call's result
+        (a "Cancelled" one for those cut short) goes into the context and the turn ends."""
+        results = runner.take_partial_results()
+        self._append_tool_results(results, turn_id)
+        self._take_tool_effects(runner, calls, turn_id)
+        self.emitter.emit(
+            TurnEnd(
+                loop_id=self.loop_id,
+                turn_index=turn_index,
+                message=assistant,
+                usage=assistant.usage,
+                tool_results=results,
+            )
+        )
+
     def _mark_cancelled(self) -> None:
         self.reason = "cancelled"
         why = self.cancel.reason if self.cancel.cancelled else None
@@ -616,38 +639,16 @@ class _Run:
                     except asyncio.CancelledError:
                         # Every call has its result (and its events); close the turn as the
                         # streaming path does when it is cancelled, then let it propagate.
-                        results = runner.take_partial_results()
-                        self._append_tool_results(results, turn_id)
-                        self._take_tool_effects(runner, calls, turn_id)
-                        emit(
-                            TurnEnd(
-                                loop_id=loop_id,
-                                turn_index=this_turn,
-                                message=assistant,
-                                usage=assistant.usage,
-                                tool_results=results,
-                            )
-                        )
+                        self._close_stopped_tools(runner, calls, assistant, this_turn, turn_id)
                         raise
                     except TimeoutError:
                         if not timer.expired():
                             raise
                         # max_duration passed while tools ran: they were cancelled (each call
                         # has a result); the run ends on the limit.
-                        results = runner.take_partial_results()
-                        self._append_tool_results(results, turn_id)
-                        self._take_tool_effects(runner, calls, turn_id)
+                        self._close_stopped_tools(runner, calls, assistant, this_turn, turn_id)
                         assert self.tracker is not None
                         why = self.tracker.duration_exceeded("while tools ran")
-                        emit(
-                            TurnEnd(
-                                loop_id=loop_id,
-                                turn_index=this_turn,
-                                message=assistant,
-                                usage=assistant.usage,
-                                tool_results=results,
-                            )
-                        )
                         self.reason, self.error, self.error_kind = "limit", why, "timeout"
                         return
                     self._append_tool_results(results, turn_id)
