@@ -60,6 +60,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
+    "MIN_SECRET",
+    "SECRET_NAME",
+    "SECRET_VALUE",
     "AgentBusyError",
     "AgentInterrupted",
     "AllBranchesFailedError",
@@ -107,6 +110,7 @@ __all__ = [
     "UserError",
     "ViewNotFoundError",
     "redact",
+    "register_environment_secrets",
     "register_secret",
     "registered_secrets",
 ]

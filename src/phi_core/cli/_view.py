@@ -145,9 +145,9 @@ class RaceView:
             self._live.__enter__()
         else:
             names = ", ".join(f"{b.label} ({b.model})" for b in self.branches)
-            self.console.print(
-                f"Racing {len(self.branches)} branches: {names}", markup=False, soft_wrap=True
-            )
+            count = len(self.branches)
+            racing = f"{count} branches" if count != 1 else "1 branch"
+            self.console.print(f"Racing {racing}: {names}", markup=False, soft_wrap=True)
         return self
 
     def __exit__(self, *exc: object) -> None:

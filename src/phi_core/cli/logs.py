@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from .._paths import check_user_dir
 from ..errors import UserError
 from ..providers.aliases import lookup_alias
 from ..runlog import (
@@ -21,9 +22,11 @@ from ..runlog import (
     RunQuery,
     RunRecord,
     check_count,
+    check_text,
     default_log_path,
     end_of_day,
     log_status,
+    open_run_log,
     parse_when,
     set_logging_enabled,
 )
@@ -65,15 +68,30 @@ CidOption = Annotated[str | None, typer.Option("--cid", help="Only this conversa
 
 
 def _open() -> RunLog | None:
-    """The run log, or ``None`` (after saying so) when nothing was logged yet."""
-    if not default_log_path().exists():
-        typer.echo(
-            f"No runs logged yet ({default_log_path()} does not exist); run `phi race` or "
-            "`phi run` first.",
-            err=True,
-        )
-        return None
-    return RunLog()
+    """The run log, or ``None`` (after saying so) when nothing was logged yet.
+
+    Raises:
+        typer.Exit: (code 2, after saying what is wrong and what to do) ``PHI_HOME`` is a
+            file, or the log is not a readable run log (garbage, truncated).
+    """
+    try:
+        check_user_dir()
+        if not default_log_path().exists():
+            typer.echo(
+                f"No runs logged yet ({default_log_path()} does not exist); run `phi race` or "
+                "`phi run` first.",
+                err=True,
+            )
+            return None
+        return open_run_log()
+    except UserError as exc:
+        raise usage_error(exc) from None
+
+
+def _checked(value: str | None, name: str) -> str | None:
+    """An option's text, refused (:func:`check_text`) when it is not valid UTF-8 or holds a
+    NUL, as a prompt that is not UTF-8 is."""
+    return None if value is None else check_text(value, name)
 
 
 def _list(
@@ -89,6 +107,14 @@ def _list(
     cid: str | None,
 ) -> None:
     try:
+        model, strategy, kind, status = (
+            _checked(model, "-m/--model"), _checked(strategy, "-s/--strategy"),
+            _checked(kind, "--kind"), _checked(status, "--status"),
+        )  # fmt: skip
+        since, until, query, cid = (
+            _checked(since, "--since"), _checked(until, "--until"),
+            _checked(query, "-q/--query"), _checked(cid, "--cid"),
+        )  # fmt: skip
         if kind is not None and kind not in ("run", "race", "bandit", "select"):
             raise UserError(f"Unknown kind {kind!r}; use run, race, bandit or select.")
         if model is not None:
@@ -105,8 +131,11 @@ def _list(
     log = _open()
     if log is None:
         return
-    with log, streams() as (out, _err):
-        records = log.list_runs(run_query)
+    with log, streams() as (out, err):
+        try:
+            records = log.list_runs(run_query)
+        except UserError as exc:  # damage further in the file
+            raise usage_error(exc, err) from None
         if as_json:
             for record in records:
                 out.write(record.model_dump_json(exclude={"messages"}) + "\n")
@@ -151,6 +180,10 @@ def show(
     mode = "json" if as_json else output.strip().lower()
     if mode not in ("text", "json", "markdown", "md"):
         raise usage_error(UserError(f"Unknown output {output!r}; use text, json or markdown."))
+    try:
+        _checked(run_id, "The run id")
+    except UserError as exc:
+        raise usage_error(exc) from None
     log = _open()
     if log is None:
         raise typer.Exit(1)
@@ -181,12 +214,15 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
 ) -> None:
     """Whether runs are logged, where, and how many there are."""
-    info = log_status()
+    try:
+        info = log_status()
+    except UserError as exc:  # PHI_HOME is a file, or the log is not a readable run log
+        raise usage_error(exc) from None
     if as_json:
         typer.echo(json.dumps(info.__dict__, indent=2))
         return
     console = Console(highlight=False)
-    state = "on" if info.enabled else f"off ({info.why_disabled})"
+    state = "on" if info.enabled else f"off: {info.why_disabled}"
     console.print(f"Logging is {state}.", soft_wrap=True)
     console.print(f"Run log: {info.path}", soft_wrap=True)
     if not info.exists:
@@ -202,12 +238,18 @@ def status(
 @app.command()
 def on() -> None:
     """Log every run from now on (the default)."""
-    set_logging_enabled(True)
+    try:
+        set_logging_enabled(True)
+    except UserError as exc:  # PHI_HOME is a file
+        raise usage_error(exc) from None
     typer.echo("Logging is on: every race, run and selection is recorded.")
 
 
 @app.command()
 def off() -> None:
     """Stop logging runs (`phi logs on` turns it back on; PHI_NO_LOG=1 does it per shell)."""
-    set_logging_enabled(False)
+    try:
+        set_logging_enabled(False)
+    except UserError as exc:  # PHI_HOME is a file
+        raise usage_error(exc) from None
     typer.echo("Logging is off: runs are not recorded until `phi logs on`.")

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UserError
-from ..types import MESSAGES_ADAPTER, AgentMessage
+from ..types import MESSAGES_ADAPTER, AgentMessage, lone_surrogate
 
 __all__ = [
     "MAX_COUNT",
@@ -30,6 +30,7 @@ __all__ = [
     "RunQuery",
     "RunRecord",
     "check_count",
+    "check_text",
     "end_of_day",
     "new_run_id",
     "parse_count",
@@ -168,6 +169,38 @@ def parse_count(text: str, name: str, *, low: int = 0, high: int = MAX_COUNT) ->
     return check_count(int(raw), name, low=low, high=high)
 
 
+def check_text(value: str, name: str) -> str:
+    """``value`` when the run log can search for it: valid Unicode and no NUL character. The
+    one check of the words, models, statuses and ids the run log is asked for (``phi logs``'s
+    options, the web view's query string, :class:`RunQuery`). ``name`` is how the caller's user
+    wrote it (``-q/--query``, ``q``).
+
+    A lone surrogate is what bytes that are not UTF-8 become on a command line (Python's
+    ``surrogateescape``): SQLite cannot even be handed it. A NUL ends SQLite's full-text query
+    early (a syntax error), and no logged text is searched for by one, so it is refused rather
+    than silently dropped (which would search for something else than what was asked).
+
+    Raises:
+        UserError: either (names ``name``, the offending byte or character and its position,
+            and what to write instead).
+    """
+    index = lone_surrogate(value)
+    if index is not None:
+        # As `phi race` reports a prompt that is not UTF-8 (cli._common.read_prompt).
+        byte = ord(value[index]) - 0xDC00
+        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else repr(value[index])
+        raise UserError(
+            f"{name} is not valid UTF-8 text ({shown} at position {index}); write it as UTF-8 "
+            "(for example convert it with `iconv -f latin1 -t utf-8`)."
+        )
+    if "\x00" in value:
+        raise UserError(
+            f"{name} contains a NUL character (at position {value.index(chr(0))}), which the "
+            "run log cannot search for; remove it."
+        )
+    return value
+
+
 def _quoted(text: str) -> str:
     """``text`` quoted for an error message, its middle cut out when it is long."""
     return (
@@ -268,6 +301,9 @@ class RunRecord(BaseModel):
         return next((b for b in self.branches if b.winner), None)
 
 
+_TEXT_FILTERS = ("model", "strategy", "kind", "status", "since", "until", "text", "conversation_id")
+
+
 @dataclass(frozen=True)
 class RunQuery:
     """Which runs :meth:`RunLog.list_runs` returns (newest first); every filter is optional."""
@@ -284,19 +320,27 @@ class RunQuery:
     """ISO time (as :func:`parse_when` returns); runs created at or after it."""
     until: str | None = None
     text: str | None = None
-    """Words that must all appear in the prompt, system prompt, an answer or a model name."""
+    """Words that must all appear in the prompt, system prompt, an answer or a model name.
+
+    Every text filter must be valid Unicode without a NUL character (:func:`check_text`): a
+    query holding either is refused with a :class:`~phi_core.errors.UserError`."""
     conversation_id: str | None = None
 
     def __post_init__(self) -> None:
         """Check ``limit`` (``None``: all) and ``offset`` with :func:`check_count`, so every
-        query the store runs fits SQLite's integers.
+        query the store runs fits SQLite's integers, and every text filter with
+        :func:`check_text` (no lone surrogate, no NUL: refused, not stripped).
 
         Raises:
-            UserError: either out of range.
+            UserError: a count out of range, or a filter that is not valid text.
         """
         if self.limit is not None:
             check_count(self.limit, "limit")
         check_count(self.offset, "offset")
+        for name in _TEXT_FILTERS:
+            value = getattr(self, name)
+            if value is not None:
+                check_text(value, f"The run query's {name}")
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,22 @@ value or after ``phi logs off`` (a ``logs-off`` file in the user directory).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .._paths import user_path
+from pydantic import ValidationError
+
+from .._paths import check_user_dir, user_path
 from .._sqlite import init_wal
 from ..errors import RunNotFoundError, UserError, redact
+from ..types import lone_surrogate
 from ._migrations import MIGRATIONS, applied_migrations, migrate
 from ._records import (
     BranchRecord,
@@ -38,6 +42,7 @@ from ._records import (
     RunQuery,
     RunRecord,
     check_count,
+    check_text,
 )
 
 __all__ = [
@@ -47,6 +52,7 @@ __all__ = [
     "default_log_path",
     "log_status",
     "logging_enabled",
+    "open_run_log",
     "set_logging_enabled",
     "why_logging_disabled",
 ]
@@ -67,7 +73,7 @@ def why_logging_disabled() -> str | None:
     if os.environ.get(NO_LOG_ENV, "").strip().lower() in _TRUE:
         return f"the environment variable {NO_LOG_ENV} is set"
     if user_path(_OFF_FILE).exists():
-        return "`phi logs off` turned it off (`phi logs on` turns it back on)"
+        return "`phi logs off` turned it off; `phi logs on` turns it back on"
     return None
 
 
@@ -76,9 +82,34 @@ def logging_enabled() -> bool:
     return why_logging_disabled() is None
 
 
+def _unreadable(path: Path, exc: sqlite3.Error | str) -> UserError:
+    shown = str(path)
+    why = exc if isinstance(exc, str) else str(exc).splitlines()[0][:200]
+    if why.startswith("Could not decode to UTF-8"):  # SQLite's message quotes the garbage
+        why = "a damaged row: " + " ".join(why.split()[:7])
+    return UserError(
+        f"{shown!r} is not a readable phi run log ({why}). Move it aside (for example "
+        f"`mv {shown} {shown}.bad`) and the next run starts a new log; `phi logs path` shows "
+        "where the log is."
+    )
+
+
+def _damaged(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the file is not a database or a damaged one (not a busy or locked
+    database, a full disk or a query error: other ``OperationalError`` cases)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return str(exc).startswith("Could not decode to UTF-8")  # a text cell holds garbage
+    return isinstance(exc, sqlite3.DatabaseError)
+
+
 def set_logging_enabled(enabled: bool) -> None:
     """``phi logs on`` / ``phi logs off``: logging by default or not, remembered in the user
-    directory."""
+    directory.
+
+    Raises:
+        UserError: the user directory (``PHI_HOME``) is a file, not a folder.
+    """
+    check_user_dir()
     marker = user_path(_OFF_FILE, create_dir=True)
     if enabled:
         marker.unlink(missing_ok=True)
@@ -169,6 +200,12 @@ class RunLog:
     ``read_only=True`` (the web view) opens an existing log with SQLite's ``mode=ro``: nothing
     is created, migrated or written, and a log whose schema is older than this version's is a
     :class:`~phi_core.errors.UserError` saying how to upgrade it.
+
+    A file that is not a SQLite database, or a damaged one (garbage, truncated), raises
+    SQLite's ``sqlite3.DatabaseError`` on opening (:func:`open_run_log` makes it a
+    :class:`~phi_core.errors.UserError` saying what to do), and the reading methods raise such
+    a ``UserError`` when the damage lies further in. Nothing is moved or deleted: the log is
+    the user's record.
     """
 
     def __init__(
@@ -196,6 +233,19 @@ class RunLog:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Hold the lock while reading; a damaged file is a :class:`UserError` saying so."""
+        with self._lock:
+            try:
+                yield
+            except sqlite3.Error as exc:
+                if _damaged(exc):
+                    raise _unreadable(self.path, exc) from exc
+                raise
+            except (json.JSONDecodeError, ValidationError) as exc:  # a row that is not a run's
+                raise _unreadable(self.path, "a damaged row") from exc
 
     def __enter__(self) -> RunLog:
         return self
@@ -273,7 +323,7 @@ class RunLog:
         sql += " ORDER BY r.created_at DESC, r.rowid DESC LIMIT ? OFFSET ?"
         # RunQuery checked both (check_count): they fit SQLite's integers.
         params += [-1 if query.limit is None else query.limit, query.offset]
-        with self._lock:
+        with self._reading():
             rows = self._conn.execute(sql, params).fetchall()
             return [self._record(row, with_messages=False) for row in rows]
 
@@ -281,7 +331,7 @@ class RunLog:
         """How many runs ``query``'s filters select (its limit and offset aside)."""
         where, params = self._where(query or RunQuery())
         sql = "SELECT count(*) FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
-        with self._lock:
+        with self._reading():
             return int(self._conn.execute(sql, params).fetchone()[0])
 
     def facets(self) -> RunFacets:
@@ -291,7 +341,7 @@ class RunLog:
         def distinct(sql: str) -> list[str]:
             return [row[0] for row in self._conn.execute(sql) if row[0]]
 
-        with self._lock:
+        with self._reading():
             first, last = self._conn.execute(
                 "SELECT min(created_at), max(created_at) FROM runs"
             ).fetchone()
@@ -353,7 +403,12 @@ class RunLog:
         key = run_id.strip().upper()
         if not key:
             raise RunNotFoundError("Give a run id (`phi logs` lists them).")
-        with self._lock:
+        if lone_surrogate(key) is not None:  # no id holds one, and SQLite cannot take it
+            try:
+                check_text(run_id, "The run id")
+            except UserError as exc:
+                raise RunNotFoundError(f"{exc} `phi logs` lists the runs.") from None
+        with self._reading():
             rows = self._conn.execute(
                 f"SELECT {_RUN_COLUMNS}, r.messages FROM runs r WHERE r.id >= ? AND r.id < ? "
                 "ORDER BY r.id LIMIT 6",
@@ -372,7 +427,7 @@ class RunLog:
 
     def last_run(self) -> RunRecord | None:
         """The newest run (history included), or ``None`` when the log is empty."""
-        with self._lock:
+        with self._reading():
             row = self._conn.execute(
                 f"SELECT {_RUN_COLUMNS}, r.messages FROM runs r "
                 "ORDER BY r.created_at DESC, r.rowid DESC LIMIT 1"
@@ -381,7 +436,7 @@ class RunLog:
 
     def conversation(self, conversation_id: str) -> list[RunRecord]:
         """Every run of a conversation, oldest first (histories included)."""
-        with self._lock:
+        with self._reading():
             rows = self._conn.execute(
                 f"SELECT {_RUN_COLUMNS}, r.messages FROM runs r WHERE r.conversation_id = ? "
                 "ORDER BY r.created_at, r.rowid",
@@ -391,7 +446,7 @@ class RunLog:
 
     def last_conversation_id(self) -> str | None:
         """The conversation of the newest run that has one."""
-        with self._lock:
+        with self._reading():
             row = self._conn.execute(
                 "SELECT conversation_id FROM runs WHERE conversation_id IS NOT NULL "
                 "ORDER BY created_at DESC, rowid DESC LIMIT 1"
@@ -416,13 +471,13 @@ class RunLog:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(check_count(limit, "limit"))
-        with self._lock:
+        with self._reading():
             rows = self._conn.execute(sql, params).fetchall()
         return [_route_event(row) for row in reversed(rows)]
 
     def status(self) -> LogStatus:
         """Where the log is and what it holds (see :func:`log_status` for a log not opened)."""
-        with self._lock:
+        with self._reading():
             runs = self._conn.execute("SELECT count(*) FROM runs").fetchone()[0]
             conversations = self._conn.execute(
                 "SELECT count(DISTINCT conversation_id) FROM runs"
@@ -467,13 +522,39 @@ class RunLog:
 
 
 def log_status(path: str | os.PathLike[str] | None = None) -> LogStatus:
-    """:meth:`RunLog.status` without creating the log when it does not exist yet."""
+    """:meth:`RunLog.status` without creating the log when it does not exist yet.
+
+    Raises:
+        UserError: the file is not a readable run log, or the default log's folder
+            (``PHI_HOME``) is a file: nothing can be logged (the message says what to do).
+    """
+    if path is None:
+        check_user_dir()
     target = Path(path) if path is not None else default_log_path()
     if not target.exists():
         why = why_logging_disabled()
         return LogStatus.missing(str(target), why is None, why)
-    with RunLog(target) as log:
+    with open_run_log(target) as log:
         return log.status()
+
+
+def open_run_log(path: str | os.PathLike[str] | None = None) -> RunLog:
+    """``RunLog(path)`` for the commands that read it (``phi logs``): a file that is not a
+    readable run log (garbage, truncated) or a default log whose folder (``PHI_HOME``) is a
+    file is a :class:`~phi_core.errors.UserError` naming it and saying what to do.
+
+    Raises:
+        UserError: as above.
+    """
+    if path is None:
+        check_user_dir()
+    target = Path(path) if path is not None else default_log_path()
+    try:
+        return RunLog(target)
+    except sqlite3.Error as exc:
+        if _damaged(exc):
+            raise _unreadable(target, exc) from None
+        raise
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:

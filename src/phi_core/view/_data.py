@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..errors import StateStoreError, UserError, ViewNotFoundError
+from ..errors import RunNotFoundError, StateStoreError, UserError, ViewNotFoundError
 from ..routing.state import route_state_summary, state_location
 from ..routing.stores import open_state_store
 from ..runlog import (
@@ -22,6 +22,7 @@ from ..runlog import (
     RunLog,
     RunQuery,
     RunRecord,
+    check_text,
     default_log_path,
     end_of_day,
     parse_count,
@@ -34,6 +35,8 @@ __all__ = ["MAX_PAGE", "ViewData", "run_query"]
 MAX_PAGE = 200
 """The most runs one page of ``/api/runs`` holds."""
 _KINDS = ("run", "race", "bandit", "select")
+_REMOTE = ("redis://", "rediss://", "unix://")
+"""Router state locations that are not files (as :func:`open_state_store` reads them)."""
 
 
 class ViewData:
@@ -107,7 +110,7 @@ class ViewData:
 
         Raises:
             ViewNotFoundError: no such run, or no run log yet.
-            UserError: a prefix several runs share.
+            UserError: a prefix several runs share, or a run log that is damaged.
         """
         return self._record(run_id).model_dump(mode="json")
 
@@ -117,7 +120,7 @@ class ViewData:
             raise ViewNotFoundError(self._no_log_note())
         try:
             return log.get_run(run_id)
-        except UserError as exc:
+        except RunNotFoundError as exc:  # (a damaged log is another UserError: a 400)
             if "several runs" in str(exc):
                 raise
             raise ViewNotFoundError(str(exc)) from None
@@ -151,8 +154,15 @@ class ViewData:
         run log), with a chart of the rewards each arm earned.
 
         Raises:
-            ViewNotFoundError: the state has no such namespace (the message lists the ones it has).
+            ViewNotFoundError: the state has no such namespace (the message lists the ones it
+                has), or there is no router state yet.
         """
+        location = state_location(self.state)
+        if not location.startswith(_REMOTE) and not Path(location).is_file():
+            raise ViewNotFoundError(
+                f"No namespace {namespace!r}: there is no router state at {location!r} yet; "
+                "a race with --strategy bandit creates it."
+            )
         location, summary = self._state_summary()
         if namespace not in summary:
             known = ", ".join(repr(n) for n in summary) or "none yet"
@@ -270,14 +280,19 @@ def run_query(params: dict[str, str]) -> RunQuery:
 
     Raises:
         UserError: a bad ``limit``/``offset``/``kind`` (not a whole number, or outside 1 to
-            :data:`MAX_PAGE` and 0 to SQLite's largest integer) or a time that cannot be read
-            or lies outside the years 1 to 9999.
+            :data:`MAX_PAGE` and 0 to SQLite's largest integer), a time that cannot be read
+            or lies outside the years 1 to 9999, or a value holding a NUL character (or not
+            valid Unicode), which the run log refuses to search for (:func:`check_text`).
     """
     known = {"q", "model", "strategy", "kind", "status", "since", "until", "limit", "offset"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise UserError(f"Unknown search parameter {unknown[0]!r}; use {', '.join(sorted(known))}.")
-    values = {k: v.strip() for k, v in params.items() if v.strip()}
+    values = {
+        k: check_text(v, f"The search parameter {k!r}").strip()
+        for k, v in params.items()
+        if v.strip()
+    }
     limit = _int(values, "limit", 50, 1, MAX_PAGE)
     offset = _int(values, "offset", 0, 0, MAX_COUNT)
     kind = values.get("kind")
