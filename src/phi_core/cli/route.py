@@ -14,11 +14,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
 from .._files import export_target
 from ..errors import StateStoreError, UserError
+from ..routing._redis import RedisStateStore, _safe_url
 from ..routing.state import route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
 from ._common import EXIT_FAILED, usage_error
@@ -47,14 +49,36 @@ app = typer.Typer(
 
 def _open(state: str | None, *, read_only: bool) -> RouterStateStore:
     state = state_location(state)
-    if not state.startswith(("redis://", "rediss://", "unix://")) and not Path(state).is_file():
+    if not _is_redis(state) and not Path(state).is_file():
         raise usage_error(
             UserError(
                 f"No router state at {state!r}; race with --strategy bandit first, or pass "
                 "--state (a .sqlite/.json file or redis://…)."
             )
         )
-    return open_state_store(state, read_only=read_only)
+    try:
+        return open_state_store(state, read_only=read_only)
+    except ValueError as exc:  # redis-py refusing the URL (a port that is not a number…)
+        if isinstance(exc, UserError) or not _is_redis(state):
+            raise
+        safe = _safe_url(state)
+        why = str(exc).replace(_password(state), "***") if _password(state) else str(exc)
+        raise usage_error(
+            UserError(
+                f"--state {safe} is not a valid Redis URL ({why}); pass redis://host:port/db."
+            )
+        ) from None
+
+
+def _is_redis(state: str) -> bool:
+    return state.startswith(("redis://", "rediss://", "unix://"))
+
+
+def _password(url: str) -> str:
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:
+        return ""
 
 
 @contextlib.contextmanager
@@ -103,6 +127,9 @@ def reset(
 
 def _reset(store: RouterStateStore, state: str, namespace: str | None, yes: bool) -> None:
     if namespace is not None:
+        if isinstance(store, RedisStateStore):
+            # an unreachable Redis lists only local namespaces: say it cannot be reached
+            store.check_reachable()
         known = store.namespaces()
         if namespace not in known:
             listing = ", ".join(repr(n) for n in known) if known else "none yet"
@@ -123,7 +150,8 @@ def _reset(store: RouterStateStore, state: str, namespace: str | None, yes: bool
 def export(
     state: StateOpt = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
+        Path | None,
+        typer.Option("--output", "-o", help="Write here instead of stdout (`-`: stdout)."),
     ] = None,
 ) -> None:
     """Export the full sufficient statistics (A, b, counts) as JSON."""
@@ -135,7 +163,7 @@ def export(
                 arm: stats.to_json() for arm, stats in sorted(store.load(namespace).items())
             }
     text = json.dumps(data)
-    if output is None:
+    if output is None or str(output) == "-":  # `-o -`: stdout, as without -o
         typer.echo(text)
         return
     try:

@@ -333,6 +333,12 @@ def create_app(
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise GatewayError(400, "The request body is not valid JSON.") from None
+        except ValueError:  # an integer past Python's digit limit
+            raise GatewayError(
+                400,
+                "The request body holds a number too long to read (more than "
+                f"{sys.get_int_max_str_digits()} digits).",
+            ) from None
         except RecursionError:
             raise GatewayError(400, "The request body nests JSON too deeply.") from None
 
@@ -571,7 +577,13 @@ def create_app(
                 raise GatewayError(400, 'The body must be {"id": "chatcmpl-…", "score": 0..1}.')
             result = await gateway.feedback(body.get("id"), body.get("score"))
         except GatewayError as exc:
+            metrics.inc("phi_gateway_feedback_requests_total", status=str(exc.status))
             return _error(exc)
+        except Exception as failure:  # a bug: logged, and answered in OpenAI's shape
+            logger.error("the gateway failed to take a feedback", exc_info=failure)
+            metrics.inc("phi_gateway_feedback_requests_total", status="500")
+            return _error(_failed())
+        metrics.inc("phi_gateway_feedback_requests_total", status="200")
         return _json(200, {"object": "feedback", **result})
 
     async def healthz(request: Request) -> Response:
@@ -628,7 +640,7 @@ def create_app(
                 allow_origins=gateway.settings.cors_origins,
                 allow_methods=["GET", "POST"],
                 allow_headers=["authorization", "content-type"],
-                expose_headers=["x-phi-winner", "x-phi-kind", "x-phi-strategy"],
+                expose_headers=["x-phi-winner", "x-phi-kind", "x-phi-strategy", "x-phi-feedback"],
             )
         )
     app = Starlette(

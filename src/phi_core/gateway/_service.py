@@ -19,11 +19,11 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_race_from_plan, plan_race
-from ..errors import GatewayError, MissingApiKeyError, ProviderError, UserError
+from ..errors import GatewayError, MissingApiKeyError, ProviderError, StateStoreError, UserError
 from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Meter, metering
@@ -34,7 +34,7 @@ from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace
 from ..routing.state import open_route_state, state_location
-from ..routing.stores import MemoryPreviewCache, PreviewCache
+from ..routing.stores import LinkStore, MemoryPreviewCache
 from ..runlog import RunLog, RunRecord, RunRecorder
 from ..tools._validate import check_tools
 from ..types import AssistantMessage, TextDelta, ToolCallDelta
@@ -67,6 +67,13 @@ Kind = Literal["race", "route", "passthrough"]
 """What answers a model name: a race, a route or the model itself."""
 
 LINK_PREFIX = "phi:gateway:link:"
+SCORED_PREFIX = "phi:gateway:scored:"
+"""The marker of a completion already scored (its value: the first score's answer), claimed
+atomically in the link store so a repeated feedback (a client's retry) is learned once."""
+FEEDBACK_RETRY_AFTER_S = 5
+"""``Retry-After`` of a feedback refused because the link store cannot be reached."""
+UNLINKED_KEPT = 4096
+"""How many completions answered without a feedback link this process remembers."""
 RELOAD_EVERY_S = 1.0
 """A route profile reloads the shared router statistics at most this often."""
 MODELS_KEPT = 1024
@@ -100,6 +107,8 @@ class _Route:
 
     race: BanditRace
     loaded_at: float = 0.0
+    load_failed: bool = False
+    """Whether the last reload failed (warned once; the router keeps what it had)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -124,12 +133,28 @@ class Gateway:
         self.settings = config.gateway
         self.providers = dict(providers or {})
         self.metrics = GatewayMetrics()
+        self.metrics.counter(
+            "phi_gateway_feedback_requests_total", "Feedback requests answered, by status."
+        )
+        self.metrics.counter(
+            "phi_gateway_feedback_duplicates_total",
+            "Feedback repeated for a completion already scored (answered, not learned again).",
+        )
+        self.metrics.counter(
+            "phi_gateway_feedback_links_lost_total",
+            "Routed completions answered without a feedback link (the link store could not "
+            "be written): they cannot be scored.",
+        )
         self._keys = BearerKeys(config.api_keys())  # a key_env that is unset is reported now
         self._run_log_arg = run_log
         self.run_log: RunLog | None = None
         self.race_plans: dict[str, RacePlan] = {}
         self.routes: dict[str, _Route] = {}
-        self.links: PreviewCache = MemoryPreviewCache()
+        self.links: LinkStore = MemoryPreviewCache()
+        self._unlinked = MemoryPreviewCache(UNLINKED_KEPT, self.settings.link_ttl_s)
+        """Completions this process answered without a feedback link (the link store could
+        not be written), so their feedback is told so rather than "not found"."""
+        self._links_failing = False
         self.counters: LimitCounters = MemoryCounters()
         self.state: str = state_location(self.settings.state)
         self.ready = False
@@ -189,7 +214,9 @@ class Gateway:
         settings = self.settings
         state = open_route_state(self.state, preview_cache=True, cache_ttl_s=settings.link_ttl_s)
         assert state.cache is not None
-        self.links = state.cache.store  # the same store as the preview cache, own key prefix
+        # the same store as the preview cache, own key prefix (every store open_route_state
+        # makes keeps links: memory, SQLite, Redis)
+        self.links = cast(LinkStore, state.cache.store)
         if self.shared:
             client = getattr(state.store, "_client", None)
             if client is None:
@@ -578,8 +605,7 @@ class Gateway:
         if time.monotonic() - route.loaded_at > RELOAD_EVERY_S:
             async with route.lock:
                 if time.monotonic() - route.loaded_at > RELOAD_EVERY_S:
-                    await route.race.load()  # the sum of every worker's updates
-                    route.loaded_at = time.monotonic()
+                    await self._reload(profile, route)
         race = route.race
         configs = self._configs([a.config for a in race.arms.values()], request)
         if any(c is not a.config for c, a in zip(configs, race.arms.values(), strict=True)):
@@ -625,44 +651,150 @@ class Gateway:
             "arm": result.winner,
             "x": [float(v) for v in x],
         }
-        await asyncio.to_thread(self.links.set, LINK_PREFIX + completion_id, link,
-                                self.settings.link_ttl_s)  # fmt: skip
+        linked = await self._write_link(completion_id, link)
         ranking = decisions[0].ranking if decisions else []
-        return route_answer(
+        answer = route_answer(
             request, profile, result, meter, recorder.run_id, completion_id, ranking, updates
         )
+        if not linked:  # answered all the same (it is paid for), and says it cannot be scored
+            answer.headers["x-phi-feedback"] = "unavailable"
+            answer.phi["feedback"] = "unavailable"
+        return answer
+
+    async def _reload(self, profile: str, route: _Route) -> None:
+        """Reload a route's shared statistics (the sum of every worker's updates). A store
+        that cannot be read fails no request: the router keeps the statistics it has, with one
+        warning until a reload works again."""
+        try:
+            await route.race.load()
+        except Exception as exc:
+            if not route.load_failed:
+                logger.warning(
+                    "route:%s could not reload the router state (%s); it routes on the "
+                    "statistics it has until the state can be read again",
+                    profile,
+                    exc,
+                )
+            route.load_failed = True
+        else:
+            if route.load_failed:
+                logger.warning("route:%s reloads the router state again", profile)
+            route.load_failed = False
+        route.loaded_at = time.monotonic()
+
+    async def _write_link(self, completion_id: str, link: dict[str, Any]) -> bool:
+        """Keep a routed completion's feedback link; whether it was kept. A link store that
+        cannot be written fails no request (the answer is paid for): one warning per outage,
+        and the completion is remembered here so its feedback is told why it cannot be
+        scored."""
+        try:
+            await asyncio.to_thread(self.links.write, LINK_PREFIX + completion_id, link,
+                                    self.settings.link_ttl_s)  # fmt: skip
+        except Exception as exc:
+            if not self._links_failing:
+                logger.warning(
+                    "feedback links cannot be written (%s); routed completions are answered "
+                    "with x-phi-feedback: unavailable and cannot be scored until it works again",
+                    exc,
+                )
+            self._links_failing = True
+            self.metrics.inc("phi_gateway_feedback_links_lost_total", profile=str(link["profile"]))
+            self._unlinked.set(completion_id, {"why": str(exc)})
+            return False
+        if self._links_failing:
+            logger.warning("feedback links are written again")
+            self._links_failing = False
+        return True
 
     # ------------------------------------------------------------------ feedback
 
     async def feedback(self, completion_id: Any, score: Any) -> dict[str, Any]:
-        """Teach the router of a routed completion: the arm that answered gets ``score``."""
+        """Teach the router of a routed completion: the arm that answered gets ``score``.
+
+        Idempotent: the first score of a completion is learned; a repeat (a client's retry) is
+        not learned again and gets the first one's answer with ``"duplicate": true``. The
+        claim is one atomic operation of the link store, so several workers sharing it learn
+        a completion once. A link store that cannot be read or written is a 503 with
+        ``Retry-After`` (retry later), never a 404."""
         if not isinstance(completion_id, str) or not completion_id:
             raise GatewayError(400, "`id` must be the completion's id (`chatcmpl-…`).", param="id")
         if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
             raise GatewayError(400, f"`score` must be a number from 0 to 1, got {score!r}.",
                                param="score")  # fmt: skip
-        link = await asyncio.to_thread(self.links.get, LINK_PREFIX + completion_id)
+        unlinked = self._unlinked.get(completion_id)
+        if unlinked is not None:
+            raise GatewayError(
+                409,
+                f"The completion {completion_id!r} cannot be scored: it was answered while "
+                "the gateway could not record its feedback link (its response said "
+                "`x-phi-feedback: unavailable`). Asking again will not help.",
+                code="feedback_unavailable",
+                param="id",
+            )
+        try:
+            link = await asyncio.to_thread(self.links.read, LINK_PREFIX + completion_id)
+        except Exception as exc:
+            raise self._links_unavailable(completion_id, exc) from None
         if link is None:
             raise GatewayError(
                 404,
                 f"No routed completion {completion_id!r} awaits feedback: only `route:` "
-                f"completions of the last {self.settings.link_ttl_s:g} s can be scored.",
+                f"completions of the last {self.settings.link_ttl_s:g} s can be scored, and "
+                "not those answered with `x-phi-feedback: unavailable`.",
                 code="completion_not_found",
                 param="id",
             )
         route = self.routes.get(str(link["profile"]))
         if route is None:
             raise GatewayError(404, f"The profile {link['profile']!r} is no longer served.")
+        answer = {"id": completion_id, "arm": link["arm"], "profile": link["profile"],
+                  "score": float(score)}  # fmt: skip
+        scored = SCORED_PREFIX + completion_id
+        try:
+            first = await asyncio.to_thread(
+                self.links.claim, scored, answer, self.settings.link_ttl_s
+            )
+        except Exception as exc:
+            raise self._links_unavailable(completion_id, exc) from None
+        if first is not None:  # scored before: a retry is answered, not learned again
+            self.metrics.inc("phi_gateway_feedback_duplicates_total", profile=str(link["profile"]))
+            return {**first, "duplicate": True}
         import numpy as np
 
         race = route.race
         x = np.asarray(link["x"], dtype=float)
         delta = race.router.update(x, str(link["arm"]), float(score))
         if race.store is not None:
-            await asyncio.to_thread(race.store.add, str(link["namespace"]), str(link["arm"]), delta)
+            try:
+                await asyncio.to_thread(
+                    race.store.add, str(link["namespace"]), str(link["arm"]), delta
+                )
+            except (StateStoreError, OSError) as exc:
+                # not learned: give the claim back so the client's retry is learned
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.links.delete, scored)
+                raise GatewayError(
+                    503,
+                    f"The feedback for {completion_id!r} was not learned: the router state "
+                    f"cannot be written ({str(exc).rstrip('. ')}). Retry later.",
+                    type_="server_error",
+                    code="router_state_unavailable",
+                    headers={"Retry-After": str(FEEDBACK_RETRY_AFTER_S)},
+                ) from None
         self.metrics.inc("phi_gateway_feedback_total", profile=str(link["profile"]))
-        return {"id": completion_id, "arm": link["arm"], "profile": link["profile"],
-                "score": float(score)}  # fmt: skip
+        return answer
+
+    def _links_unavailable(self, completion_id: str, exc: BaseException) -> GatewayError:
+        cause = str(exc) if isinstance(exc, StateStoreError) else f"{type(exc).__name__}: {exc}"
+        cause = cause.rstrip(". ")
+        return GatewayError(
+            503,
+            f"The feedback for {completion_id!r} cannot be taken now: the feedback link store "
+            f"cannot be used ({cause}). Nothing was learned; retry later.",
+            type_="server_error",
+            code="feedback_store_unavailable",
+            headers={"Retry-After": str(FEEDBACK_RETRY_AFTER_S)},
+        )
 
     # ------------------------------------------------------------------ run log
 

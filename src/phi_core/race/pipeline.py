@@ -33,13 +33,14 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..cancel import CancelToken
-from ..errors import UserError
+from ..errors import StateStoreError, UserError
 from ..events import BanditRaceEnd, Emitter, RouteDecision, RouteUpdate
 from ..loop import AgentContext, AgentLoopConfig
 from ..loop.config import unique_config_ids
@@ -328,11 +329,14 @@ class BanditRace:
         )
 
     async def load(self) -> None:
-        """Load the router statistics (sum of every worker's updates) and latency history."""
+        """Load the router statistics (sum of every worker's updates) and latency history.
+
+        The router's statistics become exactly the store's: an arm the store does not hold
+        (its namespace was reset, by ``phi route reset`` or another process) goes back to the
+        prior, so a reset reaches a running process at its next load."""
         if self.store is not None:
             state = await asyncio.to_thread(self.store.load, self.namespace)
-            if state:
-                self.router.load_state(state)
+            self.router.load_state(state)
         await asyncio.to_thread(self.tracker.load)
         await asyncio.to_thread(self.preview_tracker.load)
 
@@ -650,7 +654,16 @@ class BanditRace:
             result.rewards[arm] = reward
             delta = self.router.update(x, arm, reward.reward, weight)
             if self.store is not None:
-                await asyncio.to_thread(self.store.add, self.namespace, arm, delta)
+                try:
+                    await asyncio.to_thread(self.store.add, self.namespace, arm, delta)
+                except (StateStoreError, OSError, sqlite3.Error) as exc:
+                    # the answer is paid for: a store that cannot be written does not fail it
+                    logger.warning(
+                        "router update of arm %r not stored (%s); it is kept in this "
+                        "process's memory until its next reload",
+                        arm,
+                        exc,
+                    )
             rows.append({**dataclasses.asdict(reward), "weight": weight, "source": source})
         if rows:
             emitter.emit(

@@ -649,6 +649,18 @@ class RedisStateStore:
 
             self._edit_pending(forget)
 
+    def check_reachable(self, action: str = "reset") -> None:
+        """Raise :class:`StateStoreError` (naming the cause, never the password) unless Redis
+        answers now: for commands that must not act on the local statistics an outage
+        leaves (``phi route reset --namespace``)."""
+        try:
+            self._client.ping()
+        except self._errors as exc:
+            raise StateStoreError(
+                f"Cannot {action} the router state at {_safe_url(self.url)}: Redis is "
+                f"unreachable ({type(exc).__name__}); nothing was {action}."
+            ) from None
+
     def _namespaces(self) -> list[str]:
         return sorted(n.decode() for n in self._client.smembers(f"{self.prefix}:namespaces"))
 
@@ -671,8 +683,21 @@ def _safe_url(url: str) -> str:
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
+_CLAIM_LUA = """
+local found = redis.call('GET', KEYS[1])
+if found then
+  return found
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return false
+"""
+"""Set-if-absent that returns what was there (``false`` → ``None``: this call set it)."""
+
+
 class RedisPreviewCache:
-    """Preview cache in Redis (``SET … EX``); unreachable Redis counts as a miss, with a warning."""
+    """Preview cache in Redis (``SET … EX``); for previews an unreachable Redis counts as a
+    miss, with a warning, while the strict forms (:meth:`read`, :meth:`write`, :meth:`claim`;
+    feedback links) raise :class:`StateStoreError`."""
 
     def __init__(
         self, url: str = "redis://127.0.0.1:6379/0", ttl_s: float = 600.0, client: Any | None = None
@@ -683,7 +708,9 @@ class RedisPreviewCache:
             url, socket_connect_timeout=2.0, socket_timeout=5.0
         )
         self.ttl_s = ttl_s
+        self.url = url
         self._warned = False
+        self._claim = self._client.register_script(_CLAIM_LUA)
 
     def _warn(self, exc: BaseException) -> None:
         if not self._warned:
@@ -704,8 +731,54 @@ class RedisPreviewCache:
         return value
 
     def set(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
-        ttl = ttl_s if ttl_s is not None else self.ttl_s
         try:
-            self._client.set(key, json.dumps(value), ex=max(1, round(ttl)))
+            self._client.set(key, json.dumps(value), ex=self._ttl(ttl_s))
         except self._errors as exc:
             self._warn(exc)
+
+    # The strict forms (feedback links): an unreachable Redis raises, never reads as a miss.
+
+    def _unreachable(self, exc: BaseException, action: str) -> StateStoreError:
+        return StateStoreError(
+            f"Cannot {action} Redis at {_safe_url(self.url)}: it cannot be reached "
+            f"({type(exc).__name__})."
+        )
+
+    def _ttl(self, ttl_s: float | None) -> int:
+        return max(1, round(ttl_s if ttl_s is not None else self.ttl_s))
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        try:
+            raw = self._client.get(key)
+        except self._errors as exc:
+            raise self._unreachable(exc, "read") from None
+        if raw is None:
+            return None
+        value: dict[str, Any] = json.loads(raw)
+        return value
+
+    def write(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
+        try:
+            self._client.set(key, json.dumps(value), ex=self._ttl(ttl_s))
+        except self._errors as exc:
+            raise self._unreachable(exc, "write to") from None
+
+    def claim(
+        self, key: str, value: dict[str, Any], ttl_s: float | None = None
+    ) -> dict[str, Any] | None:
+        """``SET key value NX EX ttl``, or the value already there: one script, atomic on the
+        server, so two workers claiming one key never both win."""
+        try:
+            raw = self._claim(keys=[key], args=[json.dumps(value), self._ttl(ttl_s)])
+        except self._errors as exc:
+            raise self._unreachable(exc, "write to") from None
+        if raw is None:
+            return None
+        found: dict[str, Any] = json.loads(raw)
+        return found
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete(key)
+        except self._errors as exc:
+            raise self._unreachable(exc, "write to") from None

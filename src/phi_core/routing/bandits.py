@@ -257,12 +257,17 @@ class LinearRouter:
         return {name: arm.stats for name, arm in self._arms.items()}
 
     def load_state(self, state: dict[str, ArmStats]) -> None:
-        """Replace every arm's statistics (e.g. after reading a shared store)."""
+        """Make the router's statistics exactly ``state`` (e.g. after reading a shared store):
+        an arm ``state`` holds takes its statistics, an arm it does not hold goes back to the
+        prior (no observations; it stays in the pool, retired or not, as it was)."""
+        for stats in state.values():
+            self._check_dim(stats.xr)  # before anything changes
+        for name, arm in list(self._arms.items()):
+            if name not in state and (arm.stats.n or arm.stats.xx.any() or arm.stats.xr.any()):
+                self._arms[name] = self._fresh(ArmStats.zeros(self.dim), retired=arm.retired)
         for name, stats in state.items():
-            self._check_dim(stats.xr)
             retired = self._arms[name].retired if name in self._arms else False
-            self._arms[name] = self._fresh(stats)
-            self._arms[name].retired = retired
+            self._arms[name] = self._fresh(stats, retired=retired)
 
     def merge(self, name: str, delta: ArmStats) -> None:
         """Add statistics gathered elsewhere (another worker, a log) to one arm."""

@@ -16,8 +16,9 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .._sqlite import init_wal
 
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("phi_core.routing.history")
+T = TypeVar("T")
 
 
 class LatencyHistory(Protocol):
@@ -73,35 +75,55 @@ class SQLiteLatencyHistory:
             self._ready = True
         return conn
 
+    def _healing(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(conn)``; when the table is gone (the file was moved aside or replaced while
+        in use) it is created again and ``work`` runs once more."""
+        with self._lock:
+            try:
+                with contextlib.closing(self._connect()) as conn:
+                    return work(conn)
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                self._ready = False
+                with contextlib.closing(self._connect()) as conn:
+                    return work(conn)
+
     def load(self, namespace: str, window: int) -> dict[str, list[float]]:
-        with self._lock, contextlib.closing(self._connect()) as conn:
-            rows = conn.execute(
+        rows = self._healing(
+            lambda conn: conn.execute(
                 "SELECT model, seconds FROM latency_samples WHERE namespace = ? ORDER BY at",
                 (namespace,),
             ).fetchall()
+        )
         out: dict[str, list[float]] = {}
         for model, seconds in rows:
             out.setdefault(model, []).append(float(seconds))
         return {m: v[-window:] for m, v in out.items()}
 
     def add(self, namespace: str, model: str, seconds: float, window: int) -> None:
-        with self._lock, contextlib.closing(self._connect()) as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(
-                    "INSERT INTO latency_samples VALUES (?, ?, ?, ?)",
-                    (namespace, model, time.time(), seconds),
-                )
-                conn.execute(
-                    "DELETE FROM latency_samples WHERE namespace = ? AND model = ? AND rowid NOT IN"
-                    " (SELECT rowid FROM latency_samples WHERE namespace = ? AND model = ?"
-                    "  ORDER BY at DESC LIMIT ?)",
-                    (namespace, model, namespace, model, window),
-                )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        self._healing(lambda conn: self._add(conn, namespace, model, seconds, window))
+
+    @staticmethod
+    def _add(
+        conn: sqlite3.Connection, namespace: str, model: str, seconds: float, window: int
+    ) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT INTO latency_samples VALUES (?, ?, ?, ?)",
+                (namespace, model, time.time(), seconds),
+            )
+            conn.execute(
+                "DELETE FROM latency_samples WHERE namespace = ? AND model = ? AND rowid NOT IN"
+                " (SELECT rowid FROM latency_samples WHERE namespace = ? AND model = ?"
+                "  ORDER BY at DESC LIMIT ?)",
+                (namespace, model, namespace, model, window),
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
 
 class RedisLatencyHistory:

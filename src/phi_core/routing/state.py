@@ -20,7 +20,13 @@ from ..providers.call import CachedResponse
 from ..types import AssistantMessage
 from ._redis import DEFAULT_SPOOL, RedisPreviewCache, RedisStateStore, _SpoolDefault
 from .history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
-from .stores import PreviewCache, RouterStateStore, SQLitePreviewCache, open_state_store
+from .stores import (
+    PreviewCache,
+    RouterStateStore,
+    SQLitePreviewCache,
+    SQLiteStateStore,
+    open_state_store,
+)
 
 __all__ = [
     "DEFAULT_STATE",
@@ -99,6 +105,11 @@ def open_route_state(
         companions = path if path.suffix in (".sqlite", ".sqlite3", ".db") else _beside(path)
         cache_store = SQLitePreviewCache(companions, ttl_s=cache_ttl_s)
         history = SQLiteLatencyHistory(companions)
+        if companions == path and isinstance(store, SQLiteStateStore):
+            # one file: a corrupt one moved aside is recreated with every table, not the
+            # statistics' alone
+            store.keep_tables(SQLitePreviewCache.schema)
+            store.keep_tables(SQLiteLatencyHistory._SCHEMA)
     cache = PreviewCallCache(cache_store, cache_ttl_s) if preview_cache else None
     return RouteState(where, store, cache, history)
 

@@ -34,6 +34,7 @@ import logging
 import math
 import os
 import sqlite3
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ from .bandits import ArmStats
 
 __all__ = [
     "JsonFileStateStore",
+    "LinkStore",
     "MemoryPreviewCache",
     "MemoryStateStore",
     "PreviewCache",
@@ -322,6 +324,9 @@ class SQLiteStateStore:
         self.path = Path(path)
         self._timeout = timeout
         self.read_only = read_only
+        self._companions: list[str] = []
+        """Schemas of the tables kept beside the statistics in the same file (the preview
+        cache's, the latency history's): recreated with it when a corrupt file is moved aside."""
         if read_only:
             self._check_shape()
             return
@@ -332,11 +337,19 @@ class SQLiteStateStore:
             quarantine(self.path, exc.reason, kind="a router state", log=logger)
             self._init()
 
+    def keep_tables(self, schema: str) -> None:
+        """Also (re)create ``schema`` (``CREATE … IF NOT EXISTS`` statements) whenever this
+        store creates its file: a file moved aside while a process runs is replaced by one
+        holding every table that process uses, not the statistics' alone."""
+        if schema not in self._companions:
+            self._companions.append(schema)
+
     def _init(self) -> None:
         self._check_shape()  # before anything is written (WAL mode changes the file's header)
+        schema = ";\n".join([_SCHEMA, *(s.rstrip("; \n") for s in self._companions)])
         try:
             with self._connect() as conn:
-                init_wal(conn, _SCHEMA, timeout=self._timeout)
+                init_wal(conn, schema, timeout=self._timeout)
         except sqlite3.OperationalError as exc:
             raise sqlite_failure(exc, self.path, "open the router state") from None
         except sqlite3.DatabaseError as exc:  # not a database, malformed
@@ -372,22 +385,46 @@ class SQLiteStateStore:
             conn.close()
 
     def _rows(self, conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        """The rows of a read. A writer that finds the file corrupt moves it aside and
+        recreates it (one warning), and one that finds the tables gone (the file was deleted
+        or replaced under it) recreates them: either way nothing is learned yet, no rows."""
         try:
             return conn.execute(sql, args).fetchall()
         except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc) and self.read_only:
+            if "no such table" in str(exc):
+                if not self.read_only:
+                    conn.close()
+                    self._recreate_tables()
                 return []  # an empty database: a state with nothing learned yet
             raise sqlite_failure(exc, self.path, "read the router state") from None
         except sqlite3.DatabaseError as exc:
-            raise self._corruption(str(exc)) from None
+            conn.close()
+            error = self._corruption(str(exc))
+            if self.read_only:
+                raise error from None
+            return []
+
+    def _recreate_tables(self) -> None:
+        logger.warning(
+            "the router state %s lost its tables (the file was deleted or replaced while in "
+            "use); recreated them empty.",
+            self.path,
+        )
+        self._init()
 
     def _corruption(self, why: str) -> StateCorruptError:
-        """A corrupt file found while reading: writers move it aside (and start empty)."""
-        error = _corrupt(self.path, why)
-        if not self.read_only:
-            quarantine(self.path, why, kind="a router state", log=logger)
-            self._init()
-        return error
+        """A corrupt file found while reading: writers move it aside (one warning naming where
+        to) and recreate it empty, with every table kept beside the statistics."""
+        if self.read_only:
+            return _corrupt(self.path, why)
+        aside = quarantine(self.path, why, kind="a router state", log=logger)
+        self._init()
+        return StateCorruptError(
+            f"{self.path} was not a router state ({why}); it was moved to {aside} and a new, "
+            "empty state took its place.",
+            path=str(self.path),
+            reason=why,
+        )
 
     def load(self, namespace: str) -> dict[str, ArmStats]:
         with self._connect() as conn:
@@ -412,11 +449,14 @@ class SQLiteStateStore:
         if self.read_only:
             raise UserError(f"The router state {self.path} was opened read-only.")
         try:
-            self._add(namespace, arm, delta)
+            added = self._add(namespace, arm, delta)
         except StateCorruptError:
-            self._add(namespace, arm, delta)  # moved aside and recreated: add to the new one
+            added = False
+        if not added:  # moved aside, or its tables were gone: add to the recreated state
+            self._add(namespace, arm, delta)
 
-    def _add(self, namespace: str, arm: str, delta: ArmStats) -> None:
+    def _add(self, namespace: str, arm: str, delta: ArmStats) -> bool:
+        """Add ``delta``; ``False`` when the tables were gone and were recreated instead."""
         with self._connect() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -464,11 +504,16 @@ class SQLiteStateStore:
                     self._init()
                     raise
                 if isinstance(exc, sqlite3.OperationalError):
+                    if "no such table" in str(exc):
+                        conn.close()
+                        self._recreate_tables()
+                        return False
                     raise sqlite_failure(exc, self.path, "update the router state") from None
                 if isinstance(exc, sqlite3.DatabaseError):
                     conn.close()
                     raise self._corruption(str(exc)) from None
                 raise
+        return True
 
     def reset(self, namespace: str | None = None) -> None:
         if self.read_only:
@@ -480,7 +525,14 @@ class SQLiteStateStore:
                 else:
                     conn.execute("DELETE FROM router_stats WHERE namespace = ?", (namespace,))
             except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):  # deleted or replaced: nothing left to reset
+                    conn.close()
+                    self._recreate_tables()
+                    return
                 raise sqlite_failure(exc, self.path, "reset the router state") from None
+            except sqlite3.DatabaseError as exc:  # corrupt: moved aside, a new empty one is reset
+                conn.close()
+                self._corruption(str(exc))
 
     def namespaces(self) -> list[str]:
         with self._connect() as conn:
@@ -520,8 +572,29 @@ class PreviewCache(Protocol):
     def set(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None: ...
 
 
+class LinkStore(PreviewCache, Protocol):
+    """A preview cache that also keeps the gateway's feedback links: ``get``/``set`` may treat
+    a store they cannot reach as a miss (a preview is then simply not cached), while ``read``,
+    ``write`` and ``claim`` raise :class:`~phi_core.errors.StateStoreError` naming the cause,
+    so a link that cannot be read is never mistaken for one that does not exist."""
+
+    def read(self, key: str) -> dict[str, Any] | None: ...
+
+    def write(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None: ...
+
+    def claim(
+        self, key: str, value: dict[str, Any], ttl_s: float | None = None
+    ) -> dict[str, Any] | None:
+        """Store ``value`` under ``key`` unless a live value is there, atomically: ``None``
+        when this call stored it, else the value found (which is left as it was)."""
+        ...
+
+    def delete(self, key: str) -> None: ...
+
+
 class MemoryPreviewCache:
-    """LRU with per-entry TTL (seconds); ``clock`` is injectable for tests."""
+    """LRU with per-entry TTL (seconds); ``clock`` is injectable for tests. Thread-safe (the
+    gateway calls it from worker threads)."""
 
     def __init__(
         self, max_entries: int = 1024, ttl_s: float = 600.0, clock: Any = time.monotonic
@@ -530,8 +603,9 @@ class MemoryPreviewCache:
         self.ttl_s = ttl_s
         self._clock = clock
         self._data: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def _live(self, key: str) -> dict[str, Any] | None:
         item = self._data.get(key)
         if item is None:
             return None
@@ -542,15 +616,46 @@ class MemoryPreviewCache:
         self._data.move_to_end(key)
         return value
 
-    def set(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
+    def _put(self, key: str, value: dict[str, Any], ttl_s: float | None) -> None:
         self._data[key] = (self._clock() + (ttl_s if ttl_s is not None else self.ttl_s), value)
         self._data.move_to_end(key)
         while len(self._data) > self.max_entries:
             self._data.popitem(last=False)
 
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._live(key)
+
+    def set(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
+        with self._lock:
+            self._put(key, value, ttl_s)
+
+    read = get
+    write = set
+
+    def claim(
+        self, key: str, value: dict[str, Any], ttl_s: float | None = None
+    ) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._live(key)
+            if found is None:
+                self._put(key, value, ttl_s)
+            return found
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+
+_PREVIEWS = "CREATE TABLE IF NOT EXISTS previews (key TEXT PRIMARY KEY, value TEXT, expires REAL)"
+
 
 class SQLitePreviewCache:
-    """Preview cache in SQLite (WAL) with expiry timestamps."""
+    """Preview cache in SQLite (WAL) with expiry timestamps.
+
+    A file whose table is gone (moved aside or replaced while in use) gets it back, and a
+    corrupt one is moved aside with a warning and started afresh: a cache loses nothing that
+    matters. Other failures (locked, disk full) raise :class:`StateStoreError` naming them."""
 
     def __init__(self, path: str | os.PathLike[str], ttl_s: float = 600.0) -> None:
         self.path = Path(path)
@@ -563,18 +668,41 @@ class SQLitePreviewCache:
             quarantine(self.path, str(exc), kind="a preview cache", log=logger)
             self._init()
 
+    schema = _PREVIEWS
+
     def _init(self) -> None:
         with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
-            init_wal(
-                conn,
-                "CREATE TABLE IF NOT EXISTS previews (key TEXT PRIMARY KEY, value TEXT, expires REAL)",
-            )
+            init_wal(conn, _PREVIEWS)
+
+    def _run(self, action: str, work: Any) -> Any:
+        """``work(conn)`` on a fresh connection; the table recreated (once) when it is gone,
+        a corrupt file moved aside (once), other failures as :class:`StateStoreError`."""
+        for attempt in (1, 2):
+            try:
+                with contextlib.closing(
+                    sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+                ) as conn:
+                    return work(conn)
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc) and attempt == 1:
+                    self._init()
+                    continue
+                raise sqlite_failure(exc, self.path, f"{action} the preview cache") from None
+            except sqlite3.DatabaseError as exc:
+                if attempt == 1:
+                    quarantine(self.path, str(exc), kind="a preview cache", log=logger)
+                    self._init()
+                    continue
+                raise sqlite_failure(exc, self.path, f"{action} the preview cache") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def get(self, key: str) -> dict[str, Any] | None:
-        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
-            row = conn.execute(
+        def work(conn: sqlite3.Connection) -> Any:
+            return conn.execute(
                 "SELECT value, expires FROM previews WHERE key = ?", (key,)
             ).fetchone()
+
+        row = self._run("read", work)
         if row is None or row[1] <= time.time():
             return None
         value: dict[str, Any] = json.loads(row[0])
@@ -582,8 +710,41 @@ class SQLitePreviewCache:
 
     def set(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
         expires = time.time() + (ttl_s if ttl_s is not None else self.ttl_s)
-        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO previews VALUES (?, ?, ?)",
-                (key, json.dumps(value), expires),
-            )
+        text = json.dumps(value)
+        self._run(
+            "write",
+            lambda conn: conn.execute(
+                "INSERT OR REPLACE INTO previews VALUES (?, ?, ?)", (key, text, expires)
+            ),
+        )
+
+    read = get
+    write = set
+
+    def claim(
+        self, key: str, value: dict[str, Any], ttl_s: float | None = None
+    ) -> dict[str, Any] | None:
+        now = time.time()
+        expires = now + (ttl_s if ttl_s is not None else self.ttl_s)
+        text = json.dumps(value)
+
+        def work(conn: sqlite3.Connection) -> Any:
+            # one statement: SQLite runs it atomically, whichever process asks first wins
+            stored = conn.execute(
+                "INSERT INTO previews VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                " value = excluded.value, expires = excluded.expires WHERE previews.expires <= ?"
+                " RETURNING value",
+                (key, text, expires, now),
+            ).fetchall()
+            if stored:
+                return None
+            return conn.execute("SELECT value FROM previews WHERE key = ?", (key,)).fetchone()
+
+        row = self._run("write", work)
+        if row is None:
+            return None
+        found: dict[str, Any] = json.loads(row[0])
+        return found
+
+    def delete(self, key: str) -> None:
+        self._run("write", lambda conn: conn.execute("DELETE FROM previews WHERE key = ?", (key,)))
