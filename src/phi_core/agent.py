@@ -14,6 +14,15 @@ prompt sends the full history (phi-core's §3.10 defect is fixed in the loop)::
 Only one run at a time: a second ``prompt`` while one runs raises :class:`AgentBusyError`; use
 :meth:`BasicAgent.steer` / :meth:`BasicAgent.follow_up` to add input to the running one.
 
+With a session store (:meth:`BasicAgent.with_session_recorder`), a session is shared with every
+other writer of it, this process's earlier agents and other processes included: each run's loop
+id is numbered after every loop the store holds for the session and reserved there before the
+run starts (so ids never repeat), and each save merges into the stored session (so no writer
+drops another's loops). An agent whose history is the conversation of a stored loop — e.g. one
+given ``build_context_from_session(store.load(sid))`` and ``session_id=sid`` — continues that
+loop: its first run's ``parent_loop_id`` is that loop, so the session's conversation chain, and a
+context rebuilt from it later, holds the whole conversation.
+
 Context management is on by default (phi-core's default): execution limits, and compaction
 against the model's context window (see :mod:`phi_core.context.compaction`);
 :meth:`BasicAgent.without_context_management` turns both off. :meth:`BasicAgent.compact_context`
@@ -73,7 +82,15 @@ from .providers.base import CacheConfig, ManualCache, ModelConfig, Provider
 from .providers.credentials import CredentialProvider
 from .providers.deadlines import CallDeadlines
 from .providers.retry import RetryPolicy
-from .sessions import SessionRecorder, SessionRecorderConfig, SessionStore
+from .sessions import (
+    Session,
+    SessionNotFoundError,
+    SessionRecorder,
+    SessionRecorderConfig,
+    SessionStore,
+    build_context_from_session,
+    conversation_chain,
+)
 from .subagents import SubAgentTool
 from .tools import Approver
 from .tools.mcp import DEFAULT_MCP_TIMEOUT, McpClient
@@ -132,6 +149,8 @@ class BasicAgent:
         self.workspace: str | None = None
         self._listeners: list[Callable[[Any], Any]] = []
         self._counters: dict[str, int] = {}
+        self._counted_session = self.session_id
+        """The session :attr:`_counters` count for (``session_id`` may be assigned directly)."""
         self._used_ids: set[str] = set()
         self._running = False
         self._cancel: CancelToken | None = None
@@ -519,14 +538,14 @@ class BasicAgent:
         self._begin()
         started = now_ms()
         try:
-            loop_id = self.next_loop_id("compaction")
+            [loop_id], resumed = await self._claim(lambda: [self.next_loop_id("compaction")])
             emit = self._sink(None)
             emit(
                 AgentStart(
                     loop_id=loop_id,
                     agent_id=self.agent_id,
                     session_id=self.session_id,
-                    parent_loop_id=self.last_loop_id,
+                    parent_loop_id=self.last_loop_id or resumed,
                     continuation_kind="compaction",
                 )
             )
@@ -580,6 +599,7 @@ class BasicAgent:
         self._ensure_idle("new_session()")
         self.session_id = str(uuid.uuid4())
         self._counters.clear()
+        self._counted_session = self.session_id
         self.last_loop_id = None
         self._last_active = None
         return self.session_id
@@ -596,7 +616,9 @@ class BasicAgent:
         return self.new_session()
 
     def next_loop_id(self, segment: str) -> str:
-        """``{session}.{segment}.{N}`` with ``N`` counted per segment in this session."""
+        """``{session}.{segment}.{N}`` with ``N`` counted per segment in this session (runs with
+        a session store also count the loops stored for the session; see the module docstring)."""
+        self._sync_counters()
         while True:
             n = self._counters.get(segment, 0) + 1
             self._counters[segment] = n
@@ -604,6 +626,71 @@ class BasicAgent:
             if loop_id not in self._used_ids:
                 self._used_ids.add(loop_id)
                 return loop_id
+
+    def _sync_counters(self) -> None:
+        if self._counted_session != self.session_id:
+            self._counters.clear()
+            self._counted_session = self.session_id
+
+    async def _claim(self, pick: Callable[[], list[str]]) -> tuple[list[str], str | None]:
+        """The loop ids ``pick()`` chooses for the next run, and the stored loop this agent's
+        history continues (None: none, or the agent has its own loops in the session).
+
+        With a store, ``pick`` runs after the stored session's loop ids were counted (numbers
+        go after the stored ones), and a store that can reserve (``claim_loop_ids``) stores the
+        ids as pending loops in the same locked step, so a concurrent writer picks others."""
+        store = self.store if self.recorder is not None else None
+        if store is None:
+            return pick(), None
+        resumed: list[str | None] = [None]
+
+        def choose(stored: Session) -> list[str]:
+            self._count_stored(stored)
+            resumed[0] = self._continued_loop(stored)
+            return pick()
+
+        claim = getattr(store, "claim_loop_ids", None)
+        if claim is not None:
+            ids = list(await claim(self.session_id, self.agent_id, choose))
+            return ids, resumed[0]
+        try:
+            stored = await store.load(self.session_id)
+        except SessionNotFoundError:
+            return pick(), None
+        return choose(stored), resumed[0]
+
+    def _count_stored(self, stored: Session) -> None:
+        """Count every stored loop id as used, and number each segment after its stored loops."""
+        self._sync_counters()
+        prefix = f"{self.session_id}."
+        for record in stored.loops:
+            self._used_ids.add(record.loop_id)
+            head, _, number = record.loop_id.rpartition(".")
+            if head.startswith(prefix) and number.isdigit():
+                segment = head[len(prefix) :]
+                self._counters[segment] = max(self._counters.get(segment, 0), int(number))
+
+    def _continued_loop(self, stored: Session) -> str | None:
+        """The newest stored loop whose conversation is exactly :attr:`messages` — when this
+        agent has no loop of its own in the session yet (otherwise its own loops chain it)."""
+        if not self.messages:
+            return None
+        started = [r for r in stored.loops if r.status != "pending"]
+        if self.last_loop_id is not None and stored.get_loop(self.last_loop_id) is not None:
+            return None
+        if any(r.agent_id == self.agent_id for r in started):
+            return None
+        last = self.messages[-1]
+        for record in reversed(started):
+            if record.messages and record.messages[-1] != last:
+                continue
+            chain = conversation_chain(stored, record.loop_id)
+            raw = [m for r in chain for m in r.messages]
+            if raw == self.messages or (
+                build_context_from_session(stored, record.loop_id) == self.messages
+            ):
+                return record.loop_id
+        return None
 
     def _ensure_idle(self, what: str) -> None:
         if self._running:
@@ -686,7 +773,9 @@ class BasicAgent:
         started = now_ms()
         try:
             config = self.build_config()
-            loop_id = self.next_loop_id(config.segment())
+            segment = config.segment()
+            [loop_id], resumed = await self._claim(lambda: [self.next_loop_id(segment)])
+            parent_loop_id = self.last_loop_id if prompts is None else None
             sink = self._sink(queue)
             history = self.history_view()
             context = AgentContext(
@@ -696,7 +785,7 @@ class BasicAgent:
                 agent_id=self.agent_id,
                 session_id=self.session_id,
                 loop_id=loop_id,
-                parent_loop_id=self.last_loop_id if prompts is None else None,
+                parent_loop_id=parent_loop_id or resumed,
                 continuation_kind=kind,
             )
             if prompts is not None:
@@ -764,7 +853,18 @@ class BasicAgent:
         cancel = self._begin()
         started = now_ms()
         try:
-            configs = self._unique_branch_ids(configs)
+            first = int(options.get("first_index", 0))
+            branches = list(configs)
+
+            def pick() -> list[str]:
+                branches[:] = self._unique_branch_ids(configs, first)
+                return [
+                    f"{self.session_id}.{c.segment()}.{first + i + 1}"
+                    for i, c in enumerate(branches)
+                ]
+
+            _ids, resumed = await self._claim(pick)
+            configs = branches
             history = self.history_view()
             base = AgentContext(
                 system_prompt=self.effective_system_prompt(),
@@ -772,7 +872,7 @@ class BasicAgent:
                 tools=list(self.tools),
                 agent_id=self.agent_id,
                 session_id=self.session_id,
-                parent_loop_id=self.last_loop_id,
+                parent_loop_id=self.last_loop_id or resumed,
             )
             async with contextlib.AsyncExitStack() as stack:
                 if self.toolsets and "tool_factory" not in options:
@@ -800,15 +900,18 @@ class BasicAgent:
         await self._persist(started)
         return result
 
-    def _unique_branch_ids(self, configs: list[AgentLoopConfig]) -> list[AgentLoopConfig]:
-        """Branch ``i`` runs as ``{session}.{segment}.{i+1}``; give a branch whose id was already
-        used in this session its own segment so loop ids stay unique within the session."""
+    def _unique_branch_ids(
+        self, configs: list[AgentLoopConfig], first: int = 0
+    ) -> list[AgentLoopConfig]:
+        """Branch ``i`` runs as ``{session}.{segment}.{first+i+1}``; give a branch whose id was
+        already used in this session its own segment so loop ids stay unique within the session."""
         out = []
         for i, config in enumerate(configs):
             segment = config.segment()
-            if f"{self.session_id}.{segment}.{i + 1}" in self._used_ids:
+            k = first + i + 1
+            if f"{self.session_id}.{segment}.{k}" in self._used_ids:
                 n = 2
-                while f"{self.session_id}.{segment}-r{n}.{i + 1}" in self._used_ids:
+                while f"{self.session_id}.{segment}-r{n}.{k}" in self._used_ids:
                     n += 1
                 config = dataclasses.replace(config, config_id=f"{segment}-r{n}")
             out.append(config)

@@ -29,6 +29,7 @@ from ._store import (
     list_session_ids,
     load_session,
     load_sessions_for_agent,
+    merge_sessions,
     open_session_store,
     save_session,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "list_session_ids",
     "load_session",
     "load_sessions_for_agent",
+    "merge_sessions",
     "open_session_store",
     "save_session",
 ]

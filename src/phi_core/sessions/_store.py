@@ -7,8 +7,19 @@ Both stores are safe for several processes at once.
   :class:`SessionLockedError`), writes a unique temporary file in the same directory, fsyncs it and
   renames it over the target, so a reader never sees a half-written file and no temporary file
   is left behind. Loads take a shared lock.
-* :class:`SqliteSessionStore` keeps one row per session in a WAL-mode database; SQLite's own
-  locking serialises writers.
+* :class:`SqliteSessionStore` keeps one row per session in a WAL-mode database; a save is one
+  ``BEGIN IMMEDIATE`` transaction, so SQLite's own locking serialises writers.
+
+**A save merges; it never replaces.** Under the lock (or in the transaction) the store reads
+what is stored for the session and writes :func:`merge_sessions` of the two: loops are keyed by
+loop id, a loop the saved session holds replaces the stored record of that loop, and every
+stored loop the saved session does not hold is kept. So a process that continues a stored
+session (its recorder saw only its own loops) or two writers sharing one session never lose a
+loop another writer saved. To drop loops, delete the session and save it anew.
+
+:meth:`~JsonFileSessionStore.claim_loop_ids` is the other read-modify-write: it picks new loop
+ids against the stored ones and stores them as ``pending`` placeholders in the same locked step,
+so two writers never pick the same id (``BasicAgent`` numbers its loops this way).
 
 The async methods run the blocking file and database work in a thread, so they never block the
 event loop. The module-level functions (:func:`save_session`, …) are the synchronous forms over
@@ -23,14 +34,15 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .._files import atomic_write, file_lock
 from .._sqlite import init_wal
 from ..errors import SessionLockedError, SessionNotFoundError, UserError
-from ._model import Session
+from ..types import now_ms
+from ._model import LoopRecord, Session
 
 __all__ = [
     "JsonFileSessionStore",
@@ -42,9 +54,106 @@ __all__ = [
     "list_session_ids",
     "load_session",
     "load_sessions_for_agent",
+    "merge_sessions",
     "open_session_store",
     "save_session",
 ]
+
+SessionChange = Callable[[Session | None], Session | None]
+"""``change(stored)`` → what to write (``None``: write nothing); ``stored`` is None when the
+store has no such session."""
+
+
+def _same_loop(stored: LoopRecord, incoming: LoopRecord) -> bool:
+    """Whether two records with one loop id are the same execution (an update of it), rather
+    than two writers that happened to pick the same id: a ``pending`` record is a reservation
+    the real one fills; otherwise the start times agree (0: unknown, matches)."""
+    if stored.loop_id != incoming.loop_id:
+        return False
+    if "pending" in (stored.status, incoming.status):
+        return True
+    return stored.started_at == incoming.started_at or 0 in (stored.started_at, incoming.started_at)
+
+
+def _merge_loop(stored: LoopRecord, incoming: LoopRecord) -> LoopRecord:
+    """The incoming record (a pending placeholder never replaces a started loop), with the
+    same-session child links of both."""
+    base = stored if incoming.status == "pending" and stored.status != "pending" else incoming
+    other = incoming if base is stored else stored
+    children = [*base.children_loop_ids]
+    children += [c for c in other.children_loop_ids if c not in children]
+    refs = [*base.child_loop_refs]
+    known = {r.child_loop_id for r in refs}
+    refs += [r for r in other.child_loop_refs if r.child_loop_id not in known]
+    if children == base.children_loop_ids and refs == base.child_loop_refs:
+        return base
+    return base.model_copy(update={"children_loop_ids": children, "child_loop_refs": refs})
+
+
+def merge_sessions(stored: Session | None, incoming: Session) -> Session:
+    """What a store writes when ``incoming`` is saved over ``stored`` (see the module docstring).
+
+    * Loops are keyed by loop id: an incoming loop replaces the stored record of the same loop
+      in place (a ``pending`` placeholder is filled; a placeholder never overwrites a started
+      loop); incoming loops the store lacks are appended in their order; stored loops the
+      incoming session lacks are kept. Two different executions that share an id (different
+      start times) are both kept. Child links (``children_loop_ids``, ``child_loop_refs``) of
+      both versions are united, and an incoming loop whose parent is a stored loop is added to
+      that parent's ``children_loop_ids``.
+    * The header keeps the stored identity: ``agent_id``, ``formation`` and
+      ``parent_spawn_ref`` come from the stored session when it has them, ``created_at`` is the
+      earliest and ``last_active`` the latest known, ``scope`` is ``persistent`` if either is.
+
+    With nothing stored the incoming session is returned unchanged. Neither argument is changed.
+    """
+    if stored is None:
+        return incoming
+    if stored.session_id != incoming.session_id:
+        raise ValueError(
+            f"Cannot merge session {incoming.session_id!r} into {stored.session_id!r}."
+        )
+    loops = list(stored.loops)
+    taken: set[int] = set()
+    added: list[LoopRecord] = []
+    for record in incoming.loops:
+        index = next(
+            (
+                i
+                for i in range(len(loops) - 1, -1, -1)
+                if i not in taken and _same_loop(loops[i], record)
+            ),
+            None,
+        )
+        if index is None:
+            added.append(record)
+        else:
+            loops[index] = _merge_loop(loops[index], record)
+            taken.add(index)
+    loops.extend(added)
+    merged = incoming.model_copy(
+        update={
+            "agent_id": stored.agent_id or incoming.agent_id,
+            "created_at": min(
+                (t for t in (stored.created_at, incoming.created_at) if t), default=0
+            ),
+            "last_active": max(stored.last_active, incoming.last_active),
+            "formation": stored.formation or incoming.formation,
+            "scope": "persistent"
+            if "persistent" in (stored.scope, incoming.scope)
+            else "ephemeral",
+            "parent_spawn_ref": stored.parent_spawn_ref or incoming.parent_spawn_ref,
+            "loops": loops,
+        }
+    )
+    incoming_ids = {r.loop_id for r in incoming.loops}
+    for record in [r for r in merged.loops if r.loop_id in incoming_ids and r.parent_loop_id]:
+        parent = merged.get_loop(record.parent_loop_id or "")
+        if parent is not None and record.loop_id not in parent.children_loop_ids:
+            position = next(i for i, r in enumerate(merged.loops) if r is parent)
+            merged.loops[position] = parent.model_copy(
+                update={"children_loop_ids": [*parent.children_loop_ids, record.loop_id]}
+            )
+    return merged
 
 
 @runtime_checkable
@@ -69,7 +178,50 @@ class _ThreadedStore(abc.ABC):
     each run in a worker thread so file locks and SQLite never block the event loop."""
 
     @abc.abstractmethod
-    def save_sync(self, session: Session) -> None: ...
+    def update_sync(self, session_id: str, change: SessionChange) -> Session | None:
+        """Read-modify-write one session atomically with respect to every other writer (other
+        processes included): ``change(stored)`` runs while the store's write lock is held and
+        its result (unless None) is written. Returns what was written (None: nothing)."""
+
+    def save_sync(self, session: Session) -> None:
+        """Merge ``session`` into what is stored (:func:`merge_sessions`), under the lock."""
+        self.update_sync(session.session_id, lambda stored: merge_sessions(stored, session))
+
+    def claim_loop_ids_sync(
+        self,
+        session_id: str,
+        agent_id: str,
+        choose: Callable[[Session], Sequence[str]],
+    ) -> list[str]:
+        """Reserve new loop ids in one locked step: ``choose(stored)`` gets the stored session
+        (an empty one when there is none; it must not change it) and returns the ids to use;
+        those not stored yet are written as ``pending`` loops of ``agent_id``, which the real
+        records replace when the session is saved. Returns ``choose``'s ids."""
+        chosen: list[str] = []
+
+        def change(stored: Session | None) -> Session | None:
+            now = now_ms()
+            session = stored or Session(
+                session_id=session_id, agent_id=agent_id, created_at=now, last_active=now
+            )
+            chosen.extend(choose(session))
+            new = [i for i in dict.fromkeys(chosen) if session.get_loop(i) is None]
+            if not new:
+                return None
+            placeholders = [
+                LoopRecord(
+                    loop_id=loop_id,
+                    session_id=session_id,
+                    agent_id=agent_id,
+                    status="pending",
+                    started_at=now,
+                )
+                for loop_id in new
+            ]
+            return session.model_copy(update={"loops": [*session.loops, *placeholders]})
+
+        self.update_sync(session_id, change)
+        return chosen
 
     @abc.abstractmethod
     def load_sync(self, session_id: str) -> Session: ...
@@ -85,6 +237,17 @@ class _ThreadedStore(abc.ABC):
 
     async def save(self, session: Session) -> None:
         await asyncio.to_thread(self.save_sync, session)
+
+    async def update(self, session_id: str, change: SessionChange) -> Session | None:
+        return await asyncio.to_thread(self.update_sync, session_id, change)
+
+    async def claim_loop_ids(
+        self,
+        session_id: str,
+        agent_id: str,
+        choose: Callable[[Session], Sequence[str]],
+    ) -> list[str]:
+        return await asyncio.to_thread(self.claim_loop_ids_sync, session_id, agent_id, choose)
 
     async def load(self, session_id: str) -> Session:
         return await asyncio.to_thread(self.load_sync, session_id)
@@ -125,11 +288,20 @@ class JsonFileSessionStore(_ThreadedStore):
 
     # -- synchronous forms -------------------------------------------------------
 
-    def save_sync(self, session: Session) -> None:
-        target = self.path_of(session.session_id)
-        data = session.model_dump_json(indent=2)
-        with self._locked(session.session_id, exclusive=True):
-            atomic_write(target, data.encode("utf-8"), dir_mode=0o755)
+    def update_sync(self, session_id: str, change: SessionChange) -> Session | None:
+        target = self.path_of(session_id)
+        with self._locked(session_id, exclusive=True):
+            try:
+                stored: Session | None = Session.model_validate_json(
+                    target.read_text(encoding="utf-8")
+                )
+            except FileNotFoundError:
+                stored = None
+            session = change(stored)
+            if session is not None:
+                data = session.model_dump_json(indent=2)
+                atomic_write(target, data.encode("utf-8"), dir_mode=0o755)
+        return session
 
     def load_sync(self, session_id: str) -> Session:
         path = self.path_of(session_id)
@@ -204,15 +376,29 @@ class SqliteSessionStore(_ThreadedStore):
         finally:
             conn.close()
 
-    def save_sync(self, session: Session) -> None:
-        data = session.model_dump_json()
+    def update_sync(self, session_id: str, change: SessionChange) -> Session | None:
         with self._connect() as conn:
-            conn.execute(
-                "INSERT INTO sessions(session_id, agent_id, updated_ns, data) VALUES (?,?,?,?) "
-                "ON CONFLICT(session_id) DO UPDATE SET agent_id=excluded.agent_id, "
-                "updated_ns=excluded.updated_ns, data=excluded.data",
-                (session.session_id, session.agent_id, time.time_ns(), data),
-            )
+            # IMMEDIATE takes the write lock before the read, so no writer slips in between.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    "SELECT data FROM sessions WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                stored = Session.model_validate_json(row[0]) if row is not None else None
+                session = change(stored)
+                if session is not None:
+                    conn.execute(
+                        "INSERT INTO sessions(session_id, agent_id, updated_ns, data) "
+                        "VALUES (?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
+                        "agent_id=excluded.agent_id, updated_ns=excluded.updated_ns, "
+                        "data=excluded.data",
+                        (session_id, session.agent_id, time.time_ns(), session.model_dump_json()),
+                    )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return session
 
     def load_sync(self, session_id: str) -> Session:
         with self._connect() as conn:
