@@ -439,3 +439,19 @@ async def test_branch_names_no_header_can_carry_still_answer(
         assert "alpha says: hi" in reply.text
         assert reply.headers["x-phi-winner"].startswith("???")
         assert gateway.in_flight == 0
+
+
+def test_a_client_cannot_make_the_gateway_open_local_files() -> None:
+    """`local:/etc/passwd` used to reach the GGUF check, whose error said whether the file
+    exists and echoed its first bytes; a path is refused unless the config lists it, with one
+    answer whatever is at the path."""
+    gateway = Gateway(gateway_config("http://127.0.0.1:9"))
+    answers = []
+    for name in ("local:/etc/passwd", "local:/no/such/model.gguf"):
+        with pytest.raises(GatewayError) as refused:
+            gateway.resolve(name)
+        assert refused.value.status == 403 and refused.value.code == "local_file_not_allowed"
+        answers.append(str(refused.value).replace(name, "NAME"))
+        assert "root" not in str(refused.value) and "exist" not in str(refused.value)
+    assert answers[0] == answers[1]
+    assert gateway.resolve("local:smollm2") == ("passthrough", "local:smollm2")

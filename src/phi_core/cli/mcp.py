@@ -15,7 +15,7 @@ import typer
 
 from ..errors import UserError
 from ..gateway._config import exposure_warning
-from ..mcp_server import RaceTools, load_config, mcp_server, serve_http
+from ..mcp_server import KeyLimits, RaceTools, load_config, mcp_server, serve_http
 from ..runlog import RunLog, default_log_path, logging_enabled
 from ._common import usage_error, warn
 from ._options import ScriptOption
@@ -78,6 +78,15 @@ def serve(
             help="Dollar cap on every tool call; a caller may ask for less, never more.",
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="With --http on a non-loopback --host and no keys, also answer requests for "
+            "this Host name (repeatable; loopback names, this machine's names and IP addresses "
+            "are answered anyway).",
+        ),
+    ] = None,
     no_log: Annotated[
         bool, typer.Option("-n", "--no-log", help="Do not record the races in the run log.")
     ] = False,
@@ -93,12 +102,17 @@ def serve(
         source = ctx.get_parameter_source("state")
         if loaded.state and (source is None or source.name != "COMMANDLINE"):
             state = loaded.state  # the config file's beats the environment's, as for phi serve
+        limits = KeyLimits(loaded.api_keys, state) if http and loaded.keys else None
         tools = RaceTools(
             loaded.profiles,
             state=state,
             providers=scripted_providers(script),
             max_cost_usd=max_cost,
-            run_log=None if no_log else _run_log(),
+            run_log=None if no_log or not loaded.run_log else _run_log(),
+            models=loaded.models,
+            passthrough=loaded.passthrough,
+            limits=limits,
+            log_content=loaded.log_content,
         )
         server = mcp_server(tools)
         if not http:
@@ -107,7 +121,10 @@ def serve(
         warning = exposure_warning(bool(loaded.keys), host, "the providers your races use")
         if warning is not None:
             warn(warning)
-        serve_http(server, host=host, port=port, keys=loaded.keys, on_ready=_announce)
+        serve_http(
+            server, host=host, port=port, keys=loaded.keys, on_ready=_announce,
+            allow_hosts=allow_host or (),
+        )  # fmt: skip
     except UserError as exc:
         raise usage_error(exc) from None
 

@@ -30,6 +30,7 @@ from ..metering import Meter, metering
 from ..parallel import ParallelLoopResult
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
+from ..providers.local import BUNDLED_MODELS
 from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace
@@ -312,6 +313,17 @@ class Gateway:
                     "when listed in the config's `gateway.models`.",
                     type_="permission_error",
                     code="endpoint_not_allowed",
+                    param="model",
+                )
+            if head == "local" and rest.partition("@")[0] not in BUNDLED_MODELS and not listed:
+                # ... nor have it open the machine's files (the error would say whether one
+                # exists, and what it starts with).
+                raise GatewayError(
+                    403,
+                    f"The model {name!r} names a local model file; this gateway serves the "
+                    "bundled local models and the files listed in the config's `gateway.models`.",
+                    type_="permission_error",
+                    code="local_file_not_allowed",
                     param="model",
                 )
             try:
