@@ -10,9 +10,15 @@ interrupted (Ctrl-C), 141 the output was closed (``| head``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, TextIO
 
@@ -30,13 +36,17 @@ from ..config import (
     parse_branch,
     plan_race,
 )
-from ..errors import McpError, UserError
+from ..errors import McpConnectionError, McpError, UserError, redact
+from ..events import AgentEnd
 from ..metering import Budget
 from ..providers.keys import stored_keys
 from ..providers.registry import model_listing
 from ..race.entry import BanditOptions, verifier_from_spec
 from ..runlog import Continuation
+from ..tools.mcp import http_headers, parse_header
+from ..types import Usage
 from ._common import (
+    EXIT_FAILED,
     EXIT_PIPE,
     guard_process_streams,
     output_closed,
@@ -56,7 +66,7 @@ from ._options import (
     ScriptOption,
     TimeoutOption,
 )
-from ._output import output_mode, print_table
+from ._output import OutputMode, output_mode, print_table
 from ._sandbox import UNSAFE_EXEC_HELP, use_sandbox
 from ._script import scripted_providers
 from ._telemetry import OTEL_ENDPOINT_HELP, OTEL_EXPORTER_HELP, OTEL_HELP, start_telemetry
@@ -410,6 +420,15 @@ def run(
             "('npx -y @modelcontextprotocol/server-everything') or an http(s):// URL. Repeatable.",
         ),
     ] = None,
+    mcp_header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mcp-header",
+            help="'Name: value' sent with every request to the --mcp http(s):// server, e.g. "
+            "'Authorization: Bearer <token>' (never shown in output). Repeatable; one HTTP "
+            "server only.",
+        ),
+    ] = None,
     tools: Annotated[
         bool,
         typer.Option(
@@ -443,13 +462,85 @@ def run(
                 agent_tools = builtin_tools(tools, workspace)
                 if agent_tools:
                     config = dataclasses.replace(config, approver=terminal_approver())
-                code = run_once(
-                    text, config, spec.model_dump(mode="json", exclude_none=True), out, err,
-                    mode, session, mcp=mcp or [], builtin=agent_tools,
-                )  # fmt: skip
-            except (UserError, McpError) as exc:
+                with (
+                    _term_as_interrupt(),
+                    http_headers(_mcp_headers(mcp or [], mcp_header or [], err)),
+                ):
+                    code = run_once(
+                        text, config, spec.model_dump(mode="json", exclude_none=True), out, err,
+                        mode, session, mcp=mcp or [], builtin=agent_tools,
+                    )  # fmt: skip
+            except UserError as exc:
                 raise usage_error(exc, err) from None
+            except McpError as exc:
+                if _unreachable(exc):  # a wrong command, URL or credentials
+                    raise usage_error(exc, err) from None
+                code = _mcp_failed(exc, spec.model, out, err, mode)  # it started, then failed
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """For the block, SIGTERM ends the run the way Ctrl-C does: cancelled, its end event and
+    result written, MCP servers stopped, exit 130 (by default SIGTERM killed phi on the spot and
+    left stdio servers behind). A second SIGTERM, like a second Ctrl-C, stops it outright."""
+    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(_signum: int, _frame: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # to whoever handles Ctrl-C now (the run, Python)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _mcp_headers(servers: list[str], given: list[str], err: TextIO) -> dict[str, str] | None:
+    """``--mcp-header`` values for the one HTTP ``--mcp`` server (their values secret)."""
+    headers = dict(parse_header(text) for text in given)
+    if not headers:
+        return None
+    urls = [s for s in servers if re.match(r"(?i)\s*https?://", s)]
+    if not urls:
+        warn("--mcp-header only applies to an http(s):// --mcp server; ignored.", err)
+        return None
+    if len(urls) > 1:
+        raise UserError(
+            "--mcp-header goes to one HTTP MCP server, and this run has "
+            f"{len(urls)}; phi does not send one server's credentials to another. Use one "
+            "HTTP --mcp server, or the Python API (with_mcp_server_http(url, headers=...))."
+        )
+    return headers
+
+
+def _unreachable(exc: McpError) -> bool:
+    """A server that could not be started, reached or authenticated at all (a configuration
+    mistake, exit 2): the connection errors without a JSON-RPC code. One that started and then
+    failed (crashed, sent a malformed tool list) carries one, or is no connection error."""
+    return isinstance(exc, McpConnectionError) and exc.code is None
+
+
+def _mcp_failed(exc: McpError, model: str, out: TextIO, err: TextIO, mode: OutputMode) -> int:
+    """An MCP server that started but failed before the agent could run (it crashed or sent a
+    malformed tool list): a failed run - the error on stderr and, as JSON, one ``agent_end``
+    and the ``run_result``; exit 1."""
+    message = redact(str(exc))
+    Console(file=err, highlight=False).print(Text("Error: ", style="bold red") + Text(message))
+    payload = {
+        "type": "run_result", "loop_id": "", "model": model, "reason": "error",
+        "error": message, "text": "", "usage": Usage().model_dump(mode="json"),
+        "cost_usd": 0.0, "run_id": None, "conversation_id": None,
+    }  # fmt: skip
+    if mode == "jsonl":
+        out.write(redact(AgentEnd(reason="error", error=message).model_dump_json()) + "\n")
+        out.write(redact(json.dumps(payload, ensure_ascii=False)) + "\n")
+    elif mode == "json":
+        out.write(redact(json.dumps(payload, ensure_ascii=False, indent=2)) + "\n")
+    out.flush()
+    return EXIT_FAILED
 
 
 def _run_branch(

@@ -14,7 +14,17 @@ race branch, the command line. What the client does for its callers:
   (``notifications/cancelled``, sent by the SDK).
 - **servers that exit**: a call in flight fails with :class:`~phi_core.errors.McpConnectionError`
   naming the server and the last lines of its stderr; the next call starts a new connection,
-  trying up to ``reconnect.max_attempts`` times with exponential back-off.
+  trying up to ``reconnect.max_attempts`` times with exponential back-off. Only a transport
+  that really ended counts: an error response the server sent (even with the SDK's
+  "connection closed" code -32000) is an :class:`~phi_core.errors.McpError` with its message.
+- **servers that break the protocol**: an answer that does not follow the MCP schema (a tool
+  list with a bad tool refuses the whole list; a malformed call result) is an ``McpError``
+  naming the server and the field; a stdout line that is not JSON-RPC fails the requests waiting
+  at once (one warning line each), not at their timeout.
+- **processes**: a stdio server runs in a process group of its own; the whole group is stopped
+  (SIGTERM, SIGKILL after a grace) when the connection closes.
+- **credentials**: an HTTP server's ``headers`` (or those of :func:`http_headers` for specs)
+  go with every request and are never shown; a 401/403 says so and what to pass.
 - **environment**: a stdio server gets only ``PATH``, ``HOME`` and the locale variables from our
   environment (plus the few harmless ones the SDK itself always passes: ``LOGNAME``, ``SHELL``,
   ``TERM``, ``USER``) and what the caller passes in ``env`` - never our API keys.
@@ -24,11 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import re
 import shlex
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +53,7 @@ if TYPE_CHECKING:
 
     from .mcp_tools import McpToolAdapter
 
-__all__ = ["DEFAULT_MCP_TIMEOUT", "McpClient", "mcp_tools"]
+__all__ = ["DEFAULT_MCP_TIMEOUT", "McpClient", "http_headers", "mcp_tools", "parse_header"]
 
 logger = logging.getLogger("phi_core.tools.mcp")
 
@@ -133,7 +144,10 @@ class McpClient:
 
     @classmethod
     def from_spec(cls, spec: str, **options: Any) -> McpClient:
-        """``'http(s)://…'`` is an HTTP server; anything else is a command line (shell quoting)."""
+        """``'http(s)://…'`` is an HTTP server; anything else is a command line (shell quoting).
+
+        An HTTP server gets ``headers=`` when given, else those of :func:`http_headers` in effect;
+        a command line ignores both."""
         text = spec.strip() if isinstance(spec, str) else ""
         if not text:
             raise UserError(
@@ -141,7 +155,10 @@ class McpClient:
                 "for example 'python my_server.py' or 'http://127.0.0.1:8000/mcp'."
             )
         if re.match(r"(?i)https?://", text):
+            if options.get("headers") is None and (given := _HEADERS.get()) is not None:
+                options = {**options, "headers": given}
             return cls.http(text, **options)
+        options.pop("headers", None)  # only HTTP servers take headers
         try:
             words = shlex.split(text)
         except ValueError as exc:
@@ -293,9 +310,7 @@ class McpClient:
         result: CallToolResult = await self._request(
             conn,
             f"the call to {name!r}",
-            conn.client.call_tool(
-                name, dict(arguments or {}), read_timeout_seconds=limit, progress_callback=progress
-            ),
+            conn.client.call_tool(name, dict(arguments or {}), progress_callback=progress),
             limit,
         )
         return result
@@ -303,38 +318,62 @@ class McpClient:
     async def _request(
         self, conn: Connection, what: str, request: Any, limit: float | None = _UNSET
     ) -> Any:
+        """Await ``request``; every way it can fail becomes an :class:`McpError` that names the
+        server and says what happened (see the module docstring)."""
         limit = self.timeout if limit is _UNSET else limit
         from mcp import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR
+        from pydantic import ValidationError
 
+        fault: str | None = None
         try:
-            async with asyncio.timeout(limit):  # list requests have no SDK timeout of their own
-                return await request
+            # Our deadline, not the SDK's: its REQUEST_TIMEOUT code is one servers send too.
+            async with asyncio.timeout(limit) as deadline:
+                with conn.waiting(deadline) as waiter:
+                    try:
+                        return await request
+                    finally:
+                        fault = waiter.failure
         except TimeoutError:
+            if fault is not None:
+                logger.warning("MCP server %r wrote %s during %s", self.name, fault, what)
+                raise McpError(
+                    f"MCP server {self.name!r} wrote {fault} while {what} waited for its answer; "
+                    "an MCP server must write only MCP messages to its stdout (logs go to "
+                    "stderr), so the answer cannot be trusted to come.",
+                    server=self.name,
+                ) from None
+            assert limit is not None
             raise McpTimeoutError(
                 f"MCP server {self.name!r} did not answer {what} within {limit:g}s; "
                 "the request was cancelled on the server.",
                 server=self.name,
-                code=REQUEST_TIMEOUT,
+                code=_REQUEST_TIMEOUT,
+            ) from None
+        except ValidationError as exc:
+            problem = _malformed(exc)
+            logger.warning("MCP server %r: malformed answer to %s (%s)", self.name, what, problem)
+            raise McpError(
+                f"MCP server {self.name!r} answered {what} with something that does not follow "
+                f"the MCP schema: {problem}",
+                server=self.name,
             ) from None
         except MCPError as exc:
-            if exc.code == REQUEST_TIMEOUT:
-                raise McpTimeoutError(
-                    f"MCP server {self.name!r} did not answer {what} within {limit:g}s; "
-                    "the request was cancelled on the server.",
-                    server=self.name,
-                    code=exc.code,
-                ) from None
-            if exc.code == CONNECTION_CLOSED:
+            refused = conn.refusal() if exc.code == INTERNAL_ERROR else None
+            if refused is not None:
+                raise McpConnectionError(f"{refused}.", server=self.name, code=exc.code) from None
+            if exc.code == CONNECTION_CLOSED and _closed(conn, exc):
                 conn.lost = conn.lost or "the connection closed"
+                again = "; its next call starts it again" if what.startswith("the call") else ""
                 raise McpConnectionError(
-                    f"MCP server {self.name!r} went away during {what} ({conn.lost}); "
-                    f"the next call starts a new connection{conn.stderr_tail()}",
+                    f"MCP server {self.name!r} went away during {what} ({conn.lost}){again}"
+                    f"{conn.stderr_tail()}",
                     server=self.name,
                     code=exc.code,
                 ) from None
+            # An error response the server sent (whatever its code): its own words.
             raise McpError(
-                f"MCP server {self.name!r} refused {what}: {exc.error.message} "
+                f"MCP server {self.name!r} answered {what} with an error: {exc.error.message} "
                 f"(JSON-RPC error {exc.code})",
                 server=self.name,
                 code=exc.code,
@@ -372,6 +411,33 @@ class McpClient:
         return self._slot.stale
 
 
+_REQUEST_TIMEOUT = -32001  # the SDK's code for a request that ran out of time
+# What the SDK itself says when it resolves a request because the transport closed under it
+# (an HTTP server's streams); a server's own error response with code -32000 says otherwise.
+_SDK_CLOSED = ("Connection closed", "SSE stream ended without a response")
+
+
+def _closed(conn: Connection, exc: Any) -> bool:
+    """Did the connection really close (the transport ended), or did the server answer with an
+    error whose code happens to be the SDK's CONNECTION_CLOSED (-32000, common for servers)?"""
+    if conn.transport_ended or conn.lost is not None:
+        return True
+    return isinstance(conn.server, McpHttpServer) and exc.error.message in _SDK_CLOSED
+
+
+def _malformed(exc: Any) -> str:
+    """The first few problems of a pydantic ValidationError, one line (``tools.13.inputSchema
+    .type: Input should be 'object', got 'string'``)."""
+    problems = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(part) for part in error.get("loc", ())) or "the answer"
+        got = error.get("input")
+        shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+        problems.append(f"{where}: {error.get('msg', 'invalid')}, got {shown[:60]}")
+    more = exc.error_count() - len(problems)
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
+
+
 class _Slot:
     """The state a client shares with its connection task and its finalizer (neither may hold
     the client itself, or it would never be collected)."""
@@ -390,6 +456,50 @@ class _Slot:
             self.conn.close_soon()
 
 
+_HEADERS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "phi_mcp_http_headers", default=None
+)
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``'Name: value'`` as ``(name, value)``; the value is registered as a secret at once
+    (it never appears in a message, this function's own included).
+
+    Raises:
+        UserError: not ``Name: value``, or a name HTTP does not allow.
+    """
+    from ..errors import register_secret
+
+    name, colon, value = text.partition(":") if isinstance(text, str) else ("", "", "")
+    name, value = name.strip(), value.strip()
+    if value:
+        register_secret(value)
+    if not colon or not value or not _HEADER_NAME.match(name):
+        if not colon:  # the whole text may be the secret itself: show none of it
+            got = "no ':' in it"
+        else:
+            shown = name if _HEADER_NAME.match(name) else "..."
+            got = f"one named {shown!r}" + (" with no value" if not value else "")
+        raise UserError(
+            "An MCP header must read 'Name: value' (e.g. the name Authorization and the value "
+            f"'Bearer <token>'); got {got}."
+        )
+    return name, value
+
+
+@contextlib.contextmanager
+def http_headers(headers: Mapping[str, str] | None) -> Iterator[None]:
+    """HTTP servers built from specs (:func:`mcp_tools`, :meth:`McpClient.from_spec`) inside
+    the block, in this task and those it starts, send ``headers`` with every request (how
+    ``phi run --mcp URL --mcp-header ...`` passes them on)."""
+    token = _HEADERS.set(dict(headers) if headers else None)
+    try:
+        yield
+    finally:
+        _HEADERS.reset(token)
+
+
 @contextlib.asynccontextmanager
 async def mcp_tools(specs: Sequence[str], **options: Any) -> AsyncIterator[list[McpToolAdapter]]:
     """The tools of every server in ``specs`` (command lines or URLs, see
@@ -398,8 +508,11 @@ async def mcp_tools(specs: Sequence[str], **options: Any) -> AsyncIterator[list[
         async with mcp_tools(["python my_server.py", "http://127.0.0.1:8000/mcp"]) as tools:
             await agent_loop("...", AgentContext(tools=tools), config)
 
+    ``options`` go to every client (``headers=`` only to the HTTP servers).
+
     Raises:
-        McpConnectionError: a server could not be started or reached.
+        McpConnectionError: a server could not be started, reached or authenticated.
+        McpError: a server failed while its tools were listed (crashed, sent a malformed list).
         UserError: a bad spec, or two servers offering one tool name.
     """
     from .toolset import close_toolsets, merge_tools

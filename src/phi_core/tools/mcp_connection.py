@@ -14,7 +14,7 @@ import contextlib
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import McpConnectionError, McpError, UserError, redact
@@ -43,6 +43,55 @@ class Connection:
         self.client: Client | None = None
         self.task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[Client] | None = None
+        # The transport itself ended (the process exited, its stdout closed): what tells a real
+        # lost connection from an error response that happens to use the SDK's "closed" code.
+        self.transport_ended = False
+        # Requests waiting for an answer, each with the deadline a protocol fault may cut short.
+        self.pending: set[_Pending] = set()
+        # The last HTTP status of an answer that refused us (401/403...), for the messages.
+        self.http_status: int | None = None
+
+    def fault(self, what: str) -> None:
+        """The server wrote something that is not JSON-RPC: fail the requests now waiting
+        (the line carries no usable id, and the answer they wait for may never come)."""
+        if not self.pending:
+            logger.warning("MCP server %r wrote %s", self.server.label, what)
+        for waiter in list(self.pending):
+            waiter.fail(what)
+
+    def ended(self, why: str) -> None:
+        """The transport ended under us (not by :meth:`close`)."""
+        self.transport_ended = True
+        if self.lost is None and not self.closing.is_set():
+            self.lost = why
+
+    @contextlib.contextmanager
+    def waiting(self, deadline: asyncio.Timeout) -> Iterator[_Pending]:
+        """Register a request in flight (see :meth:`fault`) for the ``with`` block."""
+        waiter = _Pending(deadline)
+        self.pending.add(waiter)
+        try:
+            yield waiter
+        finally:
+            self.pending.discard(waiter)
+
+    def refusal(self) -> str | None:
+        """What to say when an HTTP server refused our credentials (None when it did not)."""
+        server, status = self.server, self.http_status
+        if status is None or not isinstance(server, McpHttpServer):
+            return None
+        what = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(status, str(status))
+        sent = sorted(server.headers or {})
+        shown = (
+            f"the headers sent: {', '.join(sent)}; their values are not shown"
+            if sent
+            else "no headers were sent"
+        )
+        return (
+            f"MCP server {server.label!r} ({server.describe()}) refused the request: HTTP {what} "
+            f"({shown}); pass its credentials with --mcp-header 'NAME: VALUE' (usually the "
+            "header Authorization with the value 'Bearer <token>'; in Python: headers={...})"
+        )
 
     @property
     def alive(self) -> bool:
@@ -111,17 +160,9 @@ class Connection:
                     stderr_pipe = os.fdopen(read_fd, "rb", buffering=0)
                     errlog = stack.enter_context(os.fdopen(write_fd, "w"))
                     stderr = asyncio.create_task(self._read_stderr(stderr_pipe))
-                    transport: Any = mcp.client.stdio.stdio_client(
-                        mcp.StdioServerParameters(
-                            command=self.server.command,
-                            args=list(self.server.args),
-                            env=self.server.environment(),
-                            cwd=self.server.cwd,
-                        ),
-                        errlog=errlog,
-                    )
+                    transport: Any = _stdio_transport(self, self.server, errlog)
                 else:
-                    transport = await _http_transport(stack, self.server)
+                    transport = await _http_transport(stack, self.server, self)
                 client = mcp.Client(
                     transport,
                     message_handler=self._on_message,
@@ -142,6 +183,7 @@ class Connection:
                     await asyncio.wait([stderr], timeout=1.0)
                 ready.set_exception(self._connect_error(exc))
             elif self.lost is None and not self.closing.is_set():
+                self.transport_ended = True
                 self.lost = _describe(exc)
                 logger.info("MCP server %s: connection lost (%s)", self.server.label, self.lost)
             if isinstance(exc, asyncio.CancelledError):
@@ -160,6 +202,9 @@ class Connection:
     def _connect_error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, McpError | UserError | asyncio.CancelledError):
             return exc
+        refused = self.refusal()
+        if refused is not None:
+            return McpConnectionError(refused + ".", server=self.server.label)
         return McpConnectionError(
             f"Could not connect to MCP server {self.server.label!r} ({self.server.describe()}): "
             f"{_describe(exc)}{self.stderr_tail()}",
@@ -201,14 +246,162 @@ class Connection:
             transport.close()
 
 
-async def _http_transport(stack: contextlib.AsyncExitStack, server: McpHttpServer) -> Any:
+class _Pending:
+    """One request waiting for its answer: its deadline, and the protocol fault that cut it
+    short (see :meth:`Connection.fault`)."""
+
+    __slots__ = ("deadline", "failure")
+
+    def __init__(self, deadline: asyncio.Timeout) -> None:
+        self.deadline = deadline
+        self.failure: str | None = None
+
+    def fail(self, what: str) -> None:
+        if self.failure is None and not self.deadline.expired():
+            self.failure = what
+            self.deadline.reschedule(asyncio.get_running_loop().time())
+
+
+_GRACE = 2.0  # seconds a stdio server has to exit after its stdin closes, then after SIGTERM
+_FLUSH = 0.5  # seconds for the writer to send what it accepted before stdin closes
+
+
+@contextlib.asynccontextmanager
+async def _stdio_transport(conn: Connection, server: McpStdioServer, errlog: Any) -> Any:
+    """The stdio transport, as the SDK's ``stdio_client`` but: the server runs in a session (and
+    process group) of its own, and that whole group - the server and whatever it started - is
+    stopped when the connection closes (SIGTERM, then SIGKILL after a grace); a line that is not
+    JSON-RPC fails the requests waiting instead of leaving them to their timeout; the end of
+    the server's stdout marks the transport as ended."""
+    import sys
+
+    mcp = sdk()
+    if sys.platform == "win32":  # pragma: no cover - the SDK's job objects do it there
+        async with mcp.client.stdio.stdio_client(
+            mcp.StdioServerParameters(
+                command=server.command,
+                args=list(server.args),
+                env=server.environment(),
+                cwd=server.cwd,
+            ),
+            errlog=errlog,
+        ) as streams:
+            yield streams
+        return
+
+    import anyio
+    import mcp_types
+    from mcp.client.stdio import get_default_environment
+    from mcp.os.posix.utilities import terminate_posix_process_tree
+    from mcp.shared.message import SessionMessage
+
+    process = await anyio.open_process(
+        [server.command, *server.args],
+        env=get_default_environment() | server.environment(),
+        stderr=errlog,
+        cwd=server.cwd,
+        start_new_session=True,
+    )
+    reader_send, reader_recv = anyio.create_memory_object_stream[Any](0)
+    writer_send, writer_recv = anyio.create_memory_object_stream[Any](0)
+    writer_done = anyio.Event()
+
+    async def read_stdout() -> None:
+        assert process.stdout is not None
+        buffer = b""
+        try:
+            async for chunk in process.stdout:
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for raw in lines:
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line:
+                        continue
+                    try:
+                        message = mcp_types.jsonrpc_message_adapter.validate_json(
+                            line, by_name=False
+                        )
+                    except ValueError:
+                        conn.fault(_not_jsonrpc(line))
+                        continue
+                    await reader_send.send(SessionMessage(message))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        finally:
+            if not conn.closing.is_set():  # a moment for its exit code, for the message
+                with anyio.CancelScope(shield=True):
+                    await _exited(process, 0.5)
+            # Before the stream closes: the requests it wakes must see why.
+            code = process.returncode
+            conn.ended(
+                f"the server process exited with code {code}"
+                if code is not None
+                else "the server closed its stdout"
+            )
+            reader_send.close()
+
+    async def write_stdin() -> None:
+        assert process.stdin is not None
+        try:
+            async with writer_recv:
+                async for message in writer_recv:
+                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((text + "\n").encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            conn.ended("the server stopped reading its stdin")
+            reader_send.close()
+        finally:
+            writer_done.set()
+
+    async def stop() -> None:
+        writer_send.close()
+        with anyio.move_on_after(_FLUSH):
+            await writer_done.wait()
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()  # type: ignore[union-attr]
+        await _exited(process, _GRACE)
+        # The whole group, even when the server itself has exited: what it started goes too.
+        await terminate_posix_process_tree(process, _GRACE)
+        await _exited(process, _GRACE)
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdout.aclose()  # type: ignore[union-attr]
+        transport = getattr(getattr(process, "_process", None), "_transport", None)
+        with contextlib.suppress(Exception):
+            if transport is not None:
+                transport.close()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_stdout)
+        group.start_soon(write_stdin)
+        try:
+            yield reader_recv, writer_send
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stop()
+                for stream in (reader_recv, writer_send, reader_send, writer_recv):
+                    await stream.aclose()
+            group.cancel_scope.cancel()
+
+
+def _not_jsonrpc(line: str) -> str:
+    shown = redact(line if len(line) <= 120 else line[:117] + "...")
+    return f"a line that is not a JSON-RPC message to its stdout ({shown!r})"
+
+
+async def _http_transport(
+    stack: contextlib.AsyncExitStack, server: McpHttpServer, conn: Connection
+) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
+
+    async def note_status(response: Any) -> None:
+        if response.status_code in (401, 403, 407):
+            conn.http_status = response.status_code
 
     http = await stack.enter_async_context(
         httpx2.AsyncClient(
             headers=dict(server.headers or {}),
             timeout=httpx2.Timeout(30.0, read=300.0),
+            event_hooks={"response": [note_status]},
         )
     )
     return streamable_http_client(server.url, http_client=http)
@@ -237,3 +430,14 @@ def _version() -> str:
         return importlib.metadata.version("phi-core")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
         return "0"
+
+
+async def _exited(process: Any, within: float) -> bool:
+    """Whether process exited within within seconds (polled: ``process.wait()`` would
+    also wait for pipes a surviving child may hold)."""
+    import anyio
+
+    with anyio.move_on_after(within):
+        while process.returncode is None:  # noqa: ASYNC110 - no event to wait for
+            await anyio.sleep(0.01)
+    return process.returncode is not None
