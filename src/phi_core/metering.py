@@ -21,7 +21,12 @@ Input tokens are estimated before a call (:func:`estimate_tokens`: a cautious th
 a token, plus a few per message); the vendor's reported usage replaces the estimate when the call
 settles. Output can never exceed the reserved limit; input can exceed its estimate only where a
 tokenizer packs fewer than three characters a token (some non-Latin scripts), so a token budget
-is exact for output and holds for input within that estimate.
+is exact for output and holds for input within that estimate. The one output phi cannot bound —
+an intercepted SDK call that sets no output limit to a model outside the catalog — is reserved
+against a dollar budget at :data:`UNBOUNDED_OUTPUT_ALLOWANCE` tokens.
+
+A :class:`Budget` is enforced per run: each run it is passed to meters its own allowance; runs
+share one allowance only under one :class:`Meter` (``with metering(Meter(budget)):``).
 """
 
 from __future__ import annotations
@@ -42,12 +47,16 @@ if TYPE_CHECKING:
     from .types import Pricing
 
 __all__ = [
+    "MAX_COUNT_LIMIT",
+    "UNBOUNDED_OUTPUT_ALLOWANCE",
     "Budget",
     "CallRecord",
     "Meter",
     "Reservation",
     "active_meters",
     "call_metered_here",
+    "check_amount_limit",
+    "check_count_limit",
     "estimate_request_tokens",
     "estimate_tokens",
     "metered_here",
@@ -59,15 +68,95 @@ __all__ = [
 ]
 
 
+MAX_COUNT_LIMIT = 10**15
+"""The largest whole-number limit accepted (tokens, calls, turns): far beyond any real run, small
+enough to stay exact in the float arithmetic limits go through."""
+
+UNBOUNDED_OUTPUT_ALLOWANCE = 128_000
+"""Output tokens a dollar budget reserves for a call whose output phi cannot bound — it sets no
+output limit and its model is not in the catalog (an intercepted SDK call to an unknown model):
+the largest output any catalogued model allows
+(:data:`phi_core.providers.catalog.MODEL_INFO`). The request itself is not changed."""
+
+
+def check_count_limit(what: str, value: object) -> None:
+    """Refuse a whole-number limit (``None``: no limit) that is not an ``int`` (``bool``
+    refused) in ``1 .. MAX_COUNT_LIMIT``; ``what`` names it in the error (``Budget.max_calls``).
+
+    Raises:
+        UserError: naming ``what``, the value and the accepted range.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(
+            f"{what} must be a whole number from 1 to {MAX_COUNT_LIMIT:,} (an int; or None for "
+            f"no limit), got {_shown(value)}."
+        )
+    if not 1 <= value <= MAX_COUNT_LIMIT:
+        raise UserError(
+            f"{what} must be > 0: a whole number from 1 to {MAX_COUNT_LIMIT:,} (or None for "
+            f"no limit), got {_shown(value)}."
+        )
+
+
+def check_amount_limit(what: str, value: object, unit: str) -> None:
+    """Refuse a limit in dollars or seconds (``None``: no limit) that is not a finite number
+    > 0 (``bool`` refused); ``what`` names it in the error, ``unit`` says what it counts.
+
+    Raises:
+        UserError: naming ``what``, the value and the accepted range.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(
+            f"{what} must be a number of {unit} > 0 (finite; or None for no limit), "
+            f"got {_shown(value)}."
+        )
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        number = math.inf
+    if not (math.isfinite(number) and number > 0):
+        raise UserError(
+            f"{what} must be > 0 (a finite number of {unit}; or None for no limit), "
+            f"got {_shown(value)}."
+        )
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, shortened when it is long (a 400-digit int)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """Limits on what a run may spend; ``None`` switches a limit off.
 
     Attributes:
-        max_tokens: input + output tokens of every call together.
-        max_cost_usd: dollars actually paid (cache hits are free).
-        max_wall_s: seconds since the meter started; a call never runs past it.
-        max_calls: model calls sent (cache hits do not count).
+        max_tokens: input + output tokens of every call together (an int, 1 to 10**15).
+        max_cost_usd: dollars actually paid (cache hits are free; finite, > 0).
+        max_wall_s: seconds since the meter started; a call never runs past it (finite, > 0).
+        max_calls: model calls sent (cache hits do not count; an int, 1 to 10**15).
+
+    **Per run.** A Budget is a description of limits, not a pool: every run it is passed to
+    (``agent_loop_parallel(budget=...)``, ``BanditRace(budget=...)``, a selection, …) starts its
+    own :class:`Meter` with its own allowance, so one Budget object passed to two concurrent
+    runs lets each of them spend the whole of it. To share one allowance, run them under one
+    meter — ``with metering(Meter(budget)): await asyncio.gather(run_a(), run_b())`` — every
+    call made in the block must fit that meter's budget.
+
+    **What a reservation assumes.** Before a call is sent its worst case is reserved: the input
+    estimated cautiously (:func:`estimate_tokens`) plus the call's output limit — its own, else
+    the model's from the catalog, else (when a dollar budget needs one, for an intercepted SDK
+    call to a model outside the catalog that sets no limit) :data:`UNBOUNDED_OUTPUT_ALLOWANCE`
+    tokens (128,000, the largest output any catalogued model allows). A token budget instead
+    lowers an unbounded call's output limit to the tokens that remain. So a budget can be
+    exceeded only by what calls in flight spend beyond their reservation: input beyond its
+    estimate, or output beyond the allowance from a model that writes more than any catalogued
+    one.
     """
 
     max_tokens: int | None = None
@@ -76,14 +165,10 @@ class Budget:
     max_calls: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "max_cost_usd", "max_wall_s", "max_calls"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise UserError(f"Budget.{name} must be a number or None, got {value!r}.")
-            if not (math.isfinite(value) and value > 0):
-                raise UserError(f"Budget.{name} must be > 0 (or None for no limit), got {value!r}.")
+        check_count_limit("Budget.max_tokens", self.max_tokens)
+        check_amount_limit("Budget.max_cost_usd", self.max_cost_usd, "dollars")
+        check_amount_limit("Budget.max_wall_s", self.max_wall_s, "seconds")
+        check_count_limit("Budget.max_calls", self.max_calls)
 
     @property
     def unlimited(self) -> bool:
@@ -283,10 +368,16 @@ class Meter:
             left_usd = budget.max_cost_usd - spent - self._reserved_cost
             worst = _worst_cost(input_tokens, cap, pricing)
             if worst > left_usd + 1e-12:
+                assumed = (
+                    f"; it sets no output limit and its model's is unknown, so "
+                    f"{UNBOUNDED_OUTPUT_ALLOWANCE:,} output tokens are assumed"
+                    if cap is None
+                    else ""
+                )
                 raise BudgetExceededError(
                     f"dollar budget ${budget.max_cost_usd:g}: this call may cost up to "
                     f"${worst:.4f} but ${max(left_usd, 0.0):.4f} remains (${spent:.4f} spent, "
-                    f"${self._reserved_cost:.4f} reserved)",
+                    f"${self._reserved_cost:.4f} reserved{assumed})",
                     limit="cost",
                 )
         return cap
@@ -297,9 +388,11 @@ def _tokens(usage: Usage) -> int:
 
 
 def _worst_cost(input_tokens: int, max_output: int | None, pricing: Pricing | None) -> float:
+    """The most a call can cost: its input estimate and its output limit at full price; a call
+    with no output limit (none known to phi) at :data:`UNBOUNDED_OUTPUT_ALLOWANCE`."""
     if pricing is None:
         return 0.0
-    output = max_output if max_output is not None else 0
+    output = max_output if max_output is not None else UNBOUNDED_OUTPUT_ALLOWANCE
     return (input_tokens * pricing.input + output * pricing.output) / 1_000_000
 
 
@@ -333,7 +426,9 @@ def reserve(
     """Reserve a call's worst case on every active meter (all or none).
 
     ``max_output`` is the call's own output limit; ``model_max_output`` the model's, used as the
-    worst case when the call sets none but a budget needs one.
+    worst case when the call sets none but a budget needs one. With neither, a token budget
+    lowers the output limit to what remains and a dollar budget reserves
+    :data:`UNBOUNDED_OUTPUT_ALLOWANCE` output tokens (the request is not changed for it).
 
     Raises:
         BudgetExceededError: a budget cannot fit the call; nothing stays reserved.

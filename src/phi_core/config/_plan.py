@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ..cancel import CancelToken
 from ..errors import UserError
@@ -45,6 +45,8 @@ from ._race import (
     parse_branch,
     strategy_name,
 )
+
+_V = TypeVar("_V")
 
 __all__ = [
     "DEFAULT_LOCAL_MAX_TOKENS",
@@ -363,17 +365,24 @@ def bandit_race_from_plan(plan: RacePlan, *, store: RouterStateStore | None = No
         configs[judge_name] = plan.judge_config
         options = dataclasses.replace(options, judge_model=judge_name)
     budget = plan.budget or Budget()
+    # `is not None`, not `or`: a bandit option set to 0 is refused by build_bandit_race as it
+    # is on the direct path, instead of silently meaning "the plan's limit (or none)".
     options = dataclasses.replace(
         options,
-        preview_timeout_s=options.preview_timeout_s or plan.timeout,
-        full_timeout_s=options.full_timeout_s or plan.timeout,
-        max_concurrency=options.max_concurrency or plan.max_concurrency,
-        max_total_tokens=options.max_total_tokens or budget.max_tokens,
-        max_cost_usd=options.max_cost_usd or budget.max_cost_usd,
-        total_timeout_s=options.total_timeout_s or budget.max_wall_s,
-        max_calls=options.max_calls or budget.max_calls,
+        preview_timeout_s=_own(options.preview_timeout_s, plan.timeout),
+        full_timeout_s=_own(options.full_timeout_s, plan.timeout),
+        max_concurrency=_own(options.max_concurrency, plan.max_concurrency),
+        max_total_tokens=_own(options.max_total_tokens, budget.max_tokens),
+        max_cost_usd=_own(options.max_cost_usd, budget.max_cost_usd),
+        total_timeout_s=_own(options.total_timeout_s, budget.max_wall_s),
+        max_calls=_own(options.max_calls, budget.max_calls),
     )
     return build_bandit_race(plan.labels, options, configs=configs, store=store)
+
+
+def _own(value: _V | None, fallback: _V | None) -> _V | None:
+    """``value`` when it is set (0 included), else ``fallback``."""
+    return value if value is not None else fallback
 
 
 def bandit_payload(result: BanditRaceResult) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..metering import check_amount_limit, check_count_limit
+
 if TYPE_CHECKING:
     from ..types import Pricing
 
@@ -25,12 +27,24 @@ class ExecutionLimits:
     ``max_duration`` is also a deadline
     for everything inside the run: a model call still streaming when it passes ends with a
     ``timeout`` error, and tools still running are cancelled; the run then ends on the limit.
+
+    Checked when built (:class:`~phi_core.errors.UserError` otherwise): ``max_turns`` and
+    ``max_total_tokens`` are ints from 1 to 10**15, ``max_duration`` (seconds) and ``max_cost``
+    (dollars) finite numbers > 0.
     """
 
     max_turns: int | None = 50
     max_total_tokens: int | None = 1_000_000
     max_duration: float | None = 600.0
     max_cost: float | None = None
+
+    def __post_init__(self) -> None:
+        # Whole numbers: an int from 1 to 10**15 (bool refused); seconds and dollars: a finite
+        # number > 0. None switches a limit off.
+        check_count_limit("ExecutionLimits.max_turns", self.max_turns)
+        check_count_limit("ExecutionLimits.max_total_tokens", self.max_total_tokens)
+        check_amount_limit("ExecutionLimits.max_duration", self.max_duration, "seconds")
+        check_amount_limit("ExecutionLimits.max_cost", self.max_cost, "dollars")
 
 
 @dataclass

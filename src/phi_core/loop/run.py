@@ -61,7 +61,7 @@ from ..events import (
     TurnTrigger,
     Warning,
 )
-from ..metering import estimate_request_tokens
+from ..metering import active_meters, estimate_request_tokens
 from ..providers.base import (
     ModelConfig,
     Provider,
@@ -72,7 +72,7 @@ from ..providers.base import (
 )
 from ..providers.call import ModelCall
 from ..providers.credentials import stream_with_credentials
-from ..providers.deadlines import deadline_scope
+from ..providers.deadlines import deadline_scope, scope_deadline
 from ..tools._validate import check_tools
 from ..tools.execute import ToolRunner
 from ..types import (
@@ -849,6 +849,32 @@ class _Run:
             open_stream=open_call,
         )
 
+    def _run_deadline_passed(self, where: str) -> str:
+        """The stop reason when the run's deadline passed ``where``, naming the limit that fired:
+        the earliest of this loop's ``max_duration``, an active budget's ``max_wall_s`` and an
+        enclosing run's deadline."""
+        meters = self.call.meters if self.call is not None else active_meters()
+        # (when, reason): the earliest deadline is the one the call ran into.
+        fired: list[tuple[float, str]] = []
+        if self.tracker is not None and self.run_deadline is not None:
+            fired.append((self.run_deadline, self.tracker.duration_exceeded(where)))
+        for meter in meters:
+            budget = meter.budget
+            if budget is not None and budget.max_wall_s is not None:
+                fired.append(
+                    (
+                        meter.started + budget.max_wall_s,
+                        f"Budget max_wall_s reached {where} "
+                        f"({meter.elapsed():.1f}s/{budget.max_wall_s:g}s)",
+                    )
+                )
+        outer = scope_deadline(())
+        if outer is not None:
+            fired.append((outer, f"An enclosing run's deadline passed {where}"))
+        if not fired:
+            return f"The run's deadline passed {where}"
+        return min(fired, key=lambda item: item[0])[1]
+
     def _partial_usage(self) -> Usage:
         return self.call.partial_usage() if self.call is not None else Usage()
 
@@ -912,8 +938,7 @@ class _Run:
                 final = self._error_message(exc)
                 if isinstance(exc, CallTimeoutError) and exc.deadline == "run":
                     self.run_deadline_hit = True
-                    assert self.tracker is not None
-                    final.error_message = self.tracker.duration_exceeded("mid-stream")
+                    final.error_message = self._run_deadline_passed("mid-stream")
             except asyncio.CancelledError:
                 partial = _partial_message(texts, thinking, self.model)
                 partial.turn_id = turn_id

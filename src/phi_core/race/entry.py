@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..loop import AgentLoopConfig
-from ..metering import Budget
+from ..metering import Budget, check_amount_limit, check_count_limit
 from ..parallel import runnable_python
 from ..routing.bandits import LinUCBRouter
 from ..routing.features import EmbeddingFeatures, FeatureExtractor, HashedFeatures
@@ -79,6 +79,16 @@ class BanditOptions:
     """A check of each full answer (see :func:`verifier_from_spec`); None: no check."""
 
     def budget(self) -> Budget | None:
+        """The race's :class:`Budget` from the four limit options (``None``: none set).
+
+        Raises:
+            UserError: a limit that is set but not > 0 (0 is refused, not read as "no limit"),
+                or not a whole number where one is counted — named as the option it is.
+        """
+        check_count_limit("BanditOptions.max_total_tokens", self.max_total_tokens)
+        check_amount_limit("BanditOptions.max_cost_usd", self.max_cost_usd, "dollars")
+        check_amount_limit("BanditOptions.total_timeout_s", self.total_timeout_s, "seconds")
+        check_count_limit("BanditOptions.max_calls", self.max_calls)
         budget = Budget(
             max_tokens=self.max_total_tokens,
             max_cost_usd=self.max_cost_usd,
@@ -150,6 +160,14 @@ def build_bandit_race(
     if options.judge_model:
         judge = configs.get(options.judge_model) or AgentLoopConfig(model=options.judge_model)
         judge.model_config()
+    concurrency = options.max_concurrency
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise UserError(
+            f"BanditOptions.max_concurrency must be an int >= 1 (or None for no limit), "
+            f"got {concurrency!r}."
+        )
     features = _features(options)
     reward = RewardPolicy(
         quality_weight=options.quality_weight,

@@ -314,6 +314,8 @@ class _Pending:
         """
         call = self.call
         try:
+            # No output limit and a model outside the catalog: a dollar budget reserves
+            # UNBOUNDED_OUTPUT_ALLOWANCE output tokens (the request is left as it is).
             self.reservation = reserve(
                 input_tokens=call.input_estimate,
                 max_output=call.max_output,
