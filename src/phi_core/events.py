@@ -323,12 +323,18 @@ class SelectionEnd(_Event):
 
     type: Literal["selection_end"] = "selection_end"
     session_id: str
-    status: Literal["ok", "budget", "error", "cancelled"]
-    """``budget``: the budget ended the search early (a best is still recommended)."""
+    status: Literal["ok", "over_budget", "error", "cancelled"]
+    """``over_budget``: the budget ended the search early (a best is still recommended) — the
+    same word races and bandit races use."""
     best: str | None = None
     evaluations: int = 0
     usage: Usage = Field(default_factory=Usage)
+    """Tokens of the model calls this run actually sent and paid for: the agents', the
+    scorer's (an LLM judge) and the algorithm's own (an LM proposer); cache hits, refused calls
+    and cells resumed from a journal are not counted. The same calls as ``cost_usd``."""
     cost_usd: float = 0.0
+    """Dollars this run actually paid, for the same calls as ``usage`` (the selection result's
+    ``cost_usd``); not the price of the combinations' runs with cache hits priced."""
     error: str | None = None
 
 

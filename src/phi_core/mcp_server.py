@@ -280,6 +280,16 @@ class RaceTools:
         limits: KeyLimits | None = None,
         log_content: bool = True,
     ) -> None:
+        if max_cost_usd is not None and (
+            isinstance(max_cost_usd, bool)
+            or not isinstance(max_cost_usd, int | float)
+            or not math.isfinite(max_cost_usd)
+            or not max_cost_usd > 0
+        ):  # refused now, not by every tool call
+            raise UserError(
+                f"The server's dollar cap (--max-cost) must be a finite number of dollars > 0, "
+                f"got {max_cost_usd!r}; leave it out for none."
+            )
         self.profiles = dict(profiles or load_profiles(())[0])
         self.run_log = run_log
         self.state = state

@@ -153,8 +153,13 @@ async def test_daily_spend_limit_refuses_a_key_that_spent_its_dollars(
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", f"{upstream.url}/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-test")
-    keys = [{"name": "cheap", "key": "sk-cheap", "daily_usd": 0.000001}]
-    body = {"model": "openai:gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    # room for one call's worst case (its input and 5 output tokens), not for two
+    keys = [{"name": "cheap", "key": "sk-cheap", "daily_usd": 0.000006}]
+    body = {
+        "model": "openai:gpt-4o-mini",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     headers = {"Authorization": "Bearer sk-cheap"}
     async with (
         live_gateway(gateway_config(upstream.url, keys=keys)) as url,
@@ -164,7 +169,7 @@ async def test_daily_spend_limit_refuses_a_key_that_spent_its_dollars(
         second = await client.post("/v1/chat/completions", json=body)
         metrics = (await client.get("/metrics")).text
     assert first.status_code == 200 and first.headers["x-phi-model"] == "openai:gpt-4o-mini"
-    assert first.json()["phi"]["cost_usd"] > 0.000001  # 10 input + 5 output tokens, priced
+    assert first.json()["phi"]["cost_usd"] > 0  # 10 input + 5 output tokens, priced
     assert second.status_code == 429
     assert second.json()["error"]["code"] == "daily_spend_exceeded"
     assert int(second.headers["retry-after"]) >= 1

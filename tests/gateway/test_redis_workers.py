@@ -108,10 +108,15 @@ async def test_daily_spend_is_shared_by_workers(
     config = tmp_path / "gateway.toml"
     config.write_text(
         f'[gateway]\nretries = 0\nstate = "{redis_url}"\nrun_log = false\n\n'
-        '[[gateway.keys]]\nname = "cheap"\nkey = "sk-cheap"\ndaily_usd = 0.000001\n'
+        '[[gateway.keys]]\nname = "cheap"\nkey = "sk-cheap"\ndaily_usd = 0.000006\n'
     )
     env = {"OPENAI_BASE_URL": f"{upstream.url}/v1", "OPENAI_API_KEY": "sk-upstream-test"}
-    body = {"model": "openai:gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    # room for one call's worst case (its input and 5 output tokens), not for two
+    body = {
+        "model": "openai:gpt-4o-mini",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     statuses = []
     async with phi_serve(config, "--workers", "2", env=env) as (url, _):
         for _ in range(6):  # a new connection each time: the kernel spreads them over workers

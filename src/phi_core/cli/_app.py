@@ -65,6 +65,7 @@ from ._options import (
     OutputOption,
     ScriptOption,
     TimeoutOption,
+    finite_at_least,
 )
 from ._output import OutputMode, output_mode, print_table
 from ._sandbox import UNSAFE_EXEC_HELP, use_sandbox
@@ -264,7 +265,7 @@ def race(
         float | None,
         typer.Option(
             "--max-cost",
-            min=0.000001,
+            callback=finite_at_least(0.000001, "dollars"),
             help="Dollar budget of the whole race: a call that may not fit is refused unsent.",
         ),
     ] = None,
@@ -278,7 +279,7 @@ def race(
         float | None,
         typer.Option(
             "--deadline",
-            min=0.001,
+            callback=finite_at_least(0.001, "seconds"),
             help="Seconds the whole race may take; what still runs then is stopped.",
         ),
     ] = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +20,27 @@ __all__ = [
     "OutputOption",
     "ScriptOption",
     "TimeoutOption",
+    "finite_at_least",
 ]
+
+
+def finite_at_least(minimum: float, unit: str) -> Callable[[float | None], float | None]:
+    """An option callback refusing a number that is not finite (``nan``, ``inf``) or is below
+    ``minimum`` (a click ``min=`` range would call ``nan`` merely too small)."""
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return None
+        if not math.isfinite(value):
+            raise typer.BadParameter(
+                f"must be a finite number of {unit} (at least {minimum:g}), got {value}."
+            )
+        if value < minimum:
+            raise typer.BadParameter(f"must be at least {minimum:g} {unit}, got {value:g}.")
+        return value
+
+    return check
+
 
 OUTPUT_HELP = (
     f"What to print: {', '.join(OUTPUT_MODES)} (answer: only the winner's text). Default: text."
@@ -46,7 +68,11 @@ AnswerOnlyOption = Annotated[
     bool, typer.Option("-a", "--answer-only", help="Print only the winner's text (-o answer).")
 ]
 TimeoutOption = Annotated[
-    float | None, typer.Option(min=0.001, help="Seconds after which a branch times out.")
+    float | None,
+    typer.Option(
+        callback=finite_at_least(0.001, "seconds"),
+        help="Seconds after which a branch times out.",
+    ),
 ]
 MaxConcurrencyOption = Annotated[
     int | None, typer.Option(min=1, help="At most this many branches run at once.")

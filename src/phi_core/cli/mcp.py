@@ -18,7 +18,7 @@ from ..gateway._config import exposure_warning
 from ..mcp_server import KeyLimits, RaceTools, load_config, mcp_server, serve_http
 from ..runlog import RunLog, default_log_path, logging_enabled
 from ._common import usage_error, warn
-from ._options import ScriptOption
+from ._options import ScriptOption, finite_at_least
 from ._script import scripted_providers
 
 __all__ = ["app"]
@@ -74,7 +74,7 @@ def serve(
         float | None,
         typer.Option(
             "--max-cost",
-            min=0.000001,
+            callback=finite_at_least(0.000001, "dollars"),
             help="Dollar cap on every tool call; a caller may ask for less, never more.",
         ),
     ] = None,

@@ -70,7 +70,8 @@ BUILTIN_SCORERS: dict[str, Callable[[Any, Any], float]] = {"exact": _exact, "con
 
 class SelectBudget(_Section):
     max_evaluations: int | None = Field(default=None, ge=1, strict=True)
-    max_cost: float | None = Field(default=None, gt=0)
+    max_cost: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Dollars the run may pay (finite, > 0; leave it out for no limit)."""
 
 
 class SelectSpec(_Section):
@@ -140,7 +141,10 @@ class SelectSpec(_Section):
             except UserError as exc:
                 raise source.error(str(exc), (key,)) from None
         limits = self.budget or SelectBudget()
-        budget = Budget(max_cost_usd=limits.max_cost) if limits.max_cost is not None else None
+        try:  # whatever Budget refuses is reported at the key, with its file and line
+            budget = Budget(max_cost_usd=limits.max_cost) if limits.max_cost is not None else None
+        except UserError as exc:
+            raise source.error(str(exc), ("budget", "max_cost")) from None
         cache = self.cache_path
         try:
             return ModelSelector(

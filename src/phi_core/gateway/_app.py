@@ -289,6 +289,8 @@ def create_app(
             await gateway.charge(caller, meter.spent)
         except Exception as exc:  # the answer is paid for; a limits store failure is logged
             logger.warning("could not charge key %s: %s", caller.name, type(exc).__name__)
+        finally:  # charged first: the next request then reads this one's spend from the store
+            gateway.release(meter)
 
     async def finish(
         kind: str, status: int, started: float, caller: Caller, meter: Meter, disconnected: bool
@@ -350,12 +352,13 @@ def create_app(
             chat_request = parse_chat_request(await json_body(request))
             kind, _ = gateway.resolve(chat_request.model)
             gateway.authorize(caller, chat_request.model)
-            await gateway.admit(caller)
+            # the request's meter: its budget is what is left of the key's daily dollars
+            meter = await gateway.admit(caller)
         except GatewayError as exc:
             metrics.inc("phi_gateway_requests_total", route="chat", kind=kind,
                         status=str(exc.status))  # fmt: skip
             return _error(exc)
-        meter, wall = Meter(), time.time()
+        wall = time.time()
         if kind == "passthrough" and chat_request.stream:
             return await stream_passthrough(request, chat_request, caller, meter, started)
         gateway.in_flight += 1

@@ -26,6 +26,7 @@ Keys may also come from ``$PHI_GATEWAY_KEYS`` (comma-separated, no limits).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from ..errors import ConfigError, UserError
 
 __all__ = [
     "KEYS_ENV",
+    "MAX_DAILY_USD",
     "ApiKey",
     "GatewayConfig",
     "GatewaySettings",
@@ -50,6 +52,10 @@ __all__ = [
 
 KEYS_ENV = "PHI_GATEWAY_KEYS"
 
+MAX_DAILY_USD = 1e9
+"""The largest ``daily_usd`` a key may have: far beyond any real spend, so a larger value is a
+typo (or ``inf``), not a limit; leave ``daily_usd`` out for none."""
+
 
 class ApiKey(_Section):
     """One bearer key and its limits (``None``: unlimited)."""
@@ -57,10 +63,25 @@ class ApiKey(_Section):
     name: str = Field(min_length=1)
     key: SecretStr | None = Field(default=None, repr=False)
     key_env: str | None = None
-    daily_usd: float | None = Field(default=None, gt=0)
+    daily_usd: float | None = None
+    """Dollars the key may spend per UTC day: finite, > 0 and at most :data:`MAX_DAILY_USD`.
+    Every model call of its requests reserves its worst case against what is left, so the key
+    never spends past it (a call that could is refused with 429 ``daily_spend_exceeded``)."""
     requests_per_minute: int | None = Field(default=None, ge=1)
     models: list[str] | None = None
     """The models this key may call (``race:fast``, ``openai:gpt-4o-mini``…); None: any."""
+
+    @field_validator("daily_usd")
+    @classmethod
+    def _daily_usd(cls, value: float | None) -> float | None:
+        if value is None:
+            return None
+        if not (math.isfinite(value) and 0 < value <= MAX_DAILY_USD):
+            raise ValueError(
+                f"daily_usd must be a finite number of dollars > 0 and at most {MAX_DAILY_USD:g} "
+                f"(leave it out for no daily limit), got {value!r}"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKey:

@@ -23,10 +23,17 @@ from typing import Any, Literal, cast
 
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_race_from_plan, plan_race
-from ..errors import GatewayError, MissingApiKeyError, ProviderError, StateStoreError, UserError
+from ..errors import (
+    BudgetExceededError,
+    GatewayError,
+    MissingApiKeyError,
+    ProviderError,
+    StateStoreError,
+    UserError,
+)
 from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
-from ..metering import Meter, metering
+from ..metering import Budget, Meter, metering
 from ..parallel import ParallelLoopResult
 from ..providers.base import ModelConfig, Provider, StreamDone, StreamRequest
 from ..providers.call import ModelCall
@@ -38,7 +45,7 @@ from ..routing.state import open_route_state, state_location
 from ..routing.stores import LinkStore, MemoryPreviewCache
 from ..runlog import RunLog, RunRecord, RunRecorder
 from ..tools._validate import check_tools
-from ..types import AssistantMessage, TextDelta, ToolCallDelta
+from ..types import AssistantMessage, Pricing, TextDelta, ToolCallDelta
 from ._answers import (
     Answer,
     error_of_kind,
@@ -102,6 +109,86 @@ class Caller:
     key: ApiKey | None = None
 
 
+DAILY_REFUSAL = "daily spend limit (daily_usd"
+"""In the message of every call a key's daily spend limit refused (how a refusal is told apart
+from one of a profile's own budgets)."""
+
+
+class _Allowance(Meter):
+    """A :class:`Meter` whose budget is what is left of a key's ``daily_usd``: each call reserves
+    its worst case against it before it is sent, and a call that could spend past it is refused
+    with a :class:`BudgetExceededError` naming the key's limit (``limit="daily_usd"``).
+
+    A request runs under its own (what the spend store said was left when it was admitted) and
+    under the one its key's requests in flight in this process share (``shared``), so
+    concurrent requests reserve from one remainder instead of each spending all of it."""
+
+    def __init__(
+        self,
+        key: ApiKey,
+        remaining: float,
+        *,
+        shared: _Allowance | None = None,
+        slot: tuple[str, str] | None = None,
+    ) -> None:
+        super().__init__(Budget(max_cost_usd=remaining))
+        self.key = key
+        self.shared = shared
+        self.slot = slot
+        """``(key name, day window)`` of the shared allowance this request holds (released once)."""
+
+    def _check(
+        self, input_tokens: int, max_output: int | None, pricing: Pricing | None
+    ) -> int | None:
+        try:
+            return super()._check(input_tokens, max_output, pricing)
+        except BudgetExceededError as exc:
+            detail = str(exc).removeprefix("Budget exceeded: ")
+            raise BudgetExceededError(
+                f"key {self.key.name!r} is over its {DAILY_REFUSAL} = ${self.key.daily_usd:g} a "
+                f"day): what is left of today's dollars cannot fit this call ({detail})",
+                limit="daily_usd",
+            ) from None
+
+    def meters(self) -> tuple[Meter, ...]:
+        """The meters a call of this request goes on: the shared allowance, then its own."""
+        return (self,) if self.shared is None else (self.shared, self)
+
+
+def meters_of(meter: Meter) -> tuple[Meter, ...]:
+    """The meters a request's calls go on (its key's shared daily allowance too, if any)."""
+    return meter.meters() if isinstance(meter, _Allowance) else (meter,)
+
+
+def daily_spend_error(key: ApiKey, message: str) -> GatewayError:
+    """The 429 of a key over its ``daily_usd`` (``Retry-After``: when the UTC day ends)."""
+    _, left = day_window()
+    return GatewayError(
+        429,
+        message,
+        type_="insufficient_quota",
+        code="daily_spend_exceeded",
+        headers={"Retry-After": str(max(1, round(left)))},
+    )
+
+
+def refused_by_allowance(meter: Meter) -> str | None:
+    """The message of a call of this request its key's daily spend limit refused (``None``:
+    none was)."""
+    for call in list(meter.calls):
+        if call.error_kind == "budget" and DAILY_REFUSAL in (call.error or ""):
+            return call.error
+    return None
+
+
+@dataclass
+class _Held:
+    """A key's allowance shared by its requests in flight in this process."""
+
+    meter: _Allowance
+    requests: int = 0
+
+
 @dataclass
 class _Route:
     """A route profile: the bandit race (one per process) and when it last reloaded."""
@@ -157,6 +244,8 @@ class Gateway:
         not be written), so their feedback is told so rather than "not found"."""
         self._links_failing = False
         self.counters: LimitCounters = MemoryCounters()
+        self._held: dict[tuple[str, str], _Held] = {}
+        """Per ``(key, day)``: the daily allowance its requests in flight share."""
         self.state: str = state_location(self.settings.state)
         self.ready = False
         self.in_flight = 0
@@ -375,11 +464,19 @@ class Gateway:
                 param="model",
             )
 
-    async def admit(self, caller: Caller) -> None:
-        """Refuse with 429 (and ``Retry-After``) a key over its request rate or daily spend."""
+    async def admit(self, caller: Caller) -> Meter:
+        """Refuse with 429 (and ``Retry-After``) a key over its request rate or daily spend;
+        else the :class:`Meter` the request runs under (hand it to :meth:`release` when the
+        request is over, after :meth:`charge`).
+
+        With a ``daily_usd``, the meter's budget is what is left of the key's day, and it goes
+        with the allowance the key's requests in flight in this process share (see
+        :func:`meters_of`): every call reserves its worst case before it is sent, so neither
+        one request nor several at once spend past the limit. (Workers sharing a Redis store see
+        each other's finished spend at admission, not each other's calls in flight.)"""
         key = caller.key
         if key is None:
-            return
+            return Meter()
         if key.requests_per_minute is not None:
             window, left = minute_window()
             count = await self.counters.hit(key.name, window, 60)
@@ -392,18 +489,32 @@ class Gateway:
                     code="rate_limit_exceeded",
                     headers={"Retry-After": str(max(1, round(left)))},
                 )
-        if key.daily_usd is not None:
-            window, left = day_window()
-            spent = await self.counters.spend(key.name, window, 0.0, 86_400)
-            if spent >= key.daily_usd:
-                raise GatewayError(
-                    429,
-                    f"Key {key.name!r} has spent its ${key.daily_usd:.2f} for today "
-                    f"(${spent:.4f}).",
-                    type_="insufficient_quota",
-                    code="daily_spend_exceeded",
-                    headers={"Retry-After": str(max(1, round(left)))},
-                )
+        if key.daily_usd is None:
+            return Meter()
+        window, left = day_window()
+        spent = await self.counters.spend(key.name, window, 0.0, 86_400)
+        if spent >= key.daily_usd:
+            raise daily_spend_error(
+                key, f"Key {key.name!r} has spent its ${key.daily_usd:g} for today (${spent:.6f})."
+            )
+        slot = (key.name, window)
+        held = self._held.get(slot)
+        if held is None:
+            held = self._held[slot] = _Held(_Allowance(key, key.daily_usd - spent))
+        held.requests += 1
+        return _Allowance(key, key.daily_usd - spent, shared=held.meter, slot=slot)
+
+    def release(self, meter: Meter) -> None:
+        """The request of ``meter`` is over (charged): it no longer holds its key's shared
+        allowance (once the last one is over, the next request reads the spend store afresh)."""
+        if not isinstance(meter, _Allowance) or meter.slot is None:
+            return
+        slot, meter.slot = meter.slot, None
+        held = self._held.get(slot)
+        if held is not None and held.meter is meter.shared:
+            held.requests -= 1
+            if held.requests <= 0:
+                del self._held[slot]
 
     async def charge(self, caller: Caller, usd: float) -> None:
         if caller.key is not None and caller.key.daily_usd is not None and usd > 0:
@@ -413,7 +524,18 @@ class Gateway:
     # ------------------------------------------------------------------ answering
 
     async def answer(self, request: ChatRequest, caller: Caller, meter: Meter) -> Answer:
-        """The whole answer to ``request`` (race, route or passthrough); calls go on ``meter``."""
+        """The whole answer to ``request`` (race, route or passthrough); calls go on ``meter``
+        (and its key's daily allowance). A request that failed because that allowance refused a
+        call is a 429 ``daily_spend_exceeded``."""
+        try:
+            return await self._answer(request, meter)
+        except GatewayError as exc:
+            refused = refused_by_allowance(meter)
+            if refused is not None and caller.key is not None and exc.status != 429:
+                raise daily_spend_error(caller.key, refused) from exc
+            raise
+
+    async def _answer(self, request: ChatRequest, meter: Meter) -> Answer:
         kind, target = self.resolve(request.model)
         if kind == "passthrough":
             stream = self.passthrough(request, meter)
@@ -520,11 +642,15 @@ class Gateway:
         """The upstream's stream (deltas, then one :class:`StreamDone`) through the call path;
         provider errors become :class:`GatewayError`."""
         provider, sent = self.passthrough_request(request)
-        call = ModelCall(provider, sent, retry=self.retry, meters=(meter,))
+        call = ModelCall(provider, sent, retry=self.retry, meters=meters_of(meter))
         try:
             async for item in call.stream():
                 if isinstance(item, TextDelta | ToolCallDelta | StreamDone):
                     yield item
+        except BudgetExceededError as exc:
+            if exc.limit == "daily_usd" and isinstance(meter, _Allowance):
+                raise daily_spend_error(meter.key, str(exc)) from exc
+            raise upstream_error(exc) from exc
         except ProviderError as exc:
             raise upstream_error(exc) from exc
         if call.message is not None and call.message.stop_reason == "error":
@@ -595,7 +721,9 @@ class Gateway:
         status and the usage it had caused, and is logged as one before the cancellation goes
         on."""
         cancel = CancelToken()
-        with metering(meter):
+        with contextlib.ExitStack() as active:
+            for each in meters_of(meter):  # its key's shared daily allowance first
+                active.enter_context(metering(each))
             run = asyncio.ensure_future(start(cancel))
         try:
             result = await asyncio.shield(run)

@@ -45,16 +45,33 @@ class Evaluation(Outcome):
     :class:`~phi_core.outcome.Outcome` with the scorer's ``score``.
 
     A run that failed has ``error`` set and counts as score 0: failures count against a
-    combination, they are never dropped. ``cost_usd`` is what the run costs without a cache
-    (cache hits included, so cached and fresh runs compare fairly); ``spent_usd`` what was paid.
-    A cell whose calls the budget refused (status ``over_budget``) is not recorded at all.
+    combination, they are never dropped. A cell whose calls the budget refused (status
+    ``over_budget``) is not recorded at all.
+
+    Two figures of money (and of calls and tokens) are kept apart:
+
+    * **the price of the run** — ``cost_usd``, ``usage`` and ``calls``: every call of the agent,
+      cache hits priced at what they originally cost, the scorer's calls left out. It does not
+      depend on the cache's state, so cached and fresh runs of a combination compare fairly; the
+      ranking, the objective and each combination's reported cost use it.
+    * **what was paid** — ``spent_usd``, ``calls_sent`` and ``usage_sent``: only the calls
+      actually sent (cache hits are free, refused calls never went out), the scorer's own calls
+      (an LLM judge) included. The run's :class:`~phi_core.metering.Budget` counts these, like
+      :class:`~phi_core.metering.Meter` does.
     """
 
     score: float = 0.0
     calls: int = 0
+    """The agent's model calls, cache hits included (the price of the run)."""
     spent_usd: float | None = None
     """Dollars actually paid for this run, its scoring included (``None``: the same as
     ``cost_usd``)."""
+    calls_sent: int | None = None
+    """Model calls actually sent for this run, its scoring's included (cache hits and refused
+    calls are not); what a ``Budget(max_calls)`` counts (``None``: the same as ``calls``)."""
+    usage_sent: Usage | None = None
+    """Tokens of the calls actually sent for this run, its scoring's included; what a
+    ``Budget(max_tokens)`` counts (``None``: the same as ``usage``)."""
     scoring_usd: float = 0.0
     """Dollars the scorer's own model calls cost (an LLM judge): paid, so in ``spent_usd``, but
     not the combination's cost."""
@@ -79,7 +96,19 @@ class Evaluation(Outcome):
 
     @property
     def paid(self) -> float:
+        """Dollars actually paid (see :attr:`spent_usd`)."""
         return self.cost_usd if self.spent_usd is None else self.spent_usd
+
+    @property
+    def paid_calls(self) -> int:
+        """Model calls actually sent (see :attr:`calls_sent`)."""
+        return self.calls if self.calls_sent is None else self.calls_sent
+
+    @property
+    def paid_tokens(self) -> int:
+        """Input and output tokens of the calls actually sent (see :attr:`usage_sent`)."""
+        usage = self.usage if self.usage_sent is None else self.usage_sent
+        return usage.input + usage.cache_read + usage.cache_write + usage.output
 
 
 class Evaluator(Protocol):
@@ -276,7 +305,13 @@ class Arena:
         self.input_tokens = np.zeros(shape, dtype=np.int64)
         self.output_tokens = np.zeros(shape, dtype=np.int64)
         self.paid = np.zeros(shape)
+        """Dollars paid for each recorded cell (cache hits free, scoring included)."""
         self.calls = np.zeros(shape, dtype=np.int64)
+        """The agent's model calls of each recorded cell, cache hits included."""
+        self.calls_sent = np.zeros(shape, dtype=np.int64)
+        """Model calls actually sent for each recorded cell (what the budget counts)."""
+        self.tokens_sent = np.zeros(shape, dtype=np.int64)
+        """Tokens of the calls actually sent for each recorded cell (what the budget counts)."""
         self.errors: dict[tuple[int, int], str] = {}
         self.cells: dict[tuple[int, int], Evaluation] = {}
         """Every recorded evaluation by ``(combination, position)``."""
@@ -295,8 +330,13 @@ class Arena:
 
     @property
     def tokens_spent(self) -> int:
-        mask = self.observed
-        return int(self.input_tokens[mask].sum() + self.output_tokens[mask].sum())
+        """Tokens of the calls actually sent for the recorded cells (cache hits are free)."""
+        return int(self.tokens_sent[self.observed].sum())
+
+    @property
+    def calls_spent(self) -> int:
+        """Model calls actually sent for the recorded cells (cache hits are not)."""
+        return int(self.calls_sent[self.observed].sum())
 
     def exhausted(self) -> bool:
         if self.max_evaluations is not None and self.evaluations >= self.max_evaluations:
@@ -307,7 +347,7 @@ class Arena:
         return (
             (b.max_cost_usd is not None and self.cost_spent >= b.max_cost_usd)
             or (b.max_tokens is not None and self.tokens_spent >= b.max_tokens)
-            or (b.max_calls is not None and int(self.calls[self.observed].sum()) >= b.max_calls)
+            or (b.max_calls is not None and self.calls_spent >= b.max_calls)
             or (b.max_wall_s is not None and time.monotonic() - self.started >= b.max_wall_s)
         )
 
@@ -374,6 +414,8 @@ class Arena:
                 self.costs[k, p] = ev.cost_usd
                 self.paid[k, p] = ev.paid
                 self.calls[k, p] = ev.calls
+                self.calls_sent[k, p] = ev.paid_calls
+                self.tokens_sent[k, p] = ev.paid_tokens
                 self.latencies[k, p] = ev.latency_s
                 self.input_tokens[k, p] = ev.input_tokens
                 self.output_tokens[k, p] = ev.output_tokens

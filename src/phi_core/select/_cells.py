@@ -160,7 +160,8 @@ class CellRunner:
         The agent's run is timed and metered as the combination's; the scorer runs after it,
         under its own meter: what its model calls cost (an LLM judge) is paid by the run and
         counted in ``spent_usd`` and ``scoring_usd``, never in the combination's ``cost_usd``,
-        tokens or latency."""
+        tokens or latency. ``spent_usd``, ``calls_sent`` and ``usage_sent`` count the calls
+        actually sent (the agent's and the scorer's; cache hits are free): what the budget counts."""
         models = {s: self.candidates[s][label] for s, label in self.space.labels(k).items()}
         name = self.space.name(k)
         inputs, expected = self.datapoint(i)
@@ -223,6 +224,8 @@ class CellRunner:
                 else None
             ),
             calls=len(calls),
+            calls_sent=meter.calls_sent + scoring.calls_sent,
+            usage_sent=meter.paid_usage + scoring.paid_usage,
             model_usage=per_model,
         )
 

@@ -351,6 +351,8 @@ class ModelSelector:
         self.last_evaluator: BatchEvaluator | None = None
         self.last_scope: InterceptScope | None = None
         """The interception scope of the last run (its ``calls`` log every intercepted call)."""
+        self._run_meter: Meter | None = None
+        """The meter of the last run: every call made in this process while it ran."""
 
     def _handle(self, candidate: Candidate) -> MeteredModel:
         if isinstance(candidate, MeteredModel):
@@ -464,10 +466,7 @@ class ModelSelector:
             )
         )
 
-        ran = [Usage()]  # tokens of the evaluations run now (not those resumed from the journal)
-
         def observe(k: int, i: int, evaluation: Evaluation) -> None:
-            ran[0] += evaluation.usage
             emitter.emit(
                 SelectionEvaluation(
                     session_id=session_id,
@@ -490,25 +489,51 @@ class ModelSelector:
         try:
             result = await self._select_best(on_progress, resume, observe)
         except (asyncio.CancelledError, KeyboardInterrupt):  # stopped, by the program or a Ctrl-C
-            emitter.emit(SelectionEnd(session_id=session_id, status="cancelled"))
+            usage, cost = self._paid()
+            emitter.emit(
+                SelectionEnd(session_id=session_id, status="cancelled", usage=usage, cost_usd=cost)
+            )
             raise
         except BaseException as exc:
             error = redact(f"{type(exc).__name__}: {exc}")
-            emitter.emit(SelectionEnd(session_id=session_id, status="error", error=error))
+            usage, cost = self._paid()
+            emitter.emit(
+                SelectionEnd(
+                    session_id=session_id, status="error", error=error, usage=usage, cost_usd=cost
+                )
+            )
             raise
         for message in result.warnings:  # an algorithm's fallback, unpriced models, ...
             emitter.emit(Warning(loop_id=session_id, message=message))
+        usage, cost = self._paid()
         emitter.emit(
             SelectionEnd(
                 session_id=session_id,
-                status="budget" if result.budget_exhausted else "ok",
+                status="over_budget" if result.budget_exhausted else "ok",
                 best=result.best.name,
                 evaluations=result.evaluations,
-                usage=ran[0],
-                cost_usd=result.cost_usd,
+                usage=usage,
+                cost_usd=cost,
             )
         )
         return result
+
+    def _paid(self) -> tuple[Usage, float]:
+        """Tokens and dollars the last run actually paid, over the same calls: those sent (not
+        cache hits, refusals or cells resumed from the journal), the agents', the scorer's and the
+        algorithm's own. The run's meter saw every call made in this process; cells run by Ray
+        made theirs in its workers, so their evaluations' paid figures are added."""
+        meter = self._run_meter
+        if meter is None:
+            return Usage(), 0.0
+        usage, cost = meter.paid_usage, meter.spent
+        evaluator = self.last_evaluator
+        if self.executor == "ray" and evaluator is not None:
+            for _, _, evaluation in evaluator.completed:
+                sent = evaluation.usage_sent
+                usage += evaluation.usage if sent is None else sent
+                cost += evaluation.paid
+        return usage, cost
 
     async def _select_best(
         self,
@@ -516,6 +541,7 @@ class ModelSelector:
         resume: bool,
         on_evaluation: EvaluationCallback | None,
     ) -> SelectionResult:
+        self._run_meter = self.last_evaluator = None
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
         loop = asyncio.get_running_loop()
         stores: list[tuple[str, ResponseCache | RunJournal | None]] = []
@@ -540,7 +566,7 @@ class ModelSelector:
             )
         started = time.perf_counter()
         scope = InterceptScope(cache=self.cache, model_prices=self.model_prices, loop=loop)
-        run_meter = Meter(self.budget)
+        run_meter = self._run_meter = Meter(self.budget)
         evaluator = self._evaluator(recorded, journal, on_evaluation)
         self.last_evaluator = evaluator
         try:
