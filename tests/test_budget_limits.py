@@ -326,3 +326,25 @@ async def test_runs_under_one_meter_share_its_allowance() -> None:
     with metering(Meter(Budget(max_calls=3))) as meter:
         await asyncio.gather(race(races[:2]), race(races[2:]))
     assert sum(p.calls for p in races) == 3 == meter.calls_sent
+
+
+async def test_a_budgets_wall_clock_also_stops_a_tool_still_running() -> None:
+    """README: a `Budget(max_wall_s=...)` is a deadline for tools too, not only for calls."""
+    from phi_core.testing import call
+    from phi_core.tools import tool
+
+    @tool
+    async def slow() -> str:
+        """Sleeps far past the budget."""
+        await asyncio.sleep(30)
+        return "done"
+
+    provider = ScriptedProvider([Reply(tool_calls=[call("slow", {})]), Reply("final")])
+    started = asyncio.get_running_loop().time()
+    with metering(Meter(Budget(max_wall_s=0.3))):
+        result = await agent_loop(
+            "go", AgentContext(tools=[slow]), AgentLoopConfig(provider=provider)
+        )
+    assert asyncio.get_running_loop().time() - started < 5
+    assert result.reason == "limit" and "max_wall_s" in (result.error or "")
+    assert result.messages[-1].role == "tool_result"  # the stopped call has its result

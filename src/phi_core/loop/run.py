@@ -632,7 +632,10 @@ class _Run:
                 results: list[Any] = []
                 steering: list[AgentMessage] = []
                 if calls:
-                    timer = asyncio.timeout_at(_loop_time(self.run_deadline))
+                    # tools end at the run's deadline: its max_duration, a budget's max_wall_s
+                    # or an enclosing run's deadline, whichever comes first
+                    ends = [d for d in (self.run_deadline, scope_deadline()) if d is not None]
+                    timer = asyncio.timeout_at(_loop_time(min(ends) if ends else None))
                     try:
                         async with timer:
                             results, steering = await runner.run(calls)
@@ -644,11 +647,10 @@ class _Run:
                     except TimeoutError:
                         if not timer.expired():
                             raise
-                        # max_duration passed while tools ran: they were cancelled (each call
+                        # the deadline passed while tools ran: they were cancelled (each call
                         # has a result); the run ends on the limit.
                         self._close_stopped_tools(runner, calls, assistant, this_turn, turn_id)
-                        assert self.tracker is not None
-                        why = self.tracker.duration_exceeded("while tools ran")
+                        why = self._run_deadline_passed("while tools ran")
                         self.reason, self.error, self.error_kind = "limit", why, "timeout"
                         return
                     self._append_tool_results(results, turn_id)
