@@ -338,7 +338,7 @@ class _Run:
         turn_index: int,
         turn_id: TurnId,
     ) -> None:
-        """Tools stopped mid-turn (cancelled, or past ``max_duration``): every call's result
+        """Tools stopped mid-turn (cancelled, or past the run's deadline): every call's result
         (a "Cancelled" one for those cut short) goes into the context and the turn ends."""
         results = runner.take_partial_results()
         self._append_tool_results(results, turn_id)
