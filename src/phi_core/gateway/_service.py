@@ -160,6 +160,17 @@ def meters_of(meter: Meter) -> tuple[Meter, ...]:
     return meter.meters() if isinstance(meter, _Allowance) else (meter,)
 
 
+def _retry_later(message: str, code: str) -> GatewayError:
+    """A 503 of feedback that a store refused: worth retrying after ``Retry-After``."""
+    return GatewayError(
+        503,
+        message,
+        type_="server_error",
+        code=code,
+        headers={"Retry-After": str(FEEDBACK_RETRY_AFTER_S)},
+    )
+
+
 def daily_spend_error(key: ApiKey, message: str) -> GatewayError:
     """The 429 of a key over its ``daily_usd`` (``Retry-After``: when the UTC day ends)."""
     _, left = day_window()
@@ -913,27 +924,20 @@ class Gateway:
                 # not learned: give the claim back so the client's retry is learned
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.links.delete, scored)
-                raise GatewayError(
-                    503,
+                raise _retry_later(
                     f"The feedback for {completion_id!r} was not learned: the router state "
                     f"cannot be written ({str(exc).rstrip('. ')}). Retry later.",
-                    type_="server_error",
-                    code="router_state_unavailable",
-                    headers={"Retry-After": str(FEEDBACK_RETRY_AFTER_S)},
+                    "router_state_unavailable",
                 ) from None
         self.metrics.inc("phi_gateway_feedback_total", profile=str(link["profile"]))
         return answer
 
     def _links_unavailable(self, completion_id: str, exc: BaseException) -> GatewayError:
         cause = str(exc) if isinstance(exc, StateStoreError) else f"{type(exc).__name__}: {exc}"
-        cause = cause.rstrip(". ")
-        return GatewayError(
-            503,
+        return _retry_later(
             f"The feedback for {completion_id!r} cannot be taken now: the feedback link store "
-            f"cannot be used ({cause}). Nothing was learned; retry later.",
-            type_="server_error",
-            code="feedback_store_unavailable",
-            headers={"Retry-After": str(FEEDBACK_RETRY_AFTER_S)},
+            f"cannot be used ({cause.rstrip('. ')}). Nothing was learned; retry later.",
+            "feedback_store_unavailable",
         )
 
     # ------------------------------------------------------------------ run log

@@ -712,28 +712,24 @@ class RedisPreviewCache:
         self._warned = False
         self._claim = self._client.register_script(_CLAIM_LUA)
 
-    def _warn(self, exc: BaseException) -> None:
+    def _warn(self, exc: StateStoreError) -> None:
         if not self._warned:
-            logger.warning(
-                "Redis preview cache unreachable (%s); previews are not cached.", type(exc).__name__
-            )
+            logger.warning("Redis preview cache unreachable; previews are not cached. %s", exc)
         self._warned = True
+
+    # The lenient forms (previews): an unreachable Redis is a miss, warned about once.
 
     def get(self, key: str) -> dict[str, Any] | None:
         try:
-            raw = self._client.get(key)
-        except self._errors as exc:
+            return self.read(key)
+        except StateStoreError as exc:
             self._warn(exc)
             return None
-        if raw is None:
-            return None
-        value: dict[str, Any] = json.loads(raw)
-        return value
 
     def set(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
         try:
-            self._client.set(key, json.dumps(value), ex=self._ttl(ttl_s))
-        except self._errors as exc:
+            self.write(key, value, ttl_s)
+        except StateStoreError as exc:
             self._warn(exc)
 
     # The strict forms (feedback links): an unreachable Redis raises, never reads as a miss.
