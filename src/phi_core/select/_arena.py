@@ -225,6 +225,14 @@ def _components(nodes: Sequence[int], above: Mapping[int, Sequence[int]]) -> dic
     return component
 
 
+def _front(pool: Sequence[int], above: Mapping[int, Sequence[int]]) -> list[int]:
+    """The members of ``pool`` that no other one dominates (``above[k]``: those dominating
+    ``k``), the members of a cycle of dominations counting as equals."""
+    component = _components(pool, above)
+    beaten = {component[k] for k in pool for j in above[k] if component[j] != component[k]}
+    return [k for k in pool if component[k] not in beaten]
+
+
 def _norm(values: FloatArray) -> FloatArray:
     if values.size == 0:
         return values
@@ -561,12 +569,11 @@ class Arena:
         by one it does not itself dominate through a chain, so the front is never empty and the
         best can always be found on it (:meth:`dominated_by`)."""
         pool = [k for k in combos if self.count(k) > 0]
-        above = {k: [j for j in pool if self.dominates(j, k, cost_unknown)] for k in pool}
-        if not cost_unknown:
-            return [k for k in pool if not above[k]]
-        component = _components(pool, above)
-        beaten = {component[k] for k in pool for j in above[k] if component[j] != component[k]}
-        return [k for k in pool if component[k] not in beaten]
+        return _front(pool, self._above(pool, cost_unknown))
+
+    def _above(self, pool: Sequence[int], cost_unknown: Container[int]) -> dict[int, list[int]]:
+        """``{k: the combinations of pool that dominate k}``."""
+        return {k: [j for j in pool if self.dominates(j, k, cost_unknown)] for k in pool}
 
     def dominated_by(
         self, k: int, combos: Iterable[int], cost_unknown: Container[int] = ()
@@ -576,10 +583,10 @@ class Arena:
         pool = [j for j in combos if self.count(j) > 0]
         if k not in pool:
             pool.append(k)
-        front = set(self.pareto(pool, cost_unknown))
+        above = self._above(pool, cost_unknown)
+        front = set(_front(pool, above))
         if k in front:
             return []
-        above = {j: [i for i in pool if self.dominates(i, j, cost_unknown)] for j in pool}
         seen, todo = {k}, [k]
         while todo:
             for i in above[todo.pop()]:

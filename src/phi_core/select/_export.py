@@ -20,7 +20,6 @@ __all__ = [
     "ExportedModel",
     "litellm_config",
     "litellm_model",
-    "qualified_model",
     "race_config",
     "race_model",
     "summary_text",
@@ -40,23 +39,6 @@ _LITELLM_PREFIXES = frozenset(
     | {"azure_ai", "cohere", "fireworks_ai", "huggingface", "ollama_chat", "perplexity"}
     | {"together_ai", "text-completion-openai", "lm_studio", "nvidia_nim", "sagemaker"}
 ) - {"google", "vertex", "vllm", "llamacpp", "openai-responses"}
-
-
-def qualified_model(label: str) -> tuple[str, dict[str, str]]:
-    """``(provider:model, settings)`` of a candidate label; a bare model name is looked up in the
-    catalog (``gpt-4o-mini`` -> ``openai:gpt-4o-mini``), an OpenRouter-style ``vendor/model``
-    goes to OpenRouter.
-
-    Raises:
-        UserError: a bare name no provider (or several) offers, naming the fix.
-    """
-    model, settings = split_model_settings(label)
-    try:
-        return qualify_model_name(model), settings
-    except UserError:
-        if "/" in model and ":" not in model:
-            return f"openrouter:{model}", settings
-        raise
 
 
 def _bare(label: str) -> tuple[str, dict[str, str]]:
