@@ -21,10 +21,10 @@ from mcp.types import CallToolResult, TextContent
 from phi_core.errors import UserError
 from phi_core.mcp_server import RaceTools, load_config, load_profiles, mcp_server
 from phi_core.runlog import RunLog
-from phi_core.testing import Hang, Reply, ScriptedProvider
-from phi_core.types import Usage
+from phi_core.testing import Hang, ScriptedProvider
 
 from .conftest import Setup, phi_command
+from .test_race_tools import scripted as race_models
 
 JUDGED = """\
 [profiles.judged]
@@ -40,16 +40,9 @@ model = "scripted:b"
 
 
 def scripted() -> dict[str, ScriptedProvider]:
-    return {
-        "scripted:a": ScriptedProvider(
-            default=Reply("answer A", usage=Usage(input=7, output=3)), name="scripted:a"
-        ),
-        "scripted:b": ScriptedProvider(
-            default=Reply("answer B", usage=Usage(input=9, output=4)), name="scripted:b"
-        ),
-        "scripted:judge": ScriptedProvider(default="2", name="scripted:judge"),
-        "scripted:hang": ScriptedProvider(default=Hang("partial"), name="scripted:hang"),
-    }
+    """The race tools' scripted models, and one that never finishes."""
+    hang = ScriptedProvider(default=Hang("partial"), name="scripted:hang")
+    return {**race_models(), "scripted:hang": hang}
 
 
 def text_of(result: CallToolResult) -> str:
