@@ -19,7 +19,13 @@ import pytest
 
 from phi_core.events import AgentEnd
 from phi_core.loop import AgentContext
-from phi_core.parallel import LlmJudgeEvaluation, PickFirstEvaluation, agent_loop_parallel
+from phi_core.parallel import (
+    LlmJudgeEvaluation,
+    PairwiseJudgeEvaluation,
+    PickFirstEvaluation,
+    VerifierEvaluation,
+    agent_loop_parallel,
+)
 from phi_core.providers import StreamRequest
 from phi_core.testing import Hang, Reply, call
 from phi_core.tools import tool
@@ -276,3 +282,50 @@ def test_a_judge_raising_keyboard_interrupt_ends_the_other_judge_calls_then_stop
     assert_every_loop_ended_once(recorder)
     judge_ends = {k: v[0].reason for k, v in ends_by_loop(recorder).items() if ".judge." in k}
     assert sorted(judge_ends.values()) == ["cancelled", "error"]
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_a_pairwise_judge_raising_a_base_exception_has_no_verdict(fault, strict_loop):
+    make, _ = FAULTS[fault]
+    recorder = Recorder()
+    judge = branch(default=raising(make), name="judge")
+    configs = [branch(answer("one"), name="g1"), branch(answer("two"), name="g2")]
+    result = await agent_loop_parallel(
+        "Hi", base(), configs, PairwiseJudgeEvaluation(judge), events=recorder
+    )
+    # both orders failed: no verdict, so the cheaper answer goes through, as for a tie
+    assert result.selected_index in (0, 1) and result.outcomes[result.selected_index].ok
+    assert_every_loop_ended_once(recorder)
+    assert cancelling() == 0
+
+
+def test_a_pairwise_judge_raising_keyboard_interrupt_stops_the_race_with_it():
+    recorder = Recorder()
+
+    async def scenario() -> tuple[BaseException | None, int]:
+        judge = branch(default=raising(lambda: KeyboardInterrupt("judge stopped")), name="judge")
+        configs = [branch(answer("one"), name="g1"), branch(answer("two"), name="g2")]
+        try:
+            await agent_loop_parallel(
+                "Hi", base(), configs, PairwiseJudgeEvaluation(judge), events=recorder
+            )
+        except BaseException as exc:
+            return exc, cancelling()
+        return None, cancelling()
+
+    raised, count = run_alone(scenario)
+    assert type(raised) is KeyboardInterrupt and str(raised) == "judge stopped"
+    assert count == 0
+    assert_every_loop_ended_once(recorder)
+
+
+async def test_a_check_raising_a_base_exception_fails_that_answer_only(strict_loop):
+    def picky(text: str) -> bool:
+        if "one" in text:
+            raise Boom("check broke")
+        return True
+
+    configs = [branch(answer("one"), name="g1"), branch(answer("two"), name="g2")]
+    result = await agent_loop_parallel("Hi", base(), configs, VerifierEvaluation(picky))
+    assert result.selected_index == 1 and not result.decision.fallback
+    assert cancelling() == 0

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._tasks import run_all
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import Emitter
@@ -167,9 +168,7 @@ async def code_agreement(
         async with gate:
             return await _run_answer(box, answer, numbered, call_timeout, timeout)
 
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(one(answer)) for answer in parsed]
-    return _compare([t.result() for t in tasks], owners)
+    return _compare(await run_all(one(answer) for answer in parsed), owners)
 
 
 def _sandbox(sandbox: Sandbox | None, python: str | None) -> Sandbox:

@@ -8,7 +8,6 @@ branch's.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import random
@@ -18,12 +17,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._tasks import STOPS, is_real_cancellation, run_all
 from ..errors import redact
 from ..events import Warning
 from ..loop import AgentContext, AgentLoopConfig, agent_loop
 from ..providers.base import ModelConfig
 from ..types import AgentMessage, ResponseFormat, Usage
-from ._race import STOPS, describe_exception, is_real_cancellation
+from ._race import describe_exception
 from ._strategies import BaseEvaluation, cost_key, successful
 from ._text import (
     compact_for_judge,
@@ -97,32 +97,18 @@ async def ask_in_orders(
     fallback for an unusable reply then applies. Not captured: a real cancellation, and
     ``KeyboardInterrupt``/``SystemExit``, which end the other calls and are then raised again.
     """
-    calls: list[JudgeCall | None] = [None] * len(arrangements)
-    tasks: list[asyncio.Task[None]] = []
-    stops: list[BaseException] = []
 
-    async def one(k: int, order: list[ParallelLoopOutcome]) -> None:
+    async def one(k: int, order: list[ParallelLoopOutcome]) -> JudgeCall:
         try:
-            calls[k] = await ask(k, order)
-        except BaseException as exc:  # nothing but a real cancellation reaches the task group
-            if is_real_cancellation(exc):
+            return await ask(k, order)
+        except BaseException as exc:  # a failed call is that call's error; a stop stops them all
+            if is_real_cancellation(exc) or isinstance(exc, STOPS):
                 raise
-            if isinstance(exc, STOPS):
-                stops.append(exc)
-                for task in tasks:
-                    if task is not asyncio.current_task():
-                        task.cancel()
-                return
-            calls[k] = JudgeCall(
+            return JudgeCall(
                 "", "", Usage(), 0.0, reason="error", error=redact(describe_exception(exc))
             )
 
-    async with asyncio.TaskGroup() as group:
-        for k, order in enumerate(arrangements):
-            tasks.append(group.create_task(one(k, order)))
-    if stops:  # every call has ended
-        raise stops[0]
-    done = [c for c in calls if c is not None]
+    done = await run_all(one(k, order) for k, order in enumerate(arrangements))
     return done, sum((c.usage for c in done), Usage()), sum(c.cost_usd for c in done)
 
 

@@ -14,9 +14,12 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._tasks import STOPS, is_real_cancellation, run_all
+from ..errors import redact
 from ..events import Warning
 from ..types import AgentMessage, ResponseFormat, Usage
 from ._judge import (
+    JudgeCall,
     JudgeSpec,
     as_loop_config,
     base_messages,
@@ -24,6 +27,7 @@ from ._judge import (
     parse_json_object,
     run_judge,
 )
+from ._race import describe_exception
 from ._strategies import BaseEvaluation, cost_key, successful
 from ._text import extract_query, parse_judge_choice, transcript
 from ._types import EvaluationDecision, ParallelLoopOutcome
@@ -303,9 +307,9 @@ class _Runner:
                 self.calls += 1
                 loop_id = judge_loop_id(self.outcomes, self.strategy.judge_config, self.calls)
                 jobs.append((comparison, forward, loop_id))
-        async with asyncio.TaskGroup() as group:
-            for comparison, forward, loop_id in jobs:
-                group.create_task(self._ask(comparison, forward, loop_id))
+        await run_all(
+            self._ask(comparison, forward, loop_id) for comparison, forward, loop_id in jobs
+        )
         return comparisons
 
     async def _ask(self, comparison: _Comparison, forward: bool, loop_id: str) -> None:
@@ -314,16 +318,7 @@ class _Runner:
         if self.semaphore is not None:
             await self.semaphore.acquire()
         try:
-            call = await run_judge(
-                prompt,
-                config=self.strategy.judge_config,
-                system_prompt=self.strategy.system_prompt,
-                session_id=self.outcomes[0].session_id,
-                loop_id=loop_id,
-                events=self.events,
-                cancel=self.cancel,
-                response_format=self.strategy.response_format,
-            )
+            call = await self._judge(prompt, loop_id)
         finally:
             if self.semaphore is not None:
                 self.semaphore.release()
@@ -334,3 +329,23 @@ class _Runner:
             comparison.forward = verdict
         else:
             comparison.backward = verdict
+
+    async def _judge(self, prompt: str, loop_id: str) -> JudgeCall:
+        """One judge call; one that raises has no verdict (like an unusable reply), except a real
+        cancellation and KeyboardInterrupt/SystemExit, which end the other calls and propagate."""
+        try:
+            return await run_judge(
+                prompt,
+                config=self.strategy.judge_config,
+                system_prompt=self.strategy.system_prompt,
+                session_id=self.outcomes[0].session_id,
+                loop_id=loop_id,
+                events=self.events,
+                cancel=self.cancel,
+                response_format=self.strategy.response_format,
+            )
+        except BaseException as exc:
+            if is_real_cancellation(exc) or isinstance(exc, STOPS):
+                raise
+            error = redact(describe_exception(exc))
+            return JudgeCall("", "", Usage(), 0.0, reason="error", error=error)

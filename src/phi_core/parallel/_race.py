@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from .._tasks import STOPS, is_real_cancellation
 from ..cancel import CancelToken
 from ..errors import UserError
 from ..events import AgentEnd, Emitter, EndReason, ParallelLoopEnd, ParallelLoopStart
@@ -63,22 +64,6 @@ _WALL = "wall-clock budget"
 
 _HALT = "halted"
 """The reason the other branches' tokens are cancelled with when a branch raised a stop."""
-
-STOPS = (KeyboardInterrupt, SystemExit)
-"""What a branch (or a judge call) raises that still stops the race: it is recorded, the other
-tasks are ended, then it is raised again. Anything else a task raises is captured."""
-
-
-def is_real_cancellation(exc: BaseException) -> bool:
-    """``exc`` is a ``CancelledError`` raised while the current task is being cancelled.
-
-    Any other ``CancelledError`` (a provider, tool or hook raising one although nothing cancelled
-    the task) is a fault of whatever raised it, to be captured like any exception.
-    """
-    if not isinstance(exc, asyncio.CancelledError):
-        return False
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def describe_exception(exc: BaseException) -> str:

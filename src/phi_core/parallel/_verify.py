@@ -9,7 +9,6 @@ answer, and Python unit tests run against the answer's code in a sandbox with a 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -21,10 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import jsonschema
 
+from .._tasks import STOPS, is_real_cancellation, run_all
 from ..errors import UserError, redact
 from ..sandbox import Sandbox, default_sandbox
 from ..types import AgentMessage
 from ._behaviour import WORKER as _WORKER
+from ._race import describe_exception
 from ._strategies import (
     BaseEvaluation,
     PickFirstEvaluation,
@@ -249,9 +250,11 @@ class _CheckCache:
             for check in self.checks:
                 try:
                     result = await check.check(outcome, cancel=cancel)
-                except Exception as exc:  # a broken check fails the answer, not the race
+                except BaseException as exc:  # a broken check fails the answer, not the race
+                    if is_real_cancellation(exc) or isinstance(exc, STOPS):
+                        raise
                     name = getattr(check, "name", type(check).__name__)
-                    result = CheckResult(False, f"check {name} raised {type(exc).__name__}: {exc}")
+                    result = CheckResult(False, f"check {name} raised {describe_exception(exc)}")
                 cached.append(result)
                 if not result.passed:
                     break  # later (usually dearer) checks are skipped
@@ -261,9 +264,8 @@ class _CheckCache:
     async def run_all(
         self, outcomes: Sequence[ParallelLoopOutcome], cancel: CancelToken
     ) -> dict[int, list[CheckResult]]:
-        async with asyncio.TaskGroup() as group:
-            tasks = {o.config_index: group.create_task(self.run(o, cancel)) for o in outcomes}
-        return {index: task.result() for index, task in tasks.items()}
+        results = await run_all(self.run(o, cancel) for o in outcomes)
+        return {o.config_index: r for o, r in zip(outcomes, results, strict=True)}
 
 
 def _passed(results: list[CheckResult]) -> bool:

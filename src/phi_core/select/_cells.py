@@ -18,9 +18,10 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from .._callables import is_async_callable
+from .._tasks import is_real_cancellation, run_all
 from ..errors import AgentInterrupted, UserError, redact
 from ..metering import Meter, metering
 from ..outcome import ErrorKind, OutcomeStatus
@@ -39,7 +40,6 @@ __all__ = [
     "run_cells",
 ]
 
-_E = TypeVar("_E", bound=BaseException)
 
 Scorer = Callable[[Any, Any], float | bool | Awaitable[float | bool]]
 
@@ -279,8 +279,7 @@ def _failure(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         raise AgentInterrupted(exc) from None
     if isinstance(exc, asyncio.CancelledError):
-        task = asyncio.current_task()
-        if task is not None and task.cancelling() > 0:
+        if is_real_cancellation(exc):
             raise exc
         # raised by the user's code on its own (an inner task of its was cancelled)
         return redact(f"CancelledError: {exc or 'raised'} (nothing cancelled the run)")
@@ -391,9 +390,7 @@ async def run_cells(
                     if on_cell is not None:
                         await on_cell(k, i, evaluation)
 
-            async with asyncio.TaskGroup() as tg:
-                for j, i in enumerate(datapoints):
-                    tg.create_task(run_one(j, i))
+            await run_all((run_one(j, i) for j, i in enumerate(datapoints)), pick=_usage_first)
             results[k] = [e for e in out if e is not None]
 
     await each_combination(batch, run_combo)
@@ -407,37 +404,20 @@ async def each_combination(
     """``run(k, datapoints)`` for every combination of a batch, concurrently. What fails in any
     (a usage mistake such as a bad score, a callback of the caller's that raised) aborts the
     batch and is raised as itself, not wrapped in exception groups; a usage mistake first."""
-    task = asyncio.current_task()
-    entered = task.cancelling() if task is not None else 0
     try:
-        async with asyncio.TaskGroup() as tg:
-            for k, datapoints in batch.items():
-                tg.create_task(run(k, datapoints))
-    except BaseExceptionGroup as group:
-        # Python 3.11's TaskGroup can leave its own cancel request on this task when a child
-        # fails while it waits for the others; left there, later checks of `cancelling()`
-        # would take this task for one being cancelled.
-        while task is not None and task.cancelling() > entered:
-            task.uncancel()
-        interrupted = _first(group, AgentInterrupted)
-        if interrupted is not None:  # every sibling has been cancelled and awaited by now
-            raise interrupted.interrupt from None
-        first = _first(group, UserError) or _first(group, BaseException)
-        if first is not None:
-            raise first from None
-        raise
+        await run_all((run(k, datapoints) for k, datapoints in batch.items()), pick=_usage_first)
+    except AgentInterrupted as interrupted:  # every sibling has been cancelled and awaited
+        raise interrupted.interrupt from None
 
 
-def _first(group: BaseExceptionGroup[BaseException], kind: type[_E]) -> _E | None:
-    """The first leaf of ``group`` (nested groups searched, never returned) of type ``kind``."""
-    for error in group.exceptions:
-        if isinstance(error, BaseExceptionGroup):
-            found = _first(error, kind)
-            if found is not None:
-                return found
-        elif isinstance(error, kind):
-            return error
-    return None
+def _usage_first(failures: Sequence[BaseException]) -> BaseException:
+    """Of a batch's failures, the one to raise: an interrupt, then a usage mistake, then the
+    first."""
+    for kind in (AgentInterrupted, UserError):
+        found = next((f for f in failures if isinstance(f, kind)), None)
+        if found is not None:
+            return found
+    return failures[0]
 
 
 class BatchEvaluator:
