@@ -285,6 +285,8 @@ class _Run:
         self.call: ModelCall | None = None
         self.started = False
         self.ended = False
+        self.open_turn: int | None = None
+        """The turn with a ``TurnStart`` and no ``TurnEnd`` yet (closed by :meth:`_end`)."""
 
     # ------------------------------------------------------------------ envelope
 
@@ -328,7 +330,32 @@ class _Run:
     def _end(self) -> None:
         if not self.ended:
             self.ended = True
+            if self.open_turn is not None:
+                # the run stopped inside a turn before it could close it (cancelled or failed
+                # while the request was built): the turn ends with the run, with no reply
+                stopped = AssistantMessage(
+                    model=self.model.id,
+                    provider=self.model.provider,
+                    stop_reason="aborted" if self.reason == "cancelled" else "error",
+                    error_message=self.error or self.reason,
+                )
+                self._turn_end(self.open_turn, stopped)
             self.emitter.emit(self._end_event())
+
+    def _turn_end(
+        self, turn_index: int, message: AssistantMessage, tool_results: list[Any] | None = None
+    ) -> None:
+        """Emit the ``TurnEnd`` of ``turn_index`` (every path that ends a turn comes here)."""
+        self.open_turn = None
+        self.emitter.emit(
+            TurnEnd(
+                loop_id=self.loop_id,
+                turn_index=turn_index,
+                message=message,
+                usage=message.usage,
+                tool_results=tool_results or [],
+            )
+        )
 
     def _close_stopped_tools(
         self,
@@ -343,15 +370,7 @@ class _Run:
         results = runner.take_partial_results()
         self._append_tool_results(results, turn_id)
         self._take_tool_effects(runner, calls, turn_id)
-        self.emitter.emit(
-            TurnEnd(
-                loop_id=self.loop_id,
-                turn_index=turn_index,
-                message=assistant,
-                usage=assistant.usage,
-                tool_results=results,
-            )
-        )
+        self._turn_end(turn_index, assistant, results)
 
     def _mark_cancelled(self) -> None:
         self.reason = "cancelled"
@@ -494,15 +513,8 @@ class _Run:
         if self.tracker is not None:
             self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
         if live:
-            self.emitter.emit(
-                TurnEnd(
-                    loop_id=self.loop_id,
-                    turn_index=turn_index,
-                    message=assistant,
-                    usage=assistant.usage,
-                    tool_results=results,
-                )
-            )
+            self._turn_end(turn_index, assistant, results)
+        self.open_turn = None
         await self._hook("after_turn", None, (self.context.messages, assistant.usage))
 
     async def _run_loop(self) -> None:
@@ -567,6 +579,7 @@ class _Run:
                     return
                 if live:
                     emit(TurnStart(loop_id=loop_id, turn_index=turn, triggered_by=trigger))
+                    self.open_turn = turn
                 this_turn = turn
                 turn += 1
                 turn_id = TurnId(loop_id=loop_id, turn_index=this_turn)
@@ -603,14 +616,7 @@ class _Run:
                         await self._hook(
                             "on_error", None, (assistant.error_message or "Unknown error",)
                         )
-                    emit(
-                        TurnEnd(
-                            loop_id=loop_id,
-                            turn_index=this_turn,
-                            message=assistant,
-                            usage=assistant.usage,
-                        )
-                    )
+                    self._turn_end(this_turn, assistant)
                     await self._hook("after_turn", None, (context.messages, assistant.usage))
                     self.reason = "error" if assistant.stop_reason == "error" else "cancelled"
                     self.error = assistant.error_message or self.error
@@ -900,8 +906,28 @@ class _Run:
         thinking: dict[int, list[str]] = {}
         construct = MessageUpdate.model_construct
         recovered = False
+        overflowed: ContextOverflowError | None = None
         while final is None:
             try:
+                if overflowed is not None:
+                    # Compact harder and send once more, if compaction is on and nothing
+                    # streamed (here, not in the handler, so a cancellation meanwhile ends the
+                    # message and the turn like any other).
+                    retry = None
+                    if self.window is not None and not recovered and not texts and not thinking:
+                        recovered = True
+                        self.window.overflowed()
+                        retry = await self._build_request(overflow=True)
+                    if retry is None:
+                        final = self._error_message(overflowed)
+                        break
+                    overflowed, request = None, retry
+                    refused = self._fit_limits(request)
+                    if refused is not None:
+                        final = self._error_message(refused)
+                        break
+                    if live:
+                        emit(self._turn_request(turn_index, request))
                 async for item in self._stream(request):
                     if isinstance(item, StreamDone):
                         final = item.message
@@ -920,22 +946,7 @@ class _Run:
                             )
                         )
             except ContextOverflowError as exc:
-                # Compact harder and send once more, if compaction is on and nothing streamed.
-                retry = None
-                if self.window is not None and not recovered and not texts and not thinking:
-                    recovered = True
-                    self.window.overflowed()
-                    retry = await self._build_request(overflow=True)
-                if retry is None:
-                    final = self._error_message(exc)
-                    break
-                request = retry
-                refused = self._fit_limits(request)
-                if refused is not None:
-                    final = self._error_message(refused)
-                    break
-                if live:
-                    emit(self._turn_request(turn_index, request))
+                overflowed = exc
             except ProviderError as exc:
                 final = self._error_message(exc)
                 if isinstance(exc, CallTimeoutError) and exc.deadline == "run":
@@ -950,11 +961,7 @@ class _Run:
                 self.context.messages.append(partial)
                 self.new_messages.append(partial)
                 emit(MessageEnd(loop_id=loop_id, message=partial))
-                emit(
-                    TurnEnd(
-                        loop_id=loop_id, turn_index=turn_index, message=partial, usage=partial.usage
-                    )
-                )
+                self._turn_end(turn_index, partial)
                 raise
             else:
                 if final is None:
