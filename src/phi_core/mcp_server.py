@@ -583,18 +583,30 @@ class RaceTools:
         return record.id
 
     def models(self) -> dict[str, Any]:
-        """The profiles offered and the providers and models phi knows (no key values)."""
+        """The profiles and models the caller may use (no key values): every profile and, with
+        ``passthrough`` on, every model phi knows; with it off, the offered models only. An HTTP
+        caller whose key lists its models sees only those (and the profiles it lists as
+        ``race:NAME`` or ``route:NAME``), as ``GET /v1/models`` shows them in ``phi serve``."""
         warnings: list[str] = []
         try:
             stored = set(stored_keys())
         except UserError as exc:  # an unreadable keys file: say so, list the models anyway
             warnings.append(redact(str(exc)))
             stored = set()
-        return {
-            "profiles": [p.describe() for p in self.profiles.values()],
-            "models": model_listing(stored),
-            "warnings": warnings,
-        }
+        caller = _CALLER.get()
+        allowed = caller.key.models if caller is not None and caller.key is not None else None
+        profiles = [
+            p.describe()
+            for name, p in self.profiles.items()
+            if allowed is None or {f"race:{name}", f"route:{name}"} & set(allowed)
+        ]
+        rows = [
+            row
+            for row in model_listing(stored)
+            if (self.passthrough or row["model"] in self.offered)
+            and (allowed is None or row["model"] in allowed)
+        ]
+        return {"profiles": profiles, "models": rows, "warnings": warnings}
 
 
 def _spent(result: ParallelLoopResult | BanditRaceResult) -> float:

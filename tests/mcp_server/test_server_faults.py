@@ -19,7 +19,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
 from phi_core.errors import UserError
-from phi_core.mcp_server import RaceTools, load_config, load_profiles, mcp_server
+from phi_core.gateway._service import Caller
+from phi_core.mcp_server import _CALLER, RaceTools, load_config, load_profiles, mcp_server
 from phi_core.runlog import RunLog
 from phi_core.testing import Hang, ScriptedProvider
 
@@ -298,3 +299,30 @@ async def test_http_host_check_on_every_address(
     assert "evil.example" in evil.json()["error"]["message"]
     assert by_address.status_code == 200, by_address.text
     assert by_name.status_code == 200, by_name.text
+
+
+def test_the_models_tool_lists_only_what_the_callers_key_and_the_server_allow(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(KEYED, encoding="utf-8")
+    loaded = load_config([config])
+    tools = RaceTools(loaded.profiles)
+    limited, unlimited = (Caller(k.name, k) for k in loaded.api_keys)
+
+    def listing(caller: Caller | None, of: RaceTools = tools) -> tuple[set[str], set[str]]:
+        token = _CALLER.set(caller)
+        try:
+            shown = of.models()
+        finally:
+            _CALLER.reset(token)
+        return {p["name"] for p in shown["profiles"]}, {m["model"] for m in shown["models"]}
+
+    assert listing(limited) == ({"cheap"}, set())  # its key lists race:cheap only
+    everything = listing(unlimited)
+    assert everything[0] >= {"cheap", "pricey"} and "openai:gpt-4o" in everything[1]
+    assert listing(None) == everything  # stdio: no key
+    closed = RaceTools(loaded.profiles, passthrough=False)
+    assert "openai:gpt-4o" in listing(None, closed)[1]  # a profile's model
+    assert listing(None, closed)[1] <= closed.offered
+    assert "anthropic:claude-sonnet-4" not in listing(None, closed)[1]
