@@ -182,3 +182,26 @@ async def test_a_feedback_failing_unexpectedly_is_a_json_500(
         reply = await client.post("/v1/feedback", json={"id": "chatcmpl-x", "score": 1})
     assert reply.status_code == 500
     assert reply.json()["error"]["type"] == "server_error"
+
+
+async def test_readyz_fails_while_a_file_router_state_cannot_be_read(
+    strict_loop: Any, upstream: FakeServer, tmp_path: Path
+) -> None:
+    folder = tmp_path / "states"
+    folder.mkdir()
+    state = folder / "state.sqlite"
+    gateway = Gateway(gateway_config(upstream.url, state=str(state)), run_log=None)
+    async with live_gateway(gateway) as url, httpx.AsyncClient(base_url=url) as client:
+        ready = await client.get("/readyz")
+        # the state's folder goes away and a file takes its place: nothing can open the state
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+        folder.write_text("not a folder", encoding="utf-8")
+        broken = await client.get("/readyz")
+        folder.unlink()
+        folder.mkdir()  # back: a fresh state can be made there again
+        healed = await client.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert broken.status_code == 503 and "router state unreadable" in broken.text, broken.text
+    assert healed.status_code == 200, healed.text

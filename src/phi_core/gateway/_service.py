@@ -42,7 +42,7 @@ from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace
 from ..routing.state import open_route_state, state_location
-from ..routing.stores import LinkStore, MemoryPreviewCache
+from ..routing.stores import LinkStore, MemoryPreviewCache, RouterStateStore
 from ..runlog import RunLog, RunRecord, RunRecorder
 from ..tools._validate import check_tools
 from ..types import AssistantMessage, Pricing, TextDelta, ToolCallDelta
@@ -261,6 +261,7 @@ class Gateway:
         self.ready = False
         self.in_flight = 0
         self._redis: Any = None
+        self._state_store: RouterStateStore | None = None
         self._models: dict[str, ModelConfig] = {}
         self._servable: list[str] | None = None
         self._unwritten: list[RunRecord] = []
@@ -318,6 +319,7 @@ class Gateway:
         # the same store as the preview cache, own key prefix (every store open_route_state
         # makes keeps links: memory, SQLite, Redis)
         self.links = cast(LinkStore, state.cache.store)
+        self._state_store = state.store
         if self.shared:
             client = getattr(state.store, "_client", None)
             if client is None:
@@ -363,6 +365,13 @@ class Gateway:
                 await asyncio.to_thread(self._redis.ping)
             except Exception as exc:
                 return f"redis unreachable ({type(exc).__name__})"
+        elif self._state_store is not None:
+            # a file state (SQLite, JSON) that can no longer be read fails every route's learning
+            # and feedback: one cheap read of it, in a thread
+            try:
+                await asyncio.to_thread(self._state_store.namespaces)
+            except Exception as exc:
+                return f"router state unreadable ({type(exc).__name__})"
         return None
 
     # ------------------------------------------------------------------ models
