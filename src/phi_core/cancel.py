@@ -96,10 +96,6 @@ class CancelToken:
         if task is None:  # pragma: no cover - always inside a task under asyncio.run
             raise RuntimeError("CancelToken.scope() must be used inside an asyncio task")
         scope = CancelScope()
-        if self.cancelled:
-            scope.cancelled = True
-            yield scope
-            return
 
         def deliver() -> None:
             if scope._active:
@@ -113,8 +109,9 @@ class CancelToken:
             else:
                 deliver()
 
-        remove = self.on_cancel(fire)
         scope._active = True
+        # a token cancelled already fires at once: the block stops at its first await
+        remove = self.on_cancel(fire)
         try:
             yield scope
         except asyncio.CancelledError:

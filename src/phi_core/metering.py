@@ -221,9 +221,15 @@ class Reservation:
 
 
 def estimate_tokens(text: str) -> int:
-    """A cautious estimate of the tokens ``text`` takes: one per three characters (English prose
-    runs about four characters a token, code about three), so budgets err on the safe side."""
-    return (len(text) + 2) // 3
+    """A cautious estimate of the tokens ``text`` takes, so budgets err on the safe side: one per
+    three characters (English prose runs about four characters a token, code about three), plus
+    one per UTF-8 byte past the first of every character outside ASCII (CJK text runs one to two
+    tokens a character and emoji up to three in small vocabularies, where a character count
+    would undercount them several times)."""
+    estimate = (len(text) + 2) // 3
+    if not text.isascii():
+        estimate += len(text.encode("utf-8", "surrogatepass")) - len(text)
+    return estimate
 
 
 def estimate_request_tokens(

@@ -113,7 +113,7 @@ async def test_a_provider_raising_a_base_exception_fails_only_its_branch(fault, 
     assert cancelling() == 0
 
 
-async def test_a_tool_raising_a_base_exception_fails_only_its_branch(strict_loop):
+async def test_a_tool_raising_a_base_exception_fails_only_its_call(strict_loop):
     @tool
     def explode() -> str:
         """Raise a BaseException."""
@@ -121,7 +121,7 @@ async def test_a_tool_raising_a_base_exception_fails_only_its_branch(strict_loop
 
     recorder = Recorder()
     configs = [
-        branch(Reply(tool_calls=[call("explode")]), "never reached", name="bad"),
+        branch(Reply(tool_calls=[call("explode")]), "recovered", name="bad"),
         branch(answer("fine", delay=0.02), name="good"),
     ]
     context = base()
@@ -130,8 +130,11 @@ async def test_a_tool_raising_a_base_exception_fails_only_its_branch(strict_loop
         "Hi", context, configs, PickFirstEvaluation(), events=recorder
     )
     bad, good = result.outcomes
-    assert bad.status == "error" and "Boom" in (bad.error or "")
-    assert good.ok and result.selected_index == 1
+    # like any exception a tool raises: an error result the model sees, and the branch goes on
+    [failed] = [m for m in bad.new_messages if m.role == "tool_result"]
+    assert failed.is_error and failed.content[0].text == "Tool explode failed: Boom: from a tool"
+    assert bad.ok and bad.text == "recovered"
+    assert good.ok
     assert_every_loop_ended_once(recorder)
     assert cancelling() == 0
 

@@ -435,7 +435,7 @@ class _Run:
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             logger.warning("hook %s raised %s", name, text, exc_info=True)
-            if name in _OBSERVER_HOOKS:
+            if name in _OBSERVER_HOOKS and not self.ended:  # nothing follows AgentEnd: logged
                 self.emitter.emit(
                     Warning(loop_id=self.loop_id, message=f"The {name} hook raised {text}")
                 )
@@ -549,6 +549,8 @@ class _Run:
         )
         while True:
             while True:
+                if self.cancel.cancelled:  # cancelled already (before the run, or by sync code)
+                    return
                 trigger: TurnTrigger
                 if not first_turn:
                     trigger = "continuation"
@@ -963,6 +965,13 @@ class _Run:
                 emit(MessageEnd(loop_id=loop_id, message=partial))
                 self._turn_end(turn_index, partial)
                 raise
+            except BaseException as exc:
+                # transform_context raising while the resend was built, a provider's bug: the
+                # message ends here and the run ends (closing the turn) as it raises
+                if live:
+                    failed = self._error_message(f"{type(exc).__name__}: {exc}")
+                    emit(MessageEnd(loop_id=loop_id, message=failed))
+                raise
             else:
                 if final is None:
                     final = self._error_message(
@@ -973,6 +982,7 @@ class _Run:
         if self.window is not None and final.stop_reason != "error":
             self.window.record(final.usage)
         final = scrub_assistant(final)
+        _unique_call_ids(final)
         final.turn_id = turn_id
         self.context.messages.append(final)
         self.new_messages.append(final)
@@ -1026,6 +1036,21 @@ class _Run:
             payload=request.payload(),
             provenance=[_provenance(m) for m in request.messages],
         )
+
+
+def _unique_call_ids(message: AssistantMessage) -> None:
+    """Give a tool call whose id repeats an earlier call's of the same message (or is empty) an
+    id of its own, so each call gets exactly one result the provider can match to it."""
+    seen: set[str] = set()
+    for call in message.tool_calls:
+        if call.id and call.id not in seen:
+            seen.add(call.id)
+            continue
+        base, k = call.id or "call", 2
+        while f"{base}_{k}" in seen:
+            k += 1
+        call.id = f"{base}_{k}"
+        seen.add(call.id)
 
 
 def _provenance(message: Message) -> Provenance:

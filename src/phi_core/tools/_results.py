@@ -59,6 +59,13 @@ def json_text(value: Any) -> str:
 def to_tool_result(value: Any) -> ToolResult:
     """Normalise whatever a tool returned into a ToolResult (error result if it cannot be sent)."""
     if isinstance(value, ToolResult):
+        if not isinstance(value.content, list) or not all(
+            isinstance(c, TextContent | ImageContent) for c in value.content
+        ):
+            return ToolResult.error(
+                "The tool returned a ToolResult whose content is not a list of TextContent/"
+                f"ImageContent (got {_kinds(value.content)}); nothing could be sent to the model."
+            )
         return value
     if value is None:
         return ToolResult.text("")
@@ -199,3 +206,9 @@ def finish_result(result: ToolResult, max_bytes: int | None) -> ToolResult:
         )
         content.append(TextContent(text=note))
     return ToolResult(content, is_error=result.is_error, details=result.details)
+
+
+def _kinds(content: Any) -> str:
+    if not isinstance(content, list):
+        return type(content).__name__
+    return "a list of " + ", ".join(sorted({type(c).__name__ for c in content}) or {"nothing"})

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._tasks import is_real_cancellation
 from ..cancel import CancelToken
 from ..events import (
     Emitter,
@@ -339,29 +340,35 @@ class ToolRunner:
         timeout = tool_timeout(agent_tool)
         if timeout is None:
             timeout = self.default_timeout
+        if child.cancelled:  # the run was cancelled before this call started: it never runs
+            child.detach()
+            return ToolResult.error(f"Tool {tc.name} was cancelled.")
+        timer = asyncio.timeout(timeout)  # None: never
         try:
-            async with child.scope() as scope:
-                if timeout is not None:
-                    async with asyncio.timeout(timeout):
-                        value = await agent_tool.execute(dict(tc.arguments), ctx)
-                else:
-                    value = await agent_tool.execute(dict(tc.arguments), ctx)
+            async with child.scope() as scope, timer:
+                value = await agent_tool.execute(dict(tc.arguments), ctx)
             if scope.cancelled:
                 return ToolResult.error(f"Tool {tc.name} was cancelled.")
             return to_tool_result(value)
-        except TimeoutError:
-            child.cancel("timeout")
-            return ToolResult.error(f"Tool {tc.name} timed out after {timeout:g}s.")
-        except Exception as exc:
-            text = str(exc) or type(exc).__name__
-            if not isinstance(exc, _expected_tool_errors()):
-                logger.warning("tool %s raised %s", tc.name, type(exc).__name__, exc_info=True)
-            return ToolResult.error(f"Tool {tc.name} failed: {text}")
         except (KeyboardInterrupt, SystemExit, GeneratorExit) as exc:
             # Not swallowed: the loop ends the run (one AgentEnd) and raises it again.
             if self.fatal is None:
                 self.fatal = exc
             return ToolResult.error(f"Tool {tc.name} raised {type(exc).__name__}; the run stops.")
+        except BaseException as exc:
+            if is_real_cancellation(exc):
+                raise
+            if isinstance(exc, TimeoutError) and timer.expired():
+                child.cancel("timeout")
+                return ToolResult.error(f"Tool {tc.name} timed out after {timeout:g}s.")
+            # Anything else the tool raised, its own TimeoutError, a custom BaseException or a
+            # CancelledError nothing asked for included, is that call's failure.
+            text = str(exc) or type(exc).__name__
+            if not isinstance(exc, _expected_tool_errors()):
+                logger.warning("tool %s raised %s", tc.name, type(exc).__name__, exc_info=True)
+            if not isinstance(exc, Exception):
+                text = f"{type(exc).__name__}: {text}" if str(exc) else text
+            return ToolResult.error(f"Tool {tc.name} failed: {text}")
         finally:
             child.detach()
             # Updates are delivered in order before the tool's end event; if the run is being
