@@ -214,10 +214,18 @@ class InputRejected(_Event):
 
 
 class Warning(_Event):
-    """Something the caller should know that did not stop the run (e.g. a best-effort judge)."""
+    """Something the caller should know that did not stop the run (e.g. a best-effort judge).
+
+    ``message`` is for the caller (the CLI shows it) and may quote model-written text, such as a
+    judge's unusable reply, which can repeat a branch's answer. A warning that quotes such text
+    also carries ``message_without_content``: the same message without it. Telemetry records
+    that version unless content capture is on.
+    """
 
     type: Literal["warning"] = "warning"
     message: str
+    message_without_content: str | None = None
+    """``message`` without the model-written text it quotes; ``None`` when it quotes none."""
 
 
 class ParallelLoopStart(_Event):
@@ -232,6 +240,9 @@ class ParallelLoopStart(_Event):
 
 
 class ParallelLoopEnd(_Event):
+    """The last event of a race, on every path. Its ``loop_id`` is the race's session id, the
+    same as its ``ParallelLoopStart``'s."""
+
     type: Literal["parallel_loop_end"] = "parallel_loop_end"
     session_id: str
     selected_loop_id: str | None
@@ -239,6 +250,15 @@ class ParallelLoopEnd(_Event):
     evaluation_usage: Usage = Field(default_factory=Usage)
     cancelled: bool = False
     decision: dict[str, Any] | None = None
+    status: str | None = None
+    """How the race ended. When it returned a result, this is the result's ``status`` (a
+    :data:`~phi_core.outcome.RaceStatus`: ``ok``, ``all_failed``, ``cancelled``, ``timeout``,
+    ``over_budget``). When it raised, it is ``cancelled`` for a cancellation or a
+    ``KeyboardInterrupt`` and ``error`` for anything else (its strategy raised, say).
+    ``None`` in records written before this field existed."""
+    error: str | None = None
+    """Why a race that raised ended (the exception, or which branch stopped it), redacted;
+    ``None`` when it returned a result or its task was cancelled."""
 
 
 class RouteDecision(_Event):

@@ -357,18 +357,22 @@ class LlmJudgeEvaluation(BaseEvaluation):
         valid = [p for p in picks if p is not None]
         if not valid:
             first = next((c for c in done if c.reason != "completed"), done[0])
-            problem = (
-                f"the judge run ended with {first.reason}: {first.error}"
-                if first.reason != "completed"
-                else f"the judge's reply {first.text[:200]!r} names no response 1..{len(shown)}"
-            )
+            if first.reason != "completed":
+                problem = plain = f"the judge run ended with {first.reason}: {first.error}"
+            else:
+                names_none = f"names no response 1..{len(shown)}"
+                problem = f"the judge's reply {first.text[:200]!r} {names_none}"
+                plain = f"the judge's reply {names_none}"
             if len(done) > 1:
-                problem += f" (no usable reply under any of the {len(done)} orders)"
+                orders = f" (no usable reply under any of the {len(done)} orders)"
+                problem, plain = problem + orders, plain + orders
+            fallen = "; fell back to the first successful branch"
             return self.fall_back(
                 ok[0].config_index,
                 events,
                 loop_id=loop_id,
-                reason=f"{problem}; fell back to the first successful branch",
+                reason=problem + fallen,
+                reason_without_content=plain + fallen if plain != problem else None,
                 usage=usage,
                 cost_usd=cost,
                 details=details,

@@ -2,7 +2,14 @@
 
 Order of events on the sink: ``ParallelLoopStart`` → every branch's events (interleaved, each
 branch's ``AgentEnd`` last for that branch) → the judge's events, if any → ``ParallelLoopEnd``.
-``ParallelLoopEnd`` is emitted on every exit, including cancellation and a failing strategy.
+``ParallelLoopEnd`` is emitted on every exit, including cancellation and a failing strategy; it
+carries the race's session id as its ``loop_id`` (like ``ParallelLoopStart``) and the race's
+``status`` (its result's, or ``cancelled``/``error`` with the reason when the race raised).
+
+A race whose token is cancelled while its strategy is deciding has no winner, whatever the
+strategy returns (a judge cut short would only fall back to a default): ``selected`` is ``None``
+and the decision's rationale names the dropped pick. A branch accepted early was chosen before
+the cancellation and stays the winner.
 
 Branches run as tasks of one ``asyncio.TaskGroup``. Whatever a branch raises is captured into
 its outcome (status ``error``, the exception's type and text in ``error``) — any
@@ -30,7 +37,7 @@ from typing import Any, cast
 
 from .._tasks import STOPS, is_real_cancellation
 from ..cancel import CancelToken
-from ..errors import UserError
+from ..errors import UserError, redact
 from ..events import AgentEnd, Emitter, EndReason, ParallelLoopEnd, ParallelLoopStart
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop, agent_loop_continue
 from ..loop._inputs import check_messages, coerce_prompts
@@ -434,7 +441,9 @@ async def agent_loop_parallel(
             (see ``first_index``).
         strategy: picks the winner; see :class:`EvaluationStrategy`.
         events: a sink (callable, async callable or ``asyncio.Queue``) for every event.
-        cancel: cancels the whole race; the result then says ``cancelled``.
+        cancel: cancels the whole race; the result then says ``cancelled`` and has no winner
+            unless a branch was accepted early before the cancellation (a strategy still
+            deciding when it came has its pick dropped).
         max_concurrency: at most this many branches run at once (``None``: all).
         branch_timeout: seconds after which a branch is cancelled with status ``timeout``.
         tool_factory: ``(index, config) -> tools`` giving each branch its own tool instances.
@@ -443,7 +452,8 @@ async def agent_loop_parallel(
         budget: what the whole race (branches and judge) may spend
             (:class:`~phi_core.metering.Budget`): each call reserves its worst case before it is
             sent, so a branch whose call does not fit ends ``over_budget`` and the race never
-            overshoots; ``max_wall_s`` cancels what is still running when it passes.
+            overshoots; ``max_wall_s`` cancels what is still running when it passes (branches,
+            or the strategy, whose pick is then dropped like on a cancellation).
         label: what this race is for, carried by ``ParallelLoopStart`` (e.g. ``"preview"``).
         first_index: branch ``i`` runs under ``{session}.{segment}.{first_index + i + 1}``: a
             later race in the same session (a bandit race's answer after its previews) numbers
@@ -521,8 +531,8 @@ async def agent_loop_parallel(
         first_index,
     )
     started = time.perf_counter()
-    decision: EvaluationDecision | None = None
-    cancelled = False
+    result: ParallelLoopResult | None = None
+    failure: BaseException | None = None
     meter = Meter(budget)
     wall = (
         asyncio.get_running_loop().call_later(budget.max_wall_s, cancel.cancel, _WALL)
@@ -539,48 +549,74 @@ async def agent_loop_parallel(
                 label=label,
             )
         )
-        try:
-            with metering(meter):
-                outcomes = await race.run_branches()
-                chosen = await _decide(race, messages, outcomes)
-        except asyncio.CancelledError:
-            cancelled = True
-            raise
-        ensure_valid_index(chosen, outcomes)
-        decision = chosen
+        with metering(meter):
+            outcomes = await race.run_branches()
+            decision = await _decide(race, messages, outcomes)
         timed_out = cancel.reason == _WALL and not caller.cancelled
-        cancelled = cancel.cancelled and not timed_out
         total = Usage.sum(o.usage for o in outcomes) + decision.usage
         cost = sum(o.cost_usd for o in outcomes) + decision.cost_usd
-        return ParallelLoopResult(
+        result = ParallelLoopResult(
             session_id=race.session_id,
             loop_ids=race.loop_ids,
             outcomes=outcomes,
             decision=decision,
             total_usage=total,
             cost_usd=cost,
-            cancelled=cancelled,
+            cancelled=cancel.cancelled and not timed_out,
             timed_out=timed_out,
             wall_time_s=time.perf_counter() - started,
         )
+        return result
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         if wall is not None:
             wall.cancel()
         if cancel is not caller:
             cancel.detach()
-        index = decision.index if decision is not None else None
-        emitter.emit(
-            ParallelLoopEnd(
-                session_id=race.session_id,
-                selected_loop_id=race.loop_ids[index] if index is not None else None,
-                selected_config_index=index,
-                evaluation_usage=decision.usage if decision is not None else Usage(),
-                cancelled=cancelled or caller.cancelled,
-                decision=decision.summary() if decision is not None else None,
-            )
-        )
+        emitter.emit(_end_event(race, result, failure, caller))
         if owns_emitter:
             await emitter.aclose()
+
+
+def _end_event(
+    race: _Race,
+    result: ParallelLoopResult | None,
+    failure: BaseException | None,
+    caller: CancelToken,
+) -> ParallelLoopEnd:
+    """The race's last event: its result's winner and status, or, when the race raised,
+    ``cancelled`` (the caller cancelled it, or a ``CancelledError``/``KeyboardInterrupt``) or
+    ``error`` (its strategy raised, a ``SystemExit``...), with the redacted reason."""
+    if result is not None:
+        decision = result.decision
+        index = decision.index
+        return ParallelLoopEnd(
+            loop_id=race.session_id,
+            session_id=race.session_id,
+            selected_loop_id=race.loop_ids[index] if index is not None else None,
+            selected_config_index=index,
+            evaluation_usage=decision.usage,
+            cancelled=result.cancelled,
+            decision=decision.summary(),
+            status=result.status,
+        )
+    error: str | None = None
+    if isinstance(failure, STOPS):
+        error = race.stopped_by or describe_exception(failure)
+    elif failure is not None and not isinstance(failure, asyncio.CancelledError):
+        error = describe_exception(failure)
+    cancelled = caller.cancelled or isinstance(failure, asyncio.CancelledError | KeyboardInterrupt)
+    return ParallelLoopEnd(
+        loop_id=race.session_id,
+        session_id=race.session_id,
+        selected_loop_id=None,
+        selected_config_index=None,
+        cancelled=cancelled,
+        status="cancelled" if cancelled else "error",
+        error=redact(error) if error is not None else None,
+    )
 
 
 async def _decide(
@@ -615,6 +651,27 @@ async def _decide(
     )
     if not decision.strategy:
         decision.strategy = name
+    ensure_valid_index(decision, outcomes)
+    if race.cancel.cancelled and decision.index is not None:
+        # Cancelled while the strategy ran (nothing awaits between its return and here): its
+        # pick is not the race's winner; a judge cut short would only have fallen back. Its
+        # usage and figures are kept, the pick is named in the rationale.
+        what = (
+            "the race's wall-clock budget ran out"
+            if race.cancel.reason == _WALL
+            else "the race was cancelled"
+        )
+        return decision.model_copy(
+            update={
+                "index": None,
+                "tie": False,
+                "rationale": (
+                    f"{what} while the strategy was deciding; no branch was selected (the "
+                    f"strategy's pick, branch {decision.index}, was dropped: "
+                    f"{decision.rationale or 'no rationale'})"
+                ),
+            }
+        )
     return decision
 
 

@@ -237,16 +237,18 @@ class RubricJudgeEvaluation(BaseEvaluation):
             details["judge_calls"] = len(done)
         if not per_branch:
             call = done[0]
-            problem = (
-                f"the judge run ended with {call.reason}: {call.error}"
-                if call.reason != "completed"
-                else f"no usable scores in the judge's reply {call.text[:200]!r}"
-            )
+            if call.reason != "completed":
+                problem = plain = f"the judge run ended with {call.reason}: {call.error}"
+            else:
+                plain = "no usable scores in the judge's reply"
+                problem = f"{plain} {call.text[:200]!r}"
+            fallen = "; fell back to the first successful branch"
             return self.fall_back(
                 ok[0].config_index,
                 events,
                 loop_id=loop_id,
-                reason=f"{problem}; fell back to the first successful branch",
+                reason=problem + fallen,
+                reason_without_content=plain + fallen if plain != problem else None,
                 usage=usage,
                 cost_usd=cost,
                 details=details,

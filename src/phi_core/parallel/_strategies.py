@@ -70,12 +70,18 @@ class BaseEvaluation:
         *,
         loop_id: str,
         reason: str,
+        reason_without_content: str | None = None,
         **fields: Any,
     ) -> EvaluationDecision:
         """The documented default ``index``, marked ``fallback``; ``reason`` (why the strategy
         could not decide, and what it picked instead) becomes the rationale and the message of
-        the one ``Warning`` event this emits."""
-        events.emit(Warning(loop_id=loop_id, message=f"{self.name} strategy fell back: {reason}"))
+        the one ``Warning`` event this emits. A ``reason`` that quotes model-written text (a
+        judge's unusable reply, which can repeat a branch's answer) comes with
+        ``reason_without_content``, the same reason without the quote: the warning's
+        ``message_without_content``, which telemetry records unless content capture is on."""
+        said = f"{self.name} strategy fell back: "
+        plain = said + reason_without_content if reason_without_content is not None else None
+        events.emit(Warning(loop_id=loop_id, message=said + reason, message_without_content=plain))
         return self.decision(index, fallback=True, rationale=reason, **fields)
 
     def no_success(self, outcomes: Sequence[ParallelLoopOutcome]) -> EvaluationDecision:

@@ -223,7 +223,10 @@ class ParallelLoopResult:
     ``all_outcomes`` keeps phi-core's meaning (the *non-selected* outcomes, config order);
     ``outcomes`` holds every branch. When every branch failed (``all_failed``) or the race was
     cancelled before a winner was chosen, ``selected`` is ``None``; :meth:`raise_for_status` turns
-    that into an exception naming each branch's failure.
+    that into an exception naming each branch's failure. A winner is chosen when the strategy
+    returns its decision: a race cancelled while its strategy was still deciding has none (the
+    strategy's pick is dropped, named in ``decision.rationale``), and only a race cancelled after
+    a branch was accepted early has both ``cancelled`` and a winner.
     """
 
     session_id: str

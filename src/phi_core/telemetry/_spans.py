@@ -21,8 +21,13 @@ run) links to it.
 
 Prompt and completion content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``, tool arguments and results, a judge's
-rationale) is recorded only with ``capture_content=True``, redacted and cut to
-``max_content_chars``. Error descriptions are redacted too.
+rationale, a judge's reply quoted by a warning) is recorded only with ``capture_content=True``,
+redacted and cut to ``max_content_chars``; without it a warning is recorded by its
+``message_without_content``. Error descriptions are redacted too.
+
+A race span's ``phi.race.status`` is the race's status as its ``ParallelLoopEnd`` gives it (the
+result's ``status``, or ``cancelled``/``error`` when the race raised); any status but ``ok`` is
+the span's ``error.type`` (``_OTHER`` for ``error``).
 """
 
 from __future__ import annotations
@@ -309,7 +314,11 @@ class EventSpans:
                 if loop_id == session or loop_id.startswith(session + "."):
                     span = races[-1].span
         if span is not None:
-            message = content.scrub(event.message, 1000)
+            # a message quoting model-written text (a judge's reply) is content
+            text = event.message
+            if not self.capture_content and event.message_without_content is not None:
+                text = event.message_without_content
+            message = content.scrub(text, 1000)
             span.add_event("phi.warning", {"phi.message": message}, timestamp=now)
 
     def _compaction(self, event: CompactionEnded, now: int) -> None:
@@ -510,11 +519,17 @@ class EventSpans:
                 },
                 timestamp=now,
             )
-        if event.cancelled:
-            _fail(span, "cancelled", "the race was cancelled")
-        elif selected is None:  # the rationale may quote a judge's reply: content
+        status = event.status
+        if status is None:  # a record from before ParallelLoopEnd carried the race's status
+            status = "cancelled" if event.cancelled else "all_failed" if selected is None else "ok"
+        span.set_attribute("phi.race.status", status)
+        if status == "cancelled":
+            _fail(span, "cancelled", event.error or "the race was cancelled")
+        elif status == "error":  # the race raised (its strategy failed, ...): not its branches
+            _fail(span, "_OTHER", event.error or "the race raised")
+        elif status != "ok":  # the rationale may quote a judge's reply: content
             rationale = decision.get("rationale") if self.capture_content else None
-            _fail(span, "all_failed", str(rationale or "no branch was selected"))
+            _fail(span, status, str(rationale or event.error or "no branch was selected"))
         span.end(now)
 
     # ------------------------------------------------------------------ bandit races
