@@ -53,8 +53,9 @@ def test_bandit_race_answers_learns_and_persists_router_state(tmp_path: Path, sc
     events = [line["type"] for line in lines[:-1]]
     assert "agent_start" in events and "message_update" in events  # every event, then the result
     assert payload["type"] == "race_result" and payload["status"] == "ok"
-    assert payload["winner"] in ("scripted:a", "scripted:b")
-    assert payload["text"] == f"Answer from {payload['winner'][-1].upper()}."
+    winner = payload["winner"]["name"]  # the winner object of a race's result
+    assert winner in ("scripted:a", "scripted:b")
+    assert payload["text"] == payload["winner"]["text"] == f"Answer from {winner[-1].upper()}."
     assert set(payload["rewards"]) == {"scripted:a", "scripted:b"}
 
     shown = runner.invoke(app, ["route", "show", "--state", state, "--json"])
@@ -62,7 +63,7 @@ def test_bandit_race_answers_learns_and_persists_router_state(tmp_path: Path, sc
     arms = next(iter(json.loads(shown.stdout).values()))
     # the answering arm learned from its graded answer (weight 1), the other from its preview (0.5)
     assert sorted(stats["n"] for stats in arms.values()) == [0.5, 1.0]
-    assert arms[payload["winner"]]["n"] == 1.0
+    assert arms[winner]["n"] == 1.0
 
     second = runner.invoke(app, args)
     assert second.exit_code == 0, second.output
@@ -101,7 +102,7 @@ def test_bandit_race_verify_falls_back_to_an_answer_that_passes(tmp_path: Path) 
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout.strip().splitlines()[-1])
-    assert payload["text"] == "C" and payload["winner"] == "scripted:b"
+    assert payload["text"] == "C" and payload["winner"]["name"] == "scripted:b"
     assert payload["verified"] is True
     if payload["attempts"][0][0] == "scripted:a":
         assert payload["attempts"][0][1] == "unverified"

@@ -247,7 +247,7 @@ async def test_a_timed_out_preview_is_a_failed_outcome_not_a_failed_race(strict_
     result = await r.run("q?")
     assert result.status == "ok" and result.winner == "ok"
     assert result.previews is not None
-    stuck = next(o for o in result.previews.outcomes if o.config_id == "stuck")
+    stuck = next(o for o in result.previews.outcomes if o.config.extra["arm"] == "stuck")
     assert stuck.status == "timeout" and stuck.usage.output > 0
 
 
@@ -345,7 +345,7 @@ async def test_two_arms_of_one_model_differing_only_in_system_prompt_never_share
         r = race(arms, judge_config(judge), cache=cache, settings=RaceSettings(top_k=2))
         result = await r.run("Same question")
         assert result.previews is not None
-        texts = {o.config_id: o.text for o in result.previews.outcomes}
+        texts = {o.config.extra["arm"]: o.text for o in result.previews.outcomes}
         assert texts == {"terse": "preview as terse", "verbose": "preview as verbose"}
 
 

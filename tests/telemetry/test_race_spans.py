@@ -203,7 +203,7 @@ async def test_a_bandit_race_span_parents_its_previews_answer_race_and_grading(
     assert children == [preview, answer, grader]
     assert {attrs(c)["phi.role"] for c in spans.children(preview)} == {"branch", "judge"}
     assert [attrs(c)["phi.role"] for c in spans.children(answer)] == ["branch"]
-    assert attrs(answer)["phi.race.selected_config_id"] == "b"
+    assert attrs(answer)["phi.race.selected_config_id"] == "b.b"
     assert attrs(preview)["phi.race.label"] == "preview"
 
     (decision,) = [e for e in top.events if e.name == "phi.route.decision"]

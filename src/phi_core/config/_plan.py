@@ -5,7 +5,9 @@ three configurations of the embedded model when none are given), the judge (the 
 below), the strategy and the limits — and checks it all before any model is called (unknown
 provider, missing key or extra, unknown strategy). The command line, config files and the
 gateway call it; :meth:`RacePlan.run` races a prompt and :meth:`RacePlan.payload` is the JSON
-result of ``phi race --json``.
+result of ``phi race --json``. A race's and a bandit race's results share one shape (built by
+one function): the same keys with the same types, the bandit adding its own on top
+(:func:`bandit_payload`).
 
 The strategy rule: an explicit strategy wins; else the race file's; else ``judge`` when a judge
 is named, a branch is a vendor model or there are only two branches; else
@@ -23,7 +25,7 @@ strategy is held to a grammar that makes its reply one of the answer numbers.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -31,12 +33,18 @@ from ..cancel import CancelToken
 from ..errors import UserError
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Budget
-from ..parallel import EvaluationStrategy, ParallelLoopResult, agent_loop_parallel
+from ..parallel import (
+    EvaluationDecision,
+    EvaluationStrategy,
+    ParallelLoopOutcome,
+    ParallelLoopResult,
+    agent_loop_parallel,
+)
 from ..parallel import strategy_from_name as _parallel_strategy
 from ..providers.base import Provider
 from ..race import BanditOptions, BanditRace, BanditRaceResult, build_bandit_race
 from ..routing.stores import RouterStateStore
-from ..types import AgentMessage, ResponseFormat, UserMessage
+from ..types import AgentMessage, ResponseFormat, Usage, UserMessage
 from ._race import (
     DEFAULT_BRANCHES,
     DEFAULT_JUDGE,
@@ -163,43 +171,23 @@ class RacePlan:
             return bandit_payload(result)
         labels = self.labels
         winner = result.selected
-        return {
-            "type": "race_result",
-            "session_id": result.session_id,
-            "status": result.status,
-            "winner": (
-                {
-                    "index": winner.config_index,
-                    "name": labels[winner.config_index],
-                    "loop_id": winner.loop_id,
-                    "model": winner.config.model_config().spec,
-                    "text": winner.text,
-                }
+        return _race_result(
+            session_id=result.session_id,
+            status=result.status,
+            winner=(
+                _winner_row(winner.config_index, labels[winner.config_index], winner)
                 if winner is not None
                 else None
             ),
-            "decision": result.decision.summary(),
-            "branches": [
-                {
-                    "index": o.config_index,
-                    "name": labels[o.config_index],
-                    "loop_id": o.loop_id,
-                    "model": o.config.model_config().spec,
-                    "status": o.status,
-                    "error": o.error,
-                    "text": o.text,
-                    "latency_s": round(o.latency_s, 4),
-                    "usage": o.usage.model_dump(mode="json"),
-                    "cost_usd": o.cost_usd,
-                }
-                for o in result.outcomes
+            decision=result.decision,
+            branches=[
+                _branch_row(o.config_index, labels[o.config_index], o) for o in result.outcomes
             ],
-            "judge": self.judge.model if self.judge is not None else None,
-            "evaluation_usage": result.decision.usage.model_dump(mode="json"),
-            "total_usage": result.total_usage.model_dump(mode="json"),
-            "cost_usd": result.cost_usd,
-            "wall_time_s": round(result.wall_time_s, 4),
-        }
+            judge=self.judge.model if self.judge is not None else None,
+            total_usage=result.total_usage,
+            cost_usd=result.cost_usd,
+            wall_time_s=result.wall_time_s,
+        )
 
 
 def plan_race(
@@ -385,30 +373,107 @@ def _own(value: _V | None, fallback: _V | None) -> _V | None:
     return value if value is not None else fallback
 
 
-def bandit_payload(result: BanditRaceResult) -> dict[str, Any]:
-    """The result object of a bandit race's ``--json`` (its last line)."""
+# --------------------------------------------------------------------------- the JSON result
 
-    def outcome_row(phase: str, o: Any) -> dict[str, Any]:
-        return {
-            "arm": str(o.config.extra.get("arm", o.config_id)),
-            "call": phase,
-            "loop_id": o.loop_id,
-            "status": o.status,
-            "error": o.error,
-            "error_kind": o.error_kind,
-            "text": o.text,
-            "latency_s": round(o.latency_s, 4),
-            "usage": o.usage.model_dump(mode="json"),
-            "cost_usd": o.cost_usd,
-        }
 
-    previews = result.previews.outcomes if result.previews is not None else []
+def _branch_row(index: int, name: str, outcome: ParallelLoopOutcome) -> dict[str, Any]:
+    """A branch of the result: ``index`` and ``name`` are its branch's (a bandit arm's)."""
+    return {
+        "index": index,
+        "name": name,
+        "loop_id": outcome.loop_id,
+        "model": outcome.config.model_config().spec,
+        "status": outcome.status,
+        "error": outcome.error,
+        "error_kind": outcome.error_kind,
+        "text": outcome.text,
+        "latency_s": round(outcome.latency_s, 4),
+        "usage": outcome.usage.model_dump(mode="json"),
+        "cost_usd": outcome.cost_usd,
+    }
+
+
+def _winner_row(index: int, name: str, outcome: ParallelLoopOutcome) -> dict[str, Any]:
+    return {
+        "index": index,
+        "name": name,
+        "loop_id": outcome.loop_id,
+        "model": outcome.config.model_config().spec,
+        "text": outcome.text,
+    }
+
+
+def _race_result(
+    *,
+    session_id: str,
+    status: str,
+    winner: dict[str, Any] | None,
+    decision: EvaluationDecision,
+    branches: list[dict[str, Any]],
+    judge: str | None,
+    total_usage: Usage,
+    cost_usd: float,
+    wall_time_s: float,
+) -> dict[str, Any]:
+    """The keys every ``race_result`` has, a race's or a bandit race's, with one type each."""
     return {
         "type": "race_result",
+        "session_id": session_id,
+        "status": status,
+        "winner": winner,
+        "decision": decision.summary(),
+        "branches": branches,
+        "judge": judge,
+        "evaluation_usage": decision.usage.model_dump(mode="json"),
+        "total_usage": total_usage.model_dump(mode="json"),
+        "cost_usd": cost_usd,
+        "wall_time_s": round(wall_time_s, 4),
+    }
+
+
+def bandit_payload(result: BanditRaceResult) -> dict[str, Any]:
+    """The result object of a bandit race's ``--json`` (its last line).
+
+    Every key of a race's result, with the same type (:meth:`RacePlan.payload`): ``winner`` is
+    ``{index, name, loop_id, model, text}`` or null, ``decision`` the bandit's (strategy
+    ``bandit``, preview scores by arm index, the judge calls' usage), each branch row has
+    ``index`` and ``name`` (its arm's position and name), ``total_usage`` is what was paid.
+    The bandit's own keys come on top: ``strategy``, ``text``, ``verified``, ``quality``,
+    ``error``, the route decision (``action``, ``contenders``, ``order``, ``ranking``,
+    ``previews_skipped``), ``scores``, ``attempts``, ``rewards``, ``usage`` (the same as
+    ``total_usage``) and, on each branch row, ``arm`` and ``call`` (``preview`` or ``answer``)."""
+    arms = list(result.arms)
+
+    def index(arm: str) -> int:
+        if arm not in arms:  # a result built by hand, without its arms
+            arms.append(arm)
+        return arms.index(arm)
+
+    branches: list[dict[str, Any]] = []
+    previews = result.previews.outcomes if result.previews is not None else []
+    for call, outcomes in (("preview", previews), ("answer", result.answers)):
+        for o in outcomes:
+            arm = _arm(o)
+            branches.append({**_branch_row(index(arm), arm, o), "arm": arm, "call": call})
+    answer, name = result.answer, result.winner
+    winner = (
+        _winner_row(index(name), name, answer) if answer is not None and name is not None else None
+    )
+    common = _race_result(
+        session_id=result.session_id,
+        status=result.status,
+        winner=winner,
+        decision=_bandit_decision(result, index),
+        branches=branches,
+        judge=result.judge,
+        total_usage=result.usage,
+        cost_usd=result.cost_usd,
+        wall_time_s=result.wall_time_s,
+    )
+    return {
+        "type": common.pop("type"),
         "strategy": "bandit",
-        "session_id": result.session_id,
-        "status": result.status,
-        "winner": result.winner,
+        **common,
         "text": result.text,
         "verified": result.verified,
         "quality": result.quality,
@@ -421,9 +486,44 @@ def bandit_payload(result: BanditRaceResult) -> dict[str, Any]:
         "scores": result.scores,
         "attempts": [list(a) for a in result.attempts],
         "rewards": {k: v.reward for k, v in result.rewards.items()},
-        "branches": [outcome_row("preview", o) for o in previews]
-        + [outcome_row("answer", o) for o in result.answers],
-        "usage": result.usage.model_dump(mode="json"),
-        "cost_usd": result.cost_usd,
-        "wall_time_s": round(result.wall_time_s, 4),
+        "usage": common["total_usage"],
     }
+
+
+def _arm(outcome: ParallelLoopOutcome) -> str:
+    return str(outcome.config.extra.get("arm", outcome.config_id))
+
+
+def _bandit_decision(result: BanditRaceResult, index: Callable[[str], int]) -> EvaluationDecision:
+    """The bandit's decision in a race's terms: the winner's arm index, the preview judge's
+    scores by arm index, the judge calls' usage (preview scoring and the answer's grading)."""
+    judged = [
+        d
+        for d in (result.previews.decision if result.previews is not None else None, result.grade)
+        if d is not None
+    ]
+    if result.winner is None:
+        rationale = result.error or "no answer was accepted"
+    else:
+        rationale = f"{result.winner} answered"
+        if result.reason:
+            rationale = f"{result.reason}; {rationale}"
+        if result.verified is not None:
+            rationale += " (verified)" if result.verified else " (no answer passed the check)"
+    return EvaluationDecision(
+        index=index(result.winner) if result.winner is not None else None,
+        strategy="bandit",
+        usage=Usage.sum(d.usage for d in judged),
+        cost_usd=sum(d.cost_usd for d in judged),
+        scores={index(arm): score for arm, score in result.scores.items()},
+        rationale=rationale,
+        fallback=result.previews is not None and result.previews.decision.fallback,
+        details={
+            "action": result.action,
+            "reason": result.reason,
+            "contenders": result.contenders,
+            "order": result.order,
+            "verified": result.verified,
+            "quality": result.quality,
+        },
+    )

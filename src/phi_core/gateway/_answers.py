@@ -87,8 +87,8 @@ def failure_of(outcomes: list[ParallelLoopOutcome], what: str) -> GatewayError:
     order = ["rate_limited", "overloaded", "timeout", "budget", "bad_request", "context_overflow"]
     kinds = [o.error_kind if o.status != "timeout" else "timeout" for o in outcomes]
     chosen = next((k for k in order if k in kinds), kinds[0])
-    detail = "; ".join(f"{o.config_id}: {o.status}" + (f" ({o.error})" if o.error else "")
-                       for o in outcomes)  # fmt: skip
+    detail = "; ".join(f"{o.config.extra.get('arm', o.config_id)}: {o.status}"  # a route's arm
+                       + (f" ({o.error})" if o.error else "") for o in outcomes)  # fmt: skip
     retry = max((o.retry_after or 0 for o in outcomes), default=0) or None
     return error_of_kind(chosen, f"{what}: every branch failed: {detail}", retry)
 

@@ -27,7 +27,6 @@ __all__ = [
     "InputFilter",
     "LoopHooks",
     "ToolExecution",
-    "unique_config_ids",
 ]
 
 T = TypeVar("T")
@@ -95,18 +94,6 @@ MessageGetter = Callable[[], MaybeAwaitable[Sequence[AgentMessage]]]
 DEFAULT_MODEL = "local:smollm2"
 
 _SLUG = re.compile(r"[^\w-]|_", re.UNICODE)
-
-
-def unique_config_ids(names: Sequence[str]) -> list[str]:
-    """A loop-id segment per name (characters other than letters, digits, ``_`` and ``-``
-    become ``-``), unique even when two names slug alike."""
-    ids: list[str] = []
-    for i, name in enumerate(names):
-        slug = re.sub(r"[^\w-]+", "-", name).strip("-") or f"arm{i}"
-        while slug in ids:
-            slug = f"{slug}-{i}"
-        ids.append(slug)
-    return ids
 
 
 @dataclass

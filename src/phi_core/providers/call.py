@@ -9,8 +9,12 @@ loops) and by selection's metered model handles, so they share one behaviour aro
    every sampling parameter, response format, extra settings — and a sample index. Every cache
    key is this key, so two configurations that differ in anything sent never share an entry.
 2. **Cache** (optional, per call): a hit is answered without a call, recorded on the active
-   meters as ``cached`` (free), and never consumes budget. A cache that fails to read is a miss;
-   one that fails to write is logged — it never fails a call already paid for.
+   meters as ``cached`` (free), and never consumes budget. A reply is stored under the key of
+   the request sent and, when the budget lowered its output limit (step 3) but the reply was not
+   cut by it (stop reason other than ``length``), under the key of the request as asked too, so a
+   repeated budgeted run finds it; a cut reply is never served for a higher limit. A cache that
+   fails to read is a miss; one that fails to write is logged — it never fails a call already
+   paid for.
 3. **Budget**: the worst case is reserved on every active meter
    (:mod:`phi_core.metering`); the call's output limit is lowered to what remains, or the call is
    refused with :class:`~phi_core.errors.BudgetExceededError` before anything is sent.
@@ -183,8 +187,9 @@ class ModelCall:
     async def stream(self) -> AsyncIterator[StreamEvent]:
         request = self.request
         model = request.model
+        asked_key: str | None = None  # the key of the request as asked (the one looked up)
         if self.cache is not None:
-            self.key = request_key(request, self.sample)
+            self.key = asked_key = request_key(request, self.sample)
             hit = await self._cache_get(self.key)
             if hit is not None:
                 self.cached, self.message, self.latency_s = True, hit.message, hit.latency
@@ -278,6 +283,12 @@ class ModelCall:
             and message.stop_reason not in ("error", "aborted")
         ):
             await self._cache_put(self.key, message, self.latency_s)
+            if asked_key is not None and asked_key != self.key and message.stop_reason != "length":
+                # The budget lowered the output limit but the reply ended on its own: it is the
+                # answer to the request as asked too, which is the key the next run looks up
+                # (the lowered limit depends on what remains of the budget). A reply cut by
+                # the lowered limit is never served for the request with the higher limit.
+                await self._cache_put(asked_key, message, self.latency_s)
 
     def _settle(self, error: BaseException | None) -> None:
         reservation = self._reservation

@@ -43,7 +43,6 @@ from ..cancel import CancelToken
 from ..errors import StateStoreError, UserError
 from ..events import BanditRaceEnd, Emitter, RouteDecision, RouteUpdate
 from ..loop import AgentContext, AgentLoopConfig
-from ..loop.config import unique_config_ids
 from ..metering import Budget, Meter, metering, token_share
 from ..outcome import RaceStatus
 from ..parallel import (
@@ -170,6 +169,8 @@ class BanditRaceResult:
     """The answer's judged or verified quality in [0, 1] (``None``: nothing could grade it)."""
     ranking: Ranking | None = None
     action: Action = "race"
+    reason: str = ""
+    """Why the router took ``action`` (the ``RouteDecision`` event's reason)."""
     contenders: list[str] = field(default_factory=list)
     previews: ParallelLoopResult | None = None
     scores: dict[str, float] = field(default_factory=dict)
@@ -188,6 +189,10 @@ class BanditRaceResult:
 
     answer: ParallelLoopOutcome | None = None
     """The attempt whose answer was kept (``None`` when there is none)."""
+    arms: list[str] = field(default_factory=list)
+    """Every arm of the race in the order given (an arm's ``index`` in the JSON result)."""
+    judge: str | None = None
+    """The judge's model (``provider:model``) that scores previews and grades the answer."""
 
     @property
     def previews_skipped(self) -> bool:
@@ -207,6 +212,20 @@ class BanditRaceResult:
 
 def _arm_of(outcome: ParallelLoopOutcome) -> str:
     return str(outcome.config.extra.get("arm", outcome.config_id))
+
+
+def _loop_segments(arms: Sequence[Arm]) -> dict[str, str]:
+    """Each arm's loop-id segment: :meth:`AgentLoopConfig.segment` of its config (its
+    ``config_id``, else ``provider.model``), exactly what a race gives the same config. Two arms
+    whose configs segment alike (one model at two temperatures, unnamed) get ``-N`` (``N``: the
+    arm's position) on the later one: the live view tells arms apart by segment."""
+    segments: dict[str, str] = {}
+    for i, arm in enumerate(arms):
+        segment = arm.config.segment()
+        while segment in segments.values():
+            segment = f"{segment}-{i}"
+        segments[arm.name] = segment
+    return segments
 
 
 class _Acceptor:
@@ -315,8 +334,10 @@ class BanditRace:
         self.settings = settings or RaceSettings()
         self.budget = budget
         self.verify = verify
-        self.config_ids = dict(zip(names, unique_config_ids(names), strict=True))
-        """Each arm's config id (the segment of its branches' loop ids)."""
+        self.config_ids = _loop_segments(arms)
+        """Each arm's config id: the segment of its branches' loop ids, the same as a race gives
+        its config. Only loop ids, events and the live view use it: what the router learns,
+        the latency history and the run log are keyed by the arm's name (``extra["arm"]``)."""
         self._judge = (
             RubricJudgeEvaluation(judge, seed=self.settings.shuffle_seed)
             if judge is not None
@@ -373,7 +394,11 @@ class BanditRace:
         token = caller.child()
         owns_emitter = not isinstance(events, Emitter)
         emitter = Emitter.of(events)
-        result = BanditRaceResult(session_id=str(uuid.uuid4()))
+        result = BanditRaceResult(
+            session_id=str(uuid.uuid4()),
+            arms=list(self.arms),
+            judge=self.judge.model_config().spec if self.judge is not None else None,
+        )
         meter = Meter(self.budget)
         wall = (
             asyncio.get_running_loop().call_later(self.budget.max_wall_s, token.cancel, _WALL)
@@ -443,7 +468,7 @@ class BanditRace:
             action = "baseline" if settings.policy == "baseline" else "race"
             reason = f"previewing the {k} arms with the highest upper bounds"
         contenders = order[:k] if action in ("race", "baseline") else order[:1]
-        result.action, result.contenders = action, contenders
+        result.action, result.contenders, result.reason = action, contenders, reason
         emitter.emit(
             RouteDecision(
                 loop_id=result.session_id,
@@ -591,7 +616,10 @@ class BanditRace:
     def _config(self, arm: str, **changes: Any) -> AgentLoopConfig:
         config = self.arms[arm].config
         extra = {**config.extra, "arm": arm}
-        return dataclasses.replace(config, config_id=self.config_ids[arm], extra=extra, **changes)
+        segment = self.config_ids[arm]
+        # the config's own id, as in a race, unless two arms' configs segment alike
+        config_id = config.config_id if segment == config.segment() else segment
+        return dataclasses.replace(config, config_id=config_id, extra=extra, **changes)
 
     @staticmethod
     def _status(result: BanditRaceResult, caller: CancelToken, token: CancelToken) -> RaceStatus:
