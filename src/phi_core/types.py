@@ -126,12 +126,29 @@ ThinkingLevel = Literal["off", "minimal", "low", "medium", "high"]
 
 
 class Pricing(_Model):
-    """US dollars per million tokens."""
+    """US dollars per million tokens.
+
+    ``cache_read`` (a cached prompt token read) and ``cache_write`` (a prompt token written to
+    the cache) left unset (``None``) cost what an input token costs, as in the built-in price
+    table; ``0.0`` makes them free. :attr:`cache_read_price` and :attr:`cache_write_price` are
+    the prices in effect.
+    """
 
     input: float = 0.0
     output: float = 0.0
-    cache_read: float = 0.0
-    cache_write: float = 0.0
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+    @property
+    def cache_read_price(self) -> float:
+        """Dollars per million cached prompt tokens read: ``cache_read``, else ``input``."""
+        return self.input if self.cache_read is None else self.cache_read
+
+    @property
+    def cache_write_price(self) -> float:
+        """Dollars per million prompt tokens written to the cache: ``cache_write``, else
+        ``input``."""
+        return self.input if self.cache_write is None else self.cache_write
 
 
 class Usage(_Model):
@@ -187,8 +204,8 @@ class Usage(_Model):
         return (
             self.input * pricing.input
             + self.output * pricing.output
-            + self.cache_read * pricing.cache_read
-            + self.cache_write * pricing.cache_write
+            + self.cache_read * pricing.cache_read_price
+            + self.cache_write * pricing.cache_write_price
         ) / 1_000_000
 
 

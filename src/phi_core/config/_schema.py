@@ -56,10 +56,13 @@ class _Section(BaseModel):
 
 
 class CostSection(_Section):
+    """A model's price in US dollars per million tokens. A cache price left out costs what an
+    input token costs (``0`` makes it free), as :class:`~phi_core.types.Pricing` does."""
+
     input_per_million: float = 0.0
     output_per_million: float = 0.0
-    cache_read_per_million: float = 0.0
-    cache_write_per_million: float = 0.0
+    cache_read_per_million: float | None = None
+    cache_write_per_million: float | None = None
 
 
 class ProviderFields(_Section):

@@ -192,26 +192,48 @@ def is_context_overflow(status: int | None, text: str) -> bool:
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date).
+
+    ``None`` when neither header holds a finite number of seconds or a valid HTTP date
+    (``"soon"``, ``"1s"``, a malformed date): the caller's own back-off applies. Never raises.
+    """
     if not headers:
         return None
-    lowered = {k.lower(): v for k, v in headers.items()}
-    ms = lowered.get("retry-after-ms")
-    if ms:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
+    try:
+        lowered = {str(k).lower(): str(v).strip() for k, v in headers.items()}
+    except Exception:  # a headers object that cannot even be listed: no hint
+        return None
+    ms = _seconds(lowered.get("retry-after-ms"))
+    if ms is not None:
+        return ms / 1000.0
     value = lowered.get("retry-after")
     if not value:
         return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    # Not `parsedate_to_datetime`: on Python 3.11 it raises ValueError for text that is no date.
     try:
-        return max(float(value), 0.0)
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        parsed = email.utils.parsedate_tz(value)
         if parsed is None:
             return None
-        return max(parsed.timestamp() - time.time(), 0.0)
+        when = float(email.utils.mktime_tz(parsed))  # a date without a zone counts as UTC
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+    return max(when - time.time(), 0.0)
+
+
+def _seconds(text: str | None) -> float | None:
+    """A finite, non-negative number of seconds, or ``None`` (absent, not a number, NaN, ∞)."""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not -float("inf") < value < float("inf"):  # NaN and ±∞ are no delay
+        return None
+    return max(value, 0.0)
 
 
 def classify_error(
@@ -223,22 +245,31 @@ def classify_error(
     body: Any = None,
     headers: Mapping[str, str] | None = None,
     error_type: str | None = None,
+    auth_hint: str | None = None,
 ) -> ProviderError:
     """The :class:`ProviderError` subclass for one failed call (never raised here, returned).
 
     ``error_type`` is the vendor's own error code when it has one (``overloaded_error``,
     ``rate_limit_exceeded``, ``ThrottlingException`` ...); it wins over the status for streams
-    whose errors arrive inside a 200 response.
+    whose errors arrive inside a 200 response. ``auth_hint`` says what to check after an
+    authentication failure (default: the provider's key variable and ``phi keys set``).
+
+    Never raises: an odd body, header or field loses that detail, never the classification (an
+    exception from here would escape the provider's ``except`` unclassified, chained to the SDK
+    exception whose request holds the key).
     """
-    body_text = body if isinstance(body, str) else (json.dumps(body) if body is not None else "")
+    if isinstance(status, bool) or not isinstance(status, int):
+        status = None
+    message = str(message)
+    body_text = _body_text(body)
     text = f"{message} {body_text}"
-    kind = (error_type or "").lower()
+    kind = str(error_type or "").lower()
     kwargs: dict[str, Any] = {
         "status": status,
         "provider": provider,
         "model": model,
         "body": body_text or None,
-        "retry_after": parse_retry_after(headers),
+        "retry_after": parse_retry_after(headers),  # never raises
     }
     cls: type[ProviderError]
     if is_context_overflow(status, text):
@@ -259,16 +290,50 @@ def classify_error(
         cls = ServerError
     else:
         cls = BadRequestError
-    prefix = {
-        AuthError: "authentication failed (check the API key)",
-        RateLimitedError: "rate limited",
-        OverloadedError: "overloaded",
-        ServerError: "server error",
-        ContextOverflowError: "context overflow: the prompt exceeds the model's context window",
-        BadRequestError: "bad request",
-        NetworkError: "network error",
-    }[cls]
+    if cls is AuthError:
+        prefix = f"authentication failed ({auth_hint or _key_hint(provider)})"
+    else:
+        prefix = {
+            RateLimitedError: "rate limited",
+            OverloadedError: "overloaded",
+            ServerError: "server error",
+            ContextOverflowError: "context overflow: the prompt exceeds the model's context window",
+            BadRequestError: "bad request",
+            NetworkError: "network error",
+        }[cls]
     return cls(f"{provider}:{model} {prefix}: {message}", **kwargs)
+
+
+def _body_text(body: Any) -> str:
+    """An error body as text for matching and for :attr:`ProviderError.body` (never raises)."""
+    if body is None:
+        return ""
+    if isinstance(body, str):
+        return body
+    try:
+        return json.dumps(body, default=str)
+    except (TypeError, ValueError, RecursionError):  # circular, or keys JSON cannot hold
+        try:
+            return repr(body)
+        except Exception:
+            return f"<{type(body).__name__}>"
+
+
+def _key_hint(provider: str) -> str:
+    """What to check after a 401/403: the provider's key variable and ``phi keys set`` (as the
+    missing-key error says), when the provider is a known one that takes a key."""
+    try:
+        from .registry import known_providers
+
+        key_env = next((s.key_env for s in known_providers() if s.name == provider), None)
+    except Exception:  # the hint is never worth losing the error
+        key_env = None
+    if not key_env:
+        return "check the API key"
+    return (
+        f"check the API key: set the {key_env} environment variable or store one with "
+        f"`phi keys set {provider}`"
+    )
 
 
 def unchained(mapped: ProviderError, exc: BaseException) -> ProviderError:
@@ -293,11 +358,14 @@ def malformed_stream(provider: str, model: str, exc: BaseException) -> ProviderE
     """A ``ValueError`` out of an SDK call, classified.
 
     Only a stream that could not be decoded (undecodable JSON, bytes that are not UTF-8) is a
-    server fault worth retrying. Text that cannot be encoded — a lone surrogate in the request —
-    fails the same way on every attempt, as does any other ``ValueError``: a bad request, never
-    retried.
+    server fault worth retrying, also when an SDK wraps the decoding error in its own
+    ``ValueError`` (google-genai's ``UnknownApiResponseError`` is raised *from* the
+    ``JSONDecodeError``). Text that cannot be encoded — a lone surrogate in the request — fails
+    the same way on every attempt, as does any other ``ValueError``: a bad request, never retried.
     """
-    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError) or isinstance(
+        exc.__cause__, json.JSONDecodeError | UnicodeDecodeError
+    ):
         return ServerError(
             f"{provider}:{model} sent a malformed stream event: {exc}",
             provider=provider,
@@ -422,6 +490,14 @@ class MessageBuilder:
         signature: str | None = None,
     ) -> ToolCallDelta:
         index, block = self._block(key, "tool")
+        if id and block.id and id != block.id:
+            # Another call under the same vendor key: Ollama gives every parallel call index 0,
+            # some servers send no index at all. A new id is a new call; what follows without
+            # an id continues it.
+            index = len(self._blocks)
+            self._by_key[key] = index
+            block = _Block("tool")
+            self._blocks.append(block)
         if signature:
             block.signature = signature
         if id and not block.id:

@@ -2,9 +2,10 @@
 
 boto3 is blocking, so each call runs the ``converse_stream`` request and its event-stream
 iteration in its own worker thread, which hands events to the event loop through an
-``asyncio.Queue``; the loop never blocks. When the caller stops (cancellation, an error, or simply
-not reading further) the worker is told to stop and the HTTP stream is closed, which ends the
-thread's blocking read.
+``asyncio.Queue``; the loop never blocks. When the caller stops (cancellation, a missed deadline,
+an error, or simply not reading further) the worker is told to stop and the socket is shut down
+for reading, which ends the thread's blocking read at once; the worker then closes the HTTP stream
+and exits (:class:`_StreamLink`).
 
 Credentials come from the standard AWS chain (env, profile, role), or from ``api_key`` written
 ``ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]``. The region is ``compat["region"]``,
@@ -18,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import logging
 import os
+import socket
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -59,6 +63,8 @@ from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_tar
 
 __all__ = ["BedrockProvider", "build_converse_params"]
 
+logger = logging.getLogger("phi_core.providers")
+
 _STOP: dict[str, StopReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -68,6 +74,10 @@ _STOP: dict[str, StopReason] = {
     "guardrail_intervened": "error",
     "content_filtered": "error",
 }
+_AUTH_HINT = (
+    "check the AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or an "
+    "api_key written ACCESS_KEY_ID:SECRET_ACCESS_KEY; and the model access granted to them"
+)
 _FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
 
 
@@ -128,7 +138,7 @@ class BedrockProvider:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         stop = threading.Event()
-        opened: list[Any] = []
+        link = _StreamLink()
 
         def post(kind: str, payload: Any) -> None:
             try:
@@ -137,17 +147,25 @@ class BedrockProvider:
                 stop.set()
 
         def worker() -> None:
+            events: Any = None
             try:
                 response = self._client.converse_stream(**params)
                 events = response["stream"]
-                opened.append(events)
-                for event in events:
-                    if stop.is_set():
-                        break
-                    post("event", event)
-                post("end", None)
+                if link.opened(events):
+                    for event in events:
+                        if stop.is_set():
+                            break
+                        post("event", event)
+                    post("end", None)
             except BaseException as exc:  # handed to the event loop, raised there
                 post("error", exc)
+            finally:
+                # The worker closes what it read from, never the event loop: closing waits for
+                # the read in progress, which only this thread can end (see _StreamLink).
+                link.finished()
+                if events is not None:
+                    with contextlib.suppress(Exception):
+                        events.close()
 
         thread = threading.Thread(target=worker, name=f"bedrock-{model.id}", daemon=True)
         thread.start()
@@ -203,9 +221,9 @@ class BedrockProvider:
                 elif "metadata" in payload:
                     usage = _usage(payload["metadata"].get("usage", {}))
         finally:
+            # Never blocks: wakes the worker's read; the worker closes the stream and exits.
             stop.set()
-            for events in opened:
-                events.close()
+            link.abandon()
         if stop_reason is None:
             raise network_error(
                 model.provider, model.id, EOFError("the stream ended before messageStop")
@@ -214,6 +232,70 @@ class BedrockProvider:
         if json_blocks and reason == "tool_use" and not builder.has_tool_calls:
             reason = "stop"
         yield StreamDone(builder.finish(reason, usage))
+
+
+class _StreamLink:
+    """The event stream a worker thread reads, shared with the event loop that may abandon it.
+
+    Closing a botocore event stream (urllib3's ``HTTPResponse.close``) takes the lock of the
+    socket's buffered reader, which a worker blocked in ``readinto`` holds until the upstream
+    sends data again or botocore's ``read_timeout`` (600 s) ends the read. Done on the event loop
+    (a cancel, a missed deadline), that froze every coroutine for as long. So the loop only shuts
+    the socket down for reading — one system call that returns at once and makes the blocked read
+    return — and the worker, its read ended, closes the stream itself and exits: the loop never
+    waits, and no thread is left behind. The lock orders the two sides: the loop never touches a
+    stream the worker has begun closing, and a stream that opens after the caller left is closed
+    unread. A worker still waiting for the response headers when the caller leaves (nothing to
+    shut down yet) closes its stream as soon as they arrive, at the latest after botocore's
+    ``connect_timeout``/``read_timeout``.
+    """
+
+    __slots__ = ("_abandoned", "_events", "_finished", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: Any = None
+        self._abandoned = False
+        self._finished = False
+
+    def opened(self, events: Any) -> bool:
+        """The worker is about to read ``events``; ``False``: the caller has already left (the
+        worker closes them unread)."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._events = events
+            return True
+
+    def finished(self) -> None:
+        """The worker reads no more (it closes the stream next)."""
+        with self._lock:
+            self._finished = True
+
+    def abandon(self) -> None:
+        """The caller stops (on the event loop): wake the worker's read in progress; never
+        blocks."""
+        with self._lock:
+            self._abandoned = True
+            if self._events is not None and not self._finished:
+                _wake_reader(self._events)
+
+
+def _wake_reader(events: Any) -> None:
+    """Make a read blocked on ``events``' socket (in another thread) return now, by shutting the
+    socket down for reading; closing it is left to the reading thread."""
+    raw = getattr(events, "_raw_stream", None)  # botocore's urllib3 HTTPResponse
+    shutdown = getattr(raw, "shutdown", None)  # urllib3 >= 2.3, made for this very use
+    if callable(shutdown):
+        try:
+            shutdown()
+            return
+        except Exception as exc:  # no socket left: try it ourselves below
+            logger.debug("bedrock: HTTPResponse.shutdown() failed (%s)", type(exc).__name__)
+    sock = getattr(getattr(raw, "connection", None), "sock", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RD)
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
@@ -255,6 +337,7 @@ def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
             model=model.id,
             headers=meta.get("HTTPHeaders"),
             error_type=code,
+            auth_hint=_AUTH_HINT,
         )
     if isinstance(exc, (botocore.exceptions.BotoCoreError, *TRANSPORT_ERRORS)):
         return network_error(model.provider, model.id, exc)

@@ -185,20 +185,41 @@ def _map_error(exc: BaseException, model: ModelConfig) -> ProviderError | None:
     if isinstance(exc, genai_errors.APIError):
         response = getattr(exc, "response", None)
         headers = getattr(response, "headers", None)
+        message = str(exc.message or exc)
+        error_type = exc.status if isinstance(exc.status, str) else None
+        if _bad_key(message, exc.details):
+            # Gemini answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID).
+            error_type = "UNAUTHENTICATED"
+        try:
+            header_map = dict(headers) if headers is not None else None
+        except Exception:  # no Retry-After hint, never an unclassified error
+            header_map = None
         return classify_error(
             status=exc.code if isinstance(exc.code, int) else None,
-            message=str(exc.message or exc),
+            message=message,
             provider=model.provider,
             model=model.id,
             body=exc.details,
-            headers=dict(headers) if headers is not None else None,
-            error_type=exc.status if isinstance(exc.status, str) else None,
+            headers=header_map,
+            error_type=error_type,
         )
     if isinstance(exc, TRANSPORT_ERRORS):
         return network_error(model.provider, model.id, exc)
     if isinstance(exc, ValueError):
         return malformed_stream(model.provider, model.id, exc)
     return None
+
+
+_BAD_KEY_PHRASES = ("api key not valid", "api_key_invalid", "api key expired", "api_key_expired")
+
+
+def _bad_key(message: str, details: Any) -> bool:
+    """Whether a Gemini error says the API key is wrong or expired (it comes as a 400)."""
+    try:
+        text = f"{message} {json.dumps(details, default=str)}".lower()
+    except (TypeError, ValueError, RecursionError):
+        text = message.lower()
+    return any(phrase in text for phrase in _BAD_KEY_PHRASES)
 
 
 _MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}

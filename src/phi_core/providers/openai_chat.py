@@ -101,8 +101,11 @@ class OpenAIChatProvider:
                             yield builder.text("text", delta["content"])
                         for call in delta.get("tool_calls") or ():
                             function = call.get("function") or {}
+                            index = call.get("index")
+                            # A chunk with a new id starts a new call even at the same index
+                            # (Ollama sends index 0 for every parallel call; some servers none).
                             yield builder.tool_call(
-                                ("tool", call.get("index", 0)),
+                                ("tool", index if isinstance(index, int) else 0),
                                 id=call.get("id"),
                                 name=function.get("name"),
                                 arguments=function.get("arguments") or "",

@@ -107,7 +107,7 @@ class OpenAIResponsesProvider:
                     elif kind in ("response.completed", "response.incomplete"):
                         final = event.response
                         usage = _usage(final.usage)
-                        stop = "length" if kind == "response.incomplete" else "stop"
+                        stop = _incomplete_stop(final) if kind == "response.incomplete" else "stop"
                     elif kind == "response.failed":
                         error = event.response.error
                         raise classify_error(
@@ -176,6 +176,19 @@ class AzureOpenAIProvider(OpenAIResponsesProvider):
             ),
             close=lambda client: client.close(),
         )
+
+
+_INCOMPLETE: dict[str, StopReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "error",  # as Chat Completions' finish_reason "content_filter"
+}
+
+
+def _incomplete_stop(final: Any) -> StopReason:
+    """The stop reason of a ``response.incomplete``, by ``incomplete_details.reason`` (a reason
+    not known here, or none, is a cut-off: ``length``)."""
+    reason = getattr(getattr(final, "incomplete_details", None), "reason", None)
+    return _INCOMPLETE.get(reason, "length") if isinstance(reason, str) else "length"
 
 
 def _usage(raw: Any) -> Usage:
