@@ -467,13 +467,14 @@ class BasicAgent:
         return self._running
 
     def build_config(self, **overrides: Any) -> AgentLoopConfig:
-        """The :class:`AgentLoopConfig` of the next run (queues wired in)."""
-        return dataclasses.replace(
-            self.config,
-            get_steering_messages=self.steering.get,
-            get_follow_up_messages=self.follow_ups.get,
-            **overrides,
-        )
+        """The :class:`AgentLoopConfig` of the next run: this agent's steering and follow-up
+        queues wired in, then ``overrides`` (which may replace them too, e.g. with None)."""
+        changes: dict[str, Any] = {
+            "get_steering_messages": self.steering.get,
+            "get_follow_up_messages": self.follow_ups.get,
+        }
+        changes.update(overrides)
+        return dataclasses.replace(self.config, **changes)
 
     def steer(self, message: AgentMessage | str) -> None:
         """Queue a message the running loop takes at its next steering checkpoint."""

@@ -20,10 +20,19 @@ calling loop as its parent, so session records link the two both ways.
   also sees the child's text as ``ToolExecutionUpdate`` and the child's tool calls as
   ``ProgressMessage`` lines of the calling tool.
 * **Usage**: the child's usage and cost are added to the parent run's totals (and count against
-  the parent's token and cost limits).
+  the parent's token and cost limits) however the child ends: completed, failed, timed out or
+  cancelled (what it had spent by then, a partial reply included).
+* **Limits**: when the calling run says what its :class:`ExecutionLimits` have left
+  (``ToolContext.limits_left``), the child runs within it: its ``max_total_tokens``,
+  ``max_cost`` and ``max_duration`` are lowered to what is left (its own stay when tighter;
+  its ``max_turns`` is its own), and a call is refused when one of them is used up.
 * **Cancellation**: cancelling the parent (token or task) cancels the child.
 * **No nesting**: a sub-agent cannot be given sub-agent tools (phi-core's rule against endless
-  delegation chains).
+  delegation chains). This is checked again on every call: a sub-agent with sub-agent tools (one
+  appended to ``tools`` directly), or one already running further up the call chain, is not run
+  and the call gets an error result.
+* **From an agent**: :meth:`SubAgentTool.from_agent` copies an agent's settings, but not its
+  steering and follow-up queues: messages sent to the agent stay the agent's.
 """
 
 from __future__ import annotations
@@ -31,13 +40,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .context.compaction import CompactionConfig
 from .context.limits import ExecutionLimits
 from .errors import UserError
-from .events import MessageUpdate, ToolExecutionStart
-from .loop import AgentContext, AgentLoopConfig, ToolExecution, agent_loop
+from .events import AgentEnd, MessageUpdate, ToolExecutionStart
+from .loop import AgentContext, AgentLoopConfig, LoopResult, ToolExecution, agent_loop
 from .providers.base import CacheConfig, ModelConfig, Provider
 from .providers.retry import RetryPolicy
 from .tools.base import ToolContext, ToolResult
@@ -50,6 +60,9 @@ __all__ = ["SubAgentTool"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_MAX_TURNS = 10
+
+_RUNNING: ContextVar[tuple[SubAgentTool, ...]] = ContextVar("phi_core_sub_agents", default=())
+"""The sub-agents running in this call chain, outermost first (see ``_nesting_refusal``)."""
 
 
 class SubAgentTool:
@@ -103,12 +116,15 @@ class SubAgentTool:
     ) -> SubAgentTool:
         """A sub-agent with ``agent``'s model, settings, system prompt (skills included) and
         tools; later changes to ``agent`` do not affect it."""
+        # Not the agent's steering and follow-up queues: what is sent to the agent is for it,
+        # not for a copy of it running as its tool.
+        config = agent.build_config(get_steering_messages=None, get_follow_up_messages=None)
         return cls(
             name,
             description=description,
             system_prompt=agent.effective_system_prompt(),
             tools=agent.tools,
-            config=agent.build_config(),
+            config=config,
         )
 
     # ------------------------------------------------------------------ builder
@@ -188,18 +204,64 @@ class SubAgentTool:
 
     # ------------------------------------------------------------------ running
 
+    def _nesting_refusal(self) -> str | None:
+        """Why this sub-agent may not run (sub-agents do not nest), or None.
+
+        ``with_tools`` refuses sub-agent tools, but ``tools`` is a plain list; this is checked
+        again on every call, and a sub-agent already running further up the call chain (reached
+        again through some other tool) is refused too, so delegation cannot recurse.
+        """
+        nested = [t.name for t in self.tools if isinstance(t, SubAgentTool)]
+        if nested:
+            return (
+                f"The sub-agent {self.name!r} was not run: it has sub-agent tools "
+                f"({', '.join(nested)}) and sub-agents do not nest. Register every sub-agent on "
+                "the parent agent instead."
+            )
+        if any(running is self for running in _RUNNING.get()):
+            return (
+                f"The sub-agent {self.name!r} was not run: it is already running further up this "
+                "call chain, and sub-agents do not nest."
+            )
+        return None
+
+    def _config_for(self, ctx: ToolContext) -> AgentLoopConfig | str:
+        """The child's config: its limits tightened to what the calling run's limits have left
+        (``ToolContext.limits_left``, when the run gives it), or why the child cannot run."""
+        left = ctx.limits_left
+        if left is None:
+            return self.config
+        used_up = left.used_up()
+        if used_up is not None:
+            return (
+                f"The sub-agent {self.name!r} was not run: the calling run's {used_up} is used up."
+            )
+        limits = left.bound(self.config.limits)
+        if limits is self.config.limits:
+            return self.config
+        return dataclasses.replace(self.config, limits=limits)
+
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         task = args.get("task")
         if not isinstance(task, str) or not task.strip():
             return ToolResult.error("The `task` argument (a non-empty string) is required.")
+        refusal = self._nesting_refusal()
+        if refusal is not None:
+            return ToolResult.error(refusal)
+        config = self._config_for(ctx)
+        if isinstance(config, str):
+            return ToolResult.error(config)
         child = AgentContext(
             system_prompt=self.system_prompt, tools=list(self.tools), parent_loop_id=ctx.loop_id
         )
         child.ensure_ids()
         child.loop_id = f"{child.session_id}.sub.1"
         parent = ctx.emitter
+        ended: list[AgentEnd] = []
 
         def forward(event: Any) -> None:
+            if isinstance(event, AgentEnd) and event.loop_id == child.loop_id:
+                ended.append(event)
             if parent is not None:
                 parent.emit(event)
             if isinstance(event, MessageUpdate) and isinstance(event.delta, TextDelta):
@@ -207,8 +269,19 @@ class SubAgentTool:
             elif isinstance(event, ToolExecutionStart):
                 ctx.progress(f"{self.name}: calling {event.tool_name}")
 
-        result = await agent_loop(task, child, self.config, events=forward, cancel=ctx.cancel)
-        ctx.add_usage(result.usage, result.cost_usd)
+        result: LoopResult | None = None
+        chain = _RUNNING.set((*_RUNNING.get(), self))
+        try:
+            result = await agent_loop(task, child, config, events=forward, cancel=ctx.cancel)
+        finally:
+            _RUNNING.reset(chain)
+            # The child's usage (what it had spent when it stopped, a partial reply included)
+            # counts in the parent's totals however it ended: completed, failed, timed out or
+            # cancelled with the parent. Its AgentEnd carries it on every path.
+            if ended:
+                ctx.add_usage(ended[0].usage, ended[0].cost_usd)
+            elif result is not None:
+                ctx.add_usage(result.usage, result.cost_usd)
         details = {
             "sub_agent": self.name,
             "child_loop_id": child.loop_id,

@@ -33,6 +33,7 @@ replaces the tiers (``with_compaction_strategy``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable
@@ -40,7 +41,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..events import CompactionReason
-from ..types import AgentMessage, TextContent, UserMessage
+from ..types import (
+    AgentMessage,
+    AssistantMessage,
+    ExtensionMessage,
+    TextContent,
+    ToolResultMessage,
+    UserMessage,
+)
 from ._summary import focus_terms, split_turns, summarise_turn, truncate_tool_outputs
 from .tokens import HEURISTIC, TokenCounter, message_tokens, messages_tokens, token_counter_for
 
@@ -63,6 +71,7 @@ __all__ = [
 ]
 
 DEFAULT_CONTEXT_TOKENS = 100_000
+_MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage, ExtensionMessage)
 
 
 @runtime_checkable
@@ -315,6 +324,9 @@ class CompactionReport:
     estimated_tokens_before: int
     estimated_tokens_after: int
     reason: CompactionReason = "threshold"
+    error: str | None = None
+    """Why the compaction failed (``"cancelled"``, or the strategy's error); the messages were
+    left as they were. None when it succeeded."""
 
 
 class ContextCompactor:
@@ -323,7 +335,11 @@ class ContextCompactor:
     ``before_start(estimated_tokens, message_count)`` may return False to veto;
     ``on_started`` / ``on_compacted(report)`` observe (the loop turns these into its
     ``before_compaction_start`` / ``after_compaction_end`` hooks and the ``CompactionStarted`` /
-    ``CompactionEnded`` events).
+    ``CompactionEnded`` events). Every ``on_started`` gets exactly one ``on_compacted``: when the
+    strategy raises, returns something that is not a list of messages, returns no message a
+    model reads, or is cancelled, the report has the messages unchanged and ``error`` set, and
+    the failure is then raised (``TypeError`` / ``ValueError`` for an unusable result), so the
+    loop sends the conversation uncompacted with a warning.
     """
 
     def __init__(
@@ -364,20 +380,62 @@ class ContextCompactor:
                 return None
         if self.on_started is not None:
             self.on_started(request_tokens, len(messages), reason)
+        try:
+            compacted = await self._compact(messages)
+            report = CompactionReport(
+                messages_before=len(messages),
+                messages_after=len(compacted),
+                estimated_tokens_before=request_tokens,
+                estimated_tokens_after=config.reserved + messages_tokens(compacted, config.counter),
+                reason=reason,
+            )
+        except BaseException as exc:
+            # Started compactions always end (the loop's CompactionStarted gets its
+            # CompactionEnded): a strategy that raised, returned no usable messages or was
+            # cancelled ends with the messages unchanged, then the failure propagates.
+            failed = CompactionReport(
+                messages_before=len(messages),
+                messages_after=len(messages),
+                estimated_tokens_before=request_tokens,
+                estimated_tokens_after=request_tokens,
+                reason=reason,
+                error=(
+                    "cancelled"
+                    if isinstance(exc, asyncio.CancelledError)
+                    else f"{type(exc).__name__}: {exc}"
+                ),
+            )
+            await self._report(failed)
+            raise
+        await self._report(report)
+        return compacted
+
+    async def _compact(self, messages: list[AgentMessage]) -> list[AgentMessage]:
+        """The strategy's result, checked: a list of messages with one a model reads (an empty
+        result would send the model nothing)."""
+        config = self.config
         strategy = config.strategy or DefaultCompaction()
-        compacted = strategy.compact(list(messages), config)
-        if inspect.isawaitable(compacted):
-            compacted = await compacted
-        compacted = list(compacted)
-        report = CompactionReport(
-            messages_before=len(messages),
-            messages_after=len(compacted),
-            estimated_tokens_before=request_tokens,
-            estimated_tokens_after=config.reserved + messages_tokens(compacted, config.counter),
-            reason=reason,
-        )
+        result = strategy.compact(list(messages), config)
+        if inspect.isawaitable(result):
+            result = await result
+        try:
+            compacted = list(result)
+        except TypeError:
+            raise TypeError(
+                f"the compaction strategy returned {type(result).__name__}, not a list of messages"
+            ) from None
+        wrong = next((m for m in compacted if not isinstance(m, _MESSAGE_TYPES)), None)
+        if wrong is not None:
+            raise TypeError(
+                f"the compaction strategy returned a {type(wrong).__name__} among its messages"
+            )
+        readable = [m for m in compacted if not isinstance(m, ExtensionMessage)]
+        if not readable and any(not isinstance(m, ExtensionMessage) for m in messages):
+            raise ValueError("the compaction strategy returned no messages")
+        return compacted
+
+    async def _report(self, report: CompactionReport) -> None:
         if self.on_compacted is not None:
             done = self.on_compacted(report)
             if inspect.isawaitable(done):
                 await done
-        return compacted

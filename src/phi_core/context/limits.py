@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from ..metering import check_amount_limit, check_count_limit
 if TYPE_CHECKING:
     from ..types import Pricing
 
-__all__ = ["ExecutionLimits", "ExecutionTracker"]
+__all__ = ["ExecutionLimits", "ExecutionTracker", "LimitsLeft"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,54 @@ class ExecutionLimits:
         check_amount_limit("ExecutionLimits.max_cost", self.max_cost, "dollars")
 
 
+_NO_LIMITS = ExecutionLimits(max_turns=None, max_total_tokens=None, max_duration=None)
+
+
+def _least(own: float | None, left: float | None) -> float | None:
+    if left is None:
+        return own
+    return left if own is None else min(own, left)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsLeft:
+    """What a run's :class:`ExecutionLimits` have left at one moment (``None``: no such limit):
+    ``tokens`` of ``max_total_tokens``, dollars of ``max_cost`` (``cost``) and ``seconds`` of
+    ``max_duration``. A value may be zero or negative (used up). Turns are not in it: a tool's
+    own model calls (a sub-agent's) are not turns of the run.
+    """
+
+    tokens: int | None = None
+    cost: float | None = None
+    seconds: float | None = None
+
+    def used_up(self) -> str | None:
+        """The name of a limit with nothing left (max_total_tokens, max_cost,
+        max_duration), or None when every limit has some left."""
+        if self.tokens is not None and self.tokens < 1:
+            return "max_total_tokens"
+        if self.cost is not None and self.cost <= 0:
+            return "max_cost"
+        if self.seconds is not None and self.seconds <= 0:
+            return "max_duration"
+        return None
+
+    def bound(self, limits: ExecutionLimits | None) -> ExecutionLimits | None:
+        """``limits`` (None: no limits) tightened to what is left: each of ``max_total_tokens``,
+        ``max_cost`` and ``max_duration`` becomes the smaller of the two; ``max_turns`` stays.
+        Call only when :meth:`used_up` is None."""
+        if self.tokens is None and self.cost is None and self.seconds is None:
+            return limits
+        base = limits or _NO_LIMITS
+        tokens = _least(base.max_total_tokens, self.tokens)
+        return dataclasses.replace(
+            base,
+            max_total_tokens=None if tokens is None else int(tokens),
+            max_cost=_least(base.max_cost, self.cost),
+            max_duration=_least(base.max_duration, self.seconds),
+        )
+
+
 @dataclass
 class ExecutionTracker:
     limits: ExecutionLimits
@@ -73,6 +122,24 @@ class ExecutionTracker:
             left = limits.max_cost - self.cost - input_tokens * pricing.input / 1_000_000
             caps.append(math.floor(left / pricing.output * 1_000_000))
         return min(caps) if caps else None
+
+    def left(self, pending_tokens: int = 0) -> LimitsLeft:
+        """What the limits have left now; ``pending_tokens`` are tokens already spent that are
+        not recorded yet (the current turn's, while its tools run)."""
+        limits = self.limits
+        return LimitsLeft(
+            tokens=(
+                None
+                if limits.max_total_tokens is None
+                else limits.max_total_tokens - self.tokens_used - pending_tokens
+            ),
+            cost=None if limits.max_cost is None else limits.max_cost - self.cost,
+            seconds=(
+                None
+                if limits.max_duration is None
+                else limits.max_duration - (time.monotonic() - self.started)
+            ),
+        )
 
     def deadline(self) -> float | None:
         """When ``max_duration`` runs out, as a ``time.monotonic()`` value (``None``: never)."""

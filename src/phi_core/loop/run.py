@@ -268,6 +268,8 @@ class _Run:
         self.retry_after: float | None = None
         self.cached_calls = 0
         self.rejection: str | None = None
+        self.turn_tokens = 0
+        """The tokens of this turn's reply, not yet recorded on the tracker while its tools run."""
         self.tracker = ExecutionTracker(config.limits) if config.limits is not None else None
         self.run_deadline = self.tracker.deadline() if self.tracker is not None else None
         """``max_duration`` as a ``time.monotonic()`` value: calls and tools end there."""
@@ -546,6 +548,11 @@ class _Run:
             messages=context.messages,
             approver=config.approver,
             max_result_bytes=config.tool_result_max_bytes,
+            limits_left=lambda: (
+                self.tracker.left(pending_tokens=self.turn_tokens)
+                if self.tracker is not None
+                else None
+            ),
         )
         while True:
             while True:
@@ -610,6 +617,7 @@ class _Run:
                 # A reply from the response cache is free: its tokens are reported, not paid.
                 turn_cost = 0.0 if cached else assistant.usage.cost(self.model.pricing)
                 self.usage = self.usage + assistant.usage
+                self.turn_tokens = assistant.usage.input + assistant.usage.output
                 self.cost += turn_cost
                 if self.tracker is not None:
                     self.tracker.record_cost(turn_cost)

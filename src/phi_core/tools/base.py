@@ -20,6 +20,7 @@ from typing import Any, Protocol, get_type_hints, overload, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..cancel import CancelToken
+from ..context.limits import LimitsLeft
 from ..errors import ToolError, UserError
 from ..events import Emitter
 from ..types import AgentMessage, Content, TextContent, ToolDefinition, Usage
@@ -76,6 +77,9 @@ class ToolContext:
     _on_usage: Callable[[Usage, float], None] = field(default=lambda _u, _c: None, repr=False)
     approver: Approver | None = field(default=None, repr=False)
     arguments: dict[str, Any] = field(default_factory=dict, repr=False)
+    limits_left: LimitsLeft | None = field(default=None, repr=False)
+    """What the calling run's :class:`~phi_core.context.ExecutionLimits` have left when the
+    call started (``None``: the run has no limits); a sub-agent runs within it."""
 
     async def request_approval(
         self, reason: str, arguments: dict[str, Any] | None = None

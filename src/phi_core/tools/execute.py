@@ -21,6 +21,7 @@ from typing import Any
 
 from .._tasks import is_real_cancellation
 from ..cancel import CancelToken
+from ..context.limits import LimitsLeft
 from ..events import (
     Emitter,
     MessageEnd,
@@ -62,6 +63,8 @@ class ToolRunner:
     """Usage (and cost) tools reported through ``ToolContext.add_usage``."""
     approver: Approver | None = None
     max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
+    limits_left: Callable[[], LimitsLeft | None] = lambda: None
+    """What the run's limits have left, asked when each call starts."""
     fatal: BaseException | None = None
     """A SystemExit/KeyboardInterrupt/GeneratorExit a tool raised; the loop re-raises it."""
     _interrupted: dict[str, ToolResultMessage] = field(default_factory=dict)
@@ -336,6 +339,7 @@ class ToolRunner:
             _on_usage=lambda usage, cost: self.usage.append((usage, cost)),
             approver=self.approver,
             arguments=dict(tc.arguments),
+            limits_left=self.limits_left(),
         )
         timeout = tool_timeout(agent_tool)
         if timeout is None:
