@@ -154,8 +154,8 @@ def test_select_spec_with_a_word_for_a_number_is_exit_2_with_file_line_key(
     code, out, err = invoke("select", str(spec))
     assert code == 2 and out == ""
     assert (
-        f"{spec}:2, key `budget`: expected a table with the keys max_cost, max_evaluations "
-        "(got 5)." in " ".join(err.split())
+        f"{spec}:2, key `budget`: expected a table with the keys deadline, max_calls, max_cost, "
+        "max_evaluations, max_total_tokens (got 5)." in " ".join(err.split())
     )
 
 

@@ -5,11 +5,18 @@ before any model is called; see :mod:`phi_core.config._select` for its keys. Ctr
 and prints what was evaluated so far and where it was saved: ``--resume`` continues the run where
 it stopped (every finished evaluation is taken from the run journal, not run again), and any
 re-run answers the calls already made from the response cache (free and instant).
+
+``--json`` prints the result as one line of JSON on stdout, as ``phi race --json`` prints its
+result: ``{"type": "selection_result", "session_id": ..., "status": ..., "usage": {...}, ...,
+"run_id": ..., "conversation_id": ...}`` (``--out-json FILE`` writes it indented, for people).
+The budget options (``--max-cost``, ``--max-total-tokens``, ``--max-calls``, ``--deadline``,
+``--max-evaluations``) replace the spec's ``[budget]`` keys of the same names.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from pathlib import Path
@@ -23,10 +30,13 @@ from rich.text import Text
 
 from .._files import check_export_target
 from ..config import SelectSpec, load_select_spec
-from ..errors import PhiError, UserError
+from ..config._select import check_budget_limit
+from ..errors import PhiError, UserError, redact
+from ..runlog import RunRecord
 from ..select import Evaluation, ModelSelector, SelectionResult
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, usage_error
 from ._conversation import open_session
+from ._options import finite_at_least
 from ._output import print_table
 
 __all__ = ["command", "result_table"]
@@ -117,10 +127,62 @@ def command(
             help="Rank by score minus this times the normalised latency, during the search.",
         ),
     ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            callback=finite_at_least(0.000001, "dollars"),
+            help="Dollar budget of the whole run: a call that may not fit is refused unsent "
+            "(overrides the spec's [budget] max_cost).",
+        ),
+    ] = None,
+    max_total_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-total-tokens",
+            min=1,
+            help="Token budget of the whole run, every call's input and output (overrides "
+            "[budget] max_total_tokens).",
+        ),
+    ] = None,
+    max_calls: Annotated[
+        int | None,
+        typer.Option(
+            "--max-calls",
+            min=1,
+            help="Model calls the whole run may send; cache hits are free (overrides "
+            "[budget] max_calls).",
+        ),
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            "--deadline",
+            callback=finite_at_least(0.001, "seconds"),
+            help="Seconds the whole run may take; no call runs past it, and the best so far is "
+            "reported (overrides [budget] deadline).",
+        ),
+    ] = None,
+    max_evaluations: Annotated[
+        int | None,
+        typer.Option(
+            "--max-evaluations",
+            min=1,
+            help="(combination, datapoint) evaluations the run may make (overrides [budget] "
+            "max_evaluations).",
+        ),
+    ] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the response cache.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the full result as one line of JSON (type selection_result), as "
+            "`phi race --json` prints its result; --out-json writes it indented.",
+        ),
+    ] = False,
     csv_path: Annotated[
         Path | None, typer.Option("--csv", help="Write per-combination results as CSV.")
     ] = None,
@@ -148,7 +210,16 @@ def command(
     quiet = logging.getLogger("phi_core.select")
     if not any(isinstance(h, logging.NullHandler) for h in quiet.handlers):
         quiet.addHandler(logging.NullHandler())
+    limits = {
+        "max_cost": max_cost,
+        "max_total_tokens": max_total_tokens,
+        "max_calls": max_calls,
+        "deadline": deadline,
+        "max_evaluations": max_evaluations,
+    }
     try:
+        for key, value in limits.items():  # as Budget checks them, named as they were given
+            check_budget_limit(key, value, "--" + key.replace("_", "-"))
         loaded = load_select_spec(
             spec,
             algorithm=algorithm,
@@ -158,6 +229,7 @@ def command(
             cost_weight=cost_weight,
             latency_weight=latency_weight,
             cache=False if no_cache else None,
+            budget=limits,
         )
         selector = loaded.selector()
         for path in (csv_path, json_path, plot_path):  # before any evaluation is paid for
@@ -197,7 +269,7 @@ def command(
     except PhiError as error:
         _error(console, str(error))
         raise typer.Exit(EXIT_FAILED) from None
-    _log(spec, loaded, result, no_log)
+    ids = _log(spec, loaded, result, no_log)
     failed = _export(result, csv_path, json_path, plot_path)
     if result.resumed:
         console.print(
@@ -214,7 +286,7 @@ def command(
             soft_wrap=True,
         )
     if as_json:
-        typer.echo(result.to_json())
+        typer.echo(_json_line(result, **ids))
     else:
         out = Console()
         print_table(out, result_table(result))
@@ -245,13 +317,29 @@ class _Tally:
         return f"≤ {seconds // 60}:{seconds % 60:02d} left"
 
 
-def _log(path: Path, spec: SelectSpec, result: SelectionResult, no_log: bool) -> None:
-    """Record the selection in the run log (a failed write is a warning)."""
+def _json_line(
+    result: SelectionResult, *, run_id: str | None = None, conversation_id: str | None = None
+) -> str:
+    """The result as ``--json`` prints it: one line, secrets redacted, with the ids a race's
+    result has (``run_id``: its record in ``phi logs``, ``None`` when it was not logged)."""
+    payload = result.model_dump(mode="json")
+    payload.update(run_id=run_id, conversation_id=conversation_id)
+    return redact(json.dumps(payload, ensure_ascii=False))
+
+
+def _log(
+    path: Path, spec: SelectSpec, result: SelectionResult, no_log: bool
+) -> dict[str, str | None]:
+    """Record the selection in the run log (a failed write is a warning); the ids of the
+    record: ``run_id`` (``None`` when it was not logged) and ``conversation_id``."""
     with open_session(no_log=no_log, resume=False, cid=None) as session:
         if not session.logged:
-            return
+            return {"run_id": None, "conversation_id": session.conversation_id}
         extra = {"spec": str(path), "cache": str(spec.cache_path) if spec.cache_path else None}
-        session.finish(session.recorder(f"phi select {path}", extra=extra), result)
+        record: RunRecord = session.finish(
+            session.recorder(f"phi select {path}", extra=extra), result
+        )
+        return {"run_id": record.id, "conversation_id": session.conversation_id}
 
 
 def _error(console: Console, message: str) -> None:

@@ -21,9 +21,12 @@
     planner = "Write a short plan to answer: {input}"
     solver = "Question: {input}\\nPlan: {planner}\\nAnswer in a few words."
 
-    [budget]                               # optional
-    max_evaluations = 400
-    max_cost = 2.0
+    [budget]                               # optional; each key also a `phi select` option
+    max_evaluations = 400                  # (combination, datapoint) evaluations
+    max_cost = 2.0                         # dollars actually paid (also max_cost_usd)
+    max_total_tokens = 2_000_000           # tokens of every call (also max_tokens)
+    max_calls = 5000                       # model calls sent
+    deadline = 1800                        # seconds the whole run may take (also max_wall_s)
 
     [algorithm_params]                     # optional, e.g. delta = 0.1
 
@@ -45,16 +48,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr, field_validator
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationInfo, field_validator
 
 from ..errors import ConfigError, UserError
-from ..metering import Budget
+from ..metering import Budget, check_amount_limit, check_count_limit
 from ..select import MeteredModel, ModelSelector, default_cache_path, make_algorithm
 from ._load import read_source, validate
 from ._schema import _Section
 from ._source import ConfigSource
 
-__all__ = ["BUILTIN_SCORERS", "SelectBudget", "SelectSpec", "load_select_spec", "prompt_chain"]
+__all__ = [
+    "BUDGET_LIMITS",
+    "BUILTIN_SCORERS",
+    "SelectBudget",
+    "SelectSpec",
+    "check_budget_limit",
+    "load_select_spec",
+    "prompt_chain",
+]
 
 
 def _exact(expected: Any, actual: Any) -> float:
@@ -68,10 +79,73 @@ def _contains(expected: Any, actual: Any) -> float:
 BUILTIN_SCORERS: dict[str, Callable[[Any, Any], float]] = {"exact": _exact, "contains": _contains}
 
 
+BUDGET_LIMITS: dict[str, tuple[str, str | None]] = {
+    "max_evaluations": ("evaluations", None),
+    "max_cost": ("dollars", "max_cost_usd"),
+    "max_total_tokens": ("tokens", "max_tokens"),
+    "max_calls": ("calls", None),
+    "deadline": ("seconds", "max_wall_s"),
+}
+"""The keys of ``[budget]`` (the names of ``phi select``'s options): what each counts and the
+other name it may be given by (the :class:`~phi_core.metering.Budget` field's)."""
+
+
+def check_budget_limit(key: str, value: object, what: str | None = None) -> None:
+    """Refuse a value of the ``[budget]`` limit ``key`` that :class:`~phi_core.metering.Budget`
+    would refuse (:func:`~phi_core.metering.check_count_limit` for counts,
+    :func:`~phi_core.metering.check_amount_limit` for dollars and seconds); ``what`` names it in
+    the error (default: ``key``).
+
+    Raises:
+        UserError: naming it, the value and the accepted range.
+    """
+    unit, _ = BUDGET_LIMITS[key]
+    if unit in ("dollars", "seconds"):
+        check_amount_limit(what or key, value, unit)
+    else:
+        check_count_limit(what or key, value)
+
+
 class SelectBudget(_Section):
-    max_evaluations: int | None = Field(default=None, ge=1, strict=True)
-    max_cost: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """Dollars the run may pay (finite, > 0; leave it out for no limit)."""
+    """``[budget]``: every limit of a :class:`~phi_core.metering.Budget`, and the number of
+    evaluations. Each is optional (left out: no limit) and checked as ``Budget`` checks it."""
+
+    max_evaluations: int | None = None
+    """(combination, datapoint) evaluations the run may make (a whole number >= 1)."""
+    max_cost: float | None = Field(
+        default=None, validation_alias=AliasChoices("max_cost", "max_cost_usd")
+    )
+    """Dollars the run may pay (finite, > 0): ``Budget.max_cost_usd``."""
+    max_total_tokens: int | None = Field(
+        default=None, validation_alias=AliasChoices("max_total_tokens", "max_tokens")
+    )
+    """Input and output tokens of every call together (a whole number >= 1):
+    ``Budget.max_tokens``."""
+    max_calls: int | None = None
+    """Model calls the run may send (a whole number >= 1): ``Budget.max_calls``."""
+    deadline: float | None = Field(
+        default=None, validation_alias=AliasChoices("deadline", "max_wall_s")
+    )
+    """Seconds the whole run may take (finite, > 0): ``Budget.max_wall_s``."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _limit(cls, value: object, info: ValidationInfo) -> object:
+        key = info.field_name
+        if key is not None:  # a UserError is a ValueError: reported at the key given
+            other = BUDGET_LIMITS[key][1]
+            check_budget_limit(key, value, f"{key} (or {other})" if other else key)
+        return value
+
+    def budget(self) -> Budget | None:
+        """The :class:`~phi_core.metering.Budget` of these limits (``None``: none is set)."""
+        budget = Budget(
+            max_tokens=self.max_total_tokens,
+            max_cost_usd=self.max_cost,
+            max_wall_s=self.deadline,
+            max_calls=self.max_calls,
+        )
+        return None if budget.unlimited else budget
 
 
 class SelectSpec(_Section):
@@ -141,10 +215,10 @@ class SelectSpec(_Section):
             except UserError as exc:
                 raise source.error(str(exc), (key,)) from None
         limits = self.budget or SelectBudget()
-        try:  # whatever Budget refuses is reported at the key, with its file and line
-            budget = Budget(max_cost_usd=limits.max_cost) if limits.max_cost is not None else None
+        try:  # checked as Budget checks them when the spec was read; this is a last guard
+            budget = limits.budget()
         except UserError as exc:
-            raise source.error(str(exc), ("budget", "max_cost")) from None
+            raise source.error(str(exc), ("budget",)) from None
         cache = self.cache_path
         try:
             return ModelSelector(
@@ -211,16 +285,56 @@ class SelectSpec(_Section):
         return {step: prompts[step] for step in self.steps}
 
 
-def load_select_spec(path: str | os.PathLike[str], **overrides: Any) -> SelectSpec:
-    """Read and validate a selection spec; ``overrides`` (not None) replace its top-level keys."""
+def load_select_spec(
+    path: str | os.PathLike[str],
+    *,
+    budget: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> SelectSpec:
+    """Read and validate a selection spec; ``overrides`` (not None) replace its top-level keys,
+    ``budget`` (values not None) the keys of its ``[budget]`` table (:data:`BUDGET_LIMITS`).
+
+    Raises:
+        ConfigError: a value of the file's is wrong (with its file, line and key), or one of
+            ``budget``'s (with its key).
+    """
     source = read_source(path)
     data = source.parse()
     given = {k: v for k, v in overrides.items() if v is not None}
     data.update(given)
     source.overrides = given
+    limits = {k: v for k, v in (budget or {}).items() if v is not None}
+    if limits:
+        data["budget"] = _with_limits(data.get("budget"), limits)
     spec = validate(SelectSpec, data, source)
     spec._source = source
     return spec
+
+
+def _with_limits(table: Any, limits: Mapping[str, Any]) -> Any:
+    """The file's ``[budget]`` table with ``limits`` in place of its own values (each checked
+    here, so an error names the value given rather than a line of the file)."""
+    for key, value in limits.items():
+        if key not in BUDGET_LIMITS:
+            raise UserError(
+                f"Unknown budget limit {key!r}; use one of: {', '.join(BUDGET_LIMITS)}."
+            )
+        try:
+            check_budget_limit(key, value)
+        except UserError as exc:
+            raise ConfigError(
+                f"{value!r}, given in place of the file's value: {exc}", key=f"budget.{key}"
+            ) from None
+    if not isinstance(table, Mapping):  # none, or not a table: the file's own error, if any
+        return dict(limits) if table is None else table
+    merged = dict(table)
+    for key, value in limits.items():
+        merged.pop(key, None)
+        other = BUDGET_LIMITS[key][1]
+        if other is not None:
+            merged.pop(other, None)  # the file's value under the Budget's name is replaced too
+        merged[key] = value
+    return merged
 
 
 def prompt_chain(prompts: Mapping[str, str]) -> Callable[..., Any]:

@@ -22,9 +22,9 @@ from typing import Any, cast
 
 from .._callables import is_async_callable
 from .._tasks import is_real_cancellation, run_all
-from ..errors import AgentInterrupted, UserError, redact
-from ..metering import Meter, metering
-from ..outcome import ErrorKind, OutcomeStatus
+from ..errors import AgentInterrupted, ProviderError, UserError, redact
+from ..metering import CallRecord, Meter, metering
+from ..outcome import ErrorKind, OutcomeStatus, status_of_error_kind
 from ..types import Usage
 from ._arena import Evaluation
 from ._intercept import attribute
@@ -104,7 +104,10 @@ class CellRunner:
         timeout: seconds one agent run may take, counted from when it starts (a sync agent's
             from when its thread picks it up); a run past it is stopped and scores 0 with status
             ``timeout``. Scoring gets the same time again, separately (a scorer past it fails the
-            cell like a scorer that raised). ``None``: no limit.
+            cell, with status ``timeout`` too). ``None``: no limit. Whatever stops a run, the
+            cell's status is the one :func:`~phi_core.outcome.status_of_error_kind` gives, as
+            in races: a call's missed deadline or the budget's wall clock is ``timeout``, a
+            budget refusal ``over_budget``.
     """
 
     def __init__(
@@ -167,6 +170,7 @@ class CellRunner:
         inputs, expected = self.datapoint(i)
         meter = Meter(seed=self.seed)
         error: str | None = None
+        kind: str | None = None  # the classified kind of `error`: it decides the status
         score = 0.0
         started = time.perf_counter()
         clock = _RunClock(self.timeout)
@@ -177,10 +181,11 @@ class CellRunner:
                     actual = await self._run_agent(models, inputs, executor, clock)
             except BaseException as exc:
                 error = _failure(exc)
+                kind = _kind_of(exc, list(meter.calls))
             else:
                 answered = True
             if clock.expired():  # also when the agent swallowed the cancellation and answered
-                error, answered = clock.message(), False
+                error, answered, kind = clock.message(), False, "timeout"
         wall = time.perf_counter() - (clock.ran_at or started)
         scoring = Meter(seed=self.seed)
         if answered:  # intercepted judge calls belong to the datapoint, not to a combination
@@ -190,25 +195,33 @@ class CellRunner:
                     verdict = await self.score(expected, actual, executor, judging)
                 except BaseException as exc:
                     error = f"scorer raised {_failure(exc)}"
+                    kind = _kind_of(exc, list(scoring.calls))
                 else:
                     if verdict is None:
                         error = "the scorer returned None instead of a score, so it scored 0"
                     else:
                         score = verdict
             if judging.expired():
-                error, score = f"scorer raised {judging.message()}", 0.0
+                error, score, kind = f"scorer raised {judging.message()}", 0.0, "timeout"
         calls = list(meter.calls)
         # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
         latency = wall + sum(c.latency_s for c in calls if c.cached)
         refused = next((c for c in [*calls, *scoring.calls] if c.error_kind == "budget"), None)
-        failed = next((c for c in calls if c.error_kind is not None), None)
         per_model: dict[str, Usage] = {}
         for c in calls:
             per_model[c.model] = per_model.get(c.model, Usage()) + c.usage
-        status: OutcomeStatus = "timeout" if clock.expired() else ("error" if error else "ok")
+        # one rule for every engine: a timeout (the run's own, a call's deadline, the budget's
+        # wall clock) is `timeout`, a budget refusal `over_budget`, any other failure `error`
+        if refused is not None:
+            status: OutcomeStatus = "over_budget"
+            kind = "budget"
+        elif error is not None:
+            status = status_of_error_kind(kind)
+        else:
+            status, kind = "ok", None
         return Evaluation(
             config_id=name,
-            status="over_budget" if refused is not None else status,
+            status=status,
             score=0.0 if error else score,
             cost_usd=meter.cost,
             spent_usd=meter.spent + scoring.spent,
@@ -216,13 +229,7 @@ class CellRunner:
             latency_s=latency,
             usage=meter.usage,
             error=refused.error if refused is not None else error,
-            error_kind=(
-                "timeout"
-                if clock.expired()
-                else cast("ErrorKind", failed.error_kind)
-                if failed is not None and error
-                else None
-            ),
+            error_kind=cast("ErrorKind | None", kind),
             calls=len(calls),
             calls_sent=meter.calls_sent + scoring.calls_sent,
             usage_sent=meter.paid_usage + scoring.paid_usage,
@@ -284,6 +291,16 @@ def _failure(exc: BaseException) -> str:
         # raised by the user's code on its own (an inner task of its was cancelled)
         return redact(f"CancelledError: {exc or 'raised'} (nothing cancelled the run)")
     return redact(f"{type(exc).__name__}: {exc}")  # sys.exit() included: that run failed
+
+
+def _kind_of(exc: BaseException, calls: Sequence[CallRecord]) -> str | None:
+    """The kind of a failed run: the ``kind`` of the :class:`ProviderError` it raised
+    (``timeout`` for a missed deadline or the budget's wall clock, ``budget`` for a refusal...),
+    else that of the first call that failed in the run (an SDK raised its own exception for it),
+    else ``None`` (the agent's or the scorer's own failure)."""
+    if isinstance(exc, ProviderError):
+        return exc.kind
+    return next((c.error_kind for c in calls if c.error_kind is not None), None)
 
 
 class _RunClock:

@@ -7,14 +7,14 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from .._files import export_target
 from ..errors import MissingExtraError, UserError
-from ..outcome import OutcomeStatus
+from ..outcome import OutcomeStatus, RaceStatus
 from ..types import Usage
 from ._arena import Arena, Objective
 from ._space import SearchSpace
@@ -51,9 +51,17 @@ class DatapointResult(BaseModel):
     latency_s: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    """The tokens of this run's model calls (cache hits included), in the shape races report
+    them; ``input_tokens`` and ``output_tokens`` are its ``input`` (with cache reads and
+    writes) and ``output``."""
     calls: int = 0
     status: OutcomeStatus = "ok"
-    """How the run ended: ``ok``, ``error`` (the agent or the scorer raised) or ``timeout``."""
+    """How the run ended, in the races' words (:func:`~phi_core.outcome.status_of_error_kind`):
+    ``ok``; ``error`` (the agent or the scorer raised); ``timeout`` (its own ``timeout``, a model
+    call's deadline or the budget's wall clock stopped it); ``cancelled``."""
+    error_kind: str | None = None
+    """The classified kind of ``error`` (a provider error's ``kind``: ``timeout``...)."""
     scoring_cost_usd: float = 0.0
     """What the scorer's own model calls cost here (not part of ``cost_usd``)."""
     error: str | None = None
@@ -82,6 +90,9 @@ class CombinationResult(BaseModel):
     latency_p95: float | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    """The tokens of all its runs, in the shape races report them (``input_tokens`` and
+    ``output_tokens`` are its ``input``, with cache reads and writes, and ``output``)."""
     failures: int = 0
     is_best: bool = False
     in_contention: bool = True
@@ -104,8 +115,19 @@ class CombinationResult(BaseModel):
 
 
 class SelectionResult(BaseModel):
-    """The outcome of :meth:`ModelSelector.select_best`."""
+    """The outcome of :meth:`ModelSelector.select_best`.
 
+    Its JSON (:meth:`to_json`, ``phi select --json``) describes itself in the races' words: a
+    ``type`` (``selection_result``), the run's ``session_id``, its ``status`` and its ``usage``.
+    """
+
+    type: Literal["selection_result"] = "selection_result"
+    session_id: str = ""
+    """The run's id: the ``session_id`` and ``loop_id`` of its selection events."""
+    status: RaceStatus = "ok"
+    """How the run ended, in the races' words: ``ok``, or ``over_budget`` when the budget (or
+    ``max_evaluations``) ended the search early — a best is still recommended (the same as
+    :attr:`budget_exhausted` and as the ``status`` of its ``SelectionEnd`` event)."""
     algorithm: str
     params: dict[str, Any] = Field(default_factory=dict)
     seed: int | None = None
@@ -118,6 +140,11 @@ class SelectionResult(BaseModel):
     cost_usd: float
     """Dollars paid during this run (cache hits are free), the scorer's and the algorithm's own
     model calls (an LM proposer's) included."""
+    usage: Usage = Field(default_factory=Usage)
+    """Tokens of the model calls this run actually sent and paid for — the agents', the
+    scorer's and the algorithm's own; cache hits, refused calls and cells resumed from the
+    journal are not counted (the calls of ``cost_usd``; the ``usage`` of its ``SelectionEnd``).
+    Shaped like a race's ``usage``."""
     scoring_cost_usd: float = 0.0
     """Of ``cost_usd``, what the scorer's own model calls cost (an LLM judge); no combination's
     cost includes it."""
@@ -355,6 +382,8 @@ def build_result(
     unpriced: Sequence[str] = (),
     resumed: int = 0,
     objective: Objective | None = None,
+    session_id: str = "",
+    usage: Usage | None = None,
 ) -> SelectionResult:
     """Summarise an arena after a run; ``best`` is the algorithm's recommendation.
 
@@ -362,15 +391,18 @@ def build_result(
     evidence is at least as good on every axis, so it replaces it: the reported best is always on
     the Pareto front. ``unpriced`` lists the models without a price: a combination that called
     one has an unknown cost, left out of its comparisons (see :meth:`SelectionResult.pareto_front`).
+    ``session_id`` and ``usage`` (the tokens the run paid for) are the run's, reported as they are.
     """
     total = arena.n_datapoints
-    usage: list[dict[str, Usage]] = [{} for _ in range(arena.n_combos)]
+    by_model: list[dict[str, Usage]] = [{} for _ in range(arena.n_combos)]
+    totals = [Usage() for _ in range(arena.n_combos)]
     for (k, _), ev in sorted(arena.cells.items()):
+        totals[k] = totals[k] + ev.usage
         for model, used in ev.model_usage.items():
-            usage[k][model] = usage[k].get(model, Usage()) + used
+            by_model[k][model] = by_model[k].get(model, Usage()) + used
     no_price = set(unpriced)
     unpriced_of = [
-        sorted(m for m, used in usage[k].items() if m in no_price and used.total)
+        sorted(m for m, used in by_model[k].items() if m in no_price and used.total)
         for k in range(arena.n_combos)
     ]
     unknown = {k for k in range(arena.n_combos) if unpriced_of[k]}
@@ -418,7 +450,8 @@ def build_result(
         combos.append(item)
     rows: list[DatapointResult] = []
     for k, item in enumerate(combos):
-        item.usage_by_model = usage[k]
+        item.usage_by_model = by_model[k]
+        item.usage = totals[k]
         item.unpriced_models = unpriced_of[k]
     for (k, p), ev in sorted(arena.cells.items()):
         item = combos[k]
@@ -433,8 +466,10 @@ def build_result(
                 latency_s=float(arena.latencies[k, p]),
                 input_tokens=int(arena.input_tokens[k, p]),
                 output_tokens=int(arena.output_tokens[k, p]),
+                usage=ev.usage,
                 calls=int(arena.calls[k, p]),
                 status=ev.status,
+                error_kind=ev.error_kind,
                 scoring_cost_usd=ev.scoring_usd,
                 error=arena.errors.get((k, p)),
                 usage_by_model=dict(ev.model_usage),
@@ -447,6 +482,8 @@ def build_result(
         for (k, p), msg in sorted(arena.errors.items())
     ]
     return SelectionResult(
+        session_id=session_id,
+        status="over_budget" if budget_exhausted else "ok",
         algorithm=algorithm,
         params=params,
         seed=arena.seed,
@@ -455,6 +492,7 @@ def build_result(
         evaluations=arena.evaluations,
         grid_evaluations=arena.n_combos * total,
         cost_usd=spent,
+        usage=usage if usage is not None else Usage(),
         scoring_cost_usd=sum(ev.scoring_usd for ev in arena.cells.values()),
         proposal_cost_usd=proposal_cost_usd,
         wall_time_s=wall_time,

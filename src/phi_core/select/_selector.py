@@ -450,15 +450,18 @@ class ModelSelector:
 
         Event observers (:func:`phi_core.events.add_observer`, OpenTelemetry spans) see a
         :class:`~phi_core.events.SelectionStart`, a ``SelectionEvaluation`` per evaluation run
-        and exactly one ``SelectionEnd``, whatever ends the run.
+        and exactly one ``SelectionEnd``, whatever ends the run. Every one of them carries the
+        run's id as both ``session_id`` and ``loop_id`` (as a race's own events do); the result
+        has it as :attr:`SelectionResult.session_id`.
         """
+        session_id = str(uuid.uuid4())
         emitter = Emitter()
         if not emitter.active:
-            return await self._select_best(on_progress, resume, on_evaluation)
-        session_id = str(uuid.uuid4())
+            return await self._select_best(on_progress, resume, on_evaluation, session_id)
         name = self._algorithm if isinstance(self._algorithm, str) else self._algorithm.name
         emitter.emit(
             SelectionStart(
+                loop_id=session_id,
                 session_id=session_id,
                 algorithm=name,
                 combinations=len(self.space),
@@ -469,6 +472,7 @@ class ModelSelector:
         def observe(k: int, i: int, evaluation: Evaluation) -> None:
             emitter.emit(
                 SelectionEvaluation(
+                    loop_id=session_id,
                     session_id=session_id,
                     combination=self.space.name(k),
                     datapoint=i,
@@ -487,11 +491,17 @@ class ModelSelector:
                 on_evaluation(k, i, evaluation)
 
         try:
-            result = await self._select_best(on_progress, resume, observe)
+            result = await self._select_best(on_progress, resume, observe, session_id)
         except (asyncio.CancelledError, KeyboardInterrupt):  # stopped, by the program or a Ctrl-C
             usage, cost = self._paid()
             emitter.emit(
-                SelectionEnd(session_id=session_id, status="cancelled", usage=usage, cost_usd=cost)
+                SelectionEnd(
+                    loop_id=session_id,
+                    session_id=session_id,
+                    status="cancelled",
+                    usage=usage,
+                    cost_usd=cost,
+                )
             )
             raise
         except BaseException as exc:
@@ -499,21 +509,26 @@ class ModelSelector:
             usage, cost = self._paid()
             emitter.emit(
                 SelectionEnd(
-                    session_id=session_id, status="error", error=error, usage=usage, cost_usd=cost
+                    loop_id=session_id,
+                    session_id=session_id,
+                    status="error",
+                    error=error,
+                    usage=usage,
+                    cost_usd=cost,
                 )
             )
             raise
         for message in result.warnings:  # an algorithm's fallback, unpriced models, ...
             emitter.emit(Warning(loop_id=session_id, message=message))
-        usage, cost = self._paid()
         emitter.emit(
             SelectionEnd(
+                loop_id=session_id,
                 session_id=session_id,
-                status="over_budget" if result.budget_exhausted else "ok",
+                status=result.status,
                 best=result.best.name,
                 evaluations=result.evaluations,
-                usage=usage,
-                cost_usd=cost,
+                usage=result.usage,
+                cost_usd=self._paid()[1],
             )
         )
         return result
@@ -540,6 +555,7 @@ class ModelSelector:
         on_progress: ProgressCallback | None,
         resume: bool,
         on_evaluation: EvaluationCallback | None,
+        session_id: str,
     ) -> SelectionResult:
         self._run_meter = self.last_evaluator = None
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
@@ -558,6 +574,8 @@ class ModelSelector:
         if resume and journal is None:
             raise UserError("resume=True needs the run journal; do not pass journal=False.")
         recorded = journal.load() if journal is not None and resume else {}
+        # a cell the budget refused did not run (journals of before recorded it): run it again
+        recorded = {key: ev for key, ev in recorded.items() if ev.status != "over_budget"}
         if resume and journal is not None and journal.error is not None:
             journal.close()
             raise StateStoreError(  # before anything is spent again
@@ -596,7 +614,16 @@ class ModelSelector:
         unpriced = scope.unpriced | evaluator.unpriced
         proposal_cost = float(getattr(algorithm, "proposal_cost_usd", 0.0))
         proposal_calls = int(getattr(algorithm, "proposal_calls", 0))
-        warnings = _warnings(arena, unpriced, proposal_calls)
+        remaining = run_meter.remaining_wall()
+        warnings = _warnings(
+            arena,
+            unpriced,
+            proposal_calls,
+            wall_s=self.budget.max_wall_s
+            if self.budget is not None and remaining is not None and remaining <= 0
+            else None,
+            timeout=self.timeout,
+        )
         estimated = scope.estimated
         if estimated:
             warnings.append(_estimated_warning(estimated, len(scope.calls)))
@@ -626,6 +653,8 @@ class ModelSelector:
             unpriced=sorted(unpriced),
             resumed=evaluator.resumed,
             objective=self.objective,
+            session_id=session_id,
+            usage=self._paid()[0],
         )
 
     def _evaluator(
@@ -638,7 +667,7 @@ class ModelSelector:
         if journal is not None or on_evaluation is not None:
 
             async def on_cell(k: int, i: int, evaluation: Evaluation) -> None:
-                if journal is not None:
+                if journal is not None and self._finished(evaluation):
                     await journal.record(self.space.name(k), i, evaluation)
                 if on_evaluation is not None:
                     on_evaluation(k, i, evaluation)
@@ -659,6 +688,19 @@ class ModelSelector:
             )
         return AgentEvaluator(self._runner(), self.max_concurrent, recorded, on_cell)
 
+    def _finished(self, evaluation: Evaluation) -> bool:
+        """Whether a cell ran to its own end, so a resumed run may take it from the journal
+        instead of running it again. Not when the run's budget stopped it: a refused call
+        (``over_budget``), or a timeout once the budget's wall clock has run out (a run resumed
+        with more time runs it again; one its own ``timeout`` stopped then is run again too,
+        which costs a run but never keeps a result the budget cut short)."""
+        if evaluation.status == "over_budget":
+            return False
+        if evaluation.status == "timeout" and self._run_meter is not None:
+            remaining = self._run_meter.remaining_wall()  # a timer may fire a little early
+            return remaining is None or remaining > _CLOCK_SLACK_S
+        return True
+
     def select_best_sync(
         self, *, on_progress: ProgressCallback | None = None, resume: bool = False
     ) -> SelectionResult:
@@ -672,6 +714,9 @@ class ModelSelector:
         )
 
 
+_CLOCK_SLACK_S = 0.05
+"""How early the budget's wall clock may be seen to stop a call (timers fire a little early)."""
+
 NOTHING_TO_RESUME = (
     "Nothing was resumed: the run journal holds no finished evaluation of a run with these "
     "settings, so this one ran from the start. A run resumes only with the same combinations, "
@@ -679,7 +724,16 @@ NOTHING_TO_RESUME = (
 )
 
 
-def _warnings(arena: Arena, unpriced: set[str], proposal_calls: int = 0) -> list[str]:
+def _warnings(
+    arena: Arena,
+    unpriced: set[str],
+    proposal_calls: int = 0,
+    *,
+    wall_s: float | None = None,
+    timeout: float | None = None,
+) -> list[str]:
+    """What the run's caller should know. ``wall_s``: the budget's wall clock (of that many
+    seconds) ran out during the run; ``timeout``: the run's per-evaluation timeout."""
     out: list[str] = []
     if arena.evaluations and int(arena.calls[arena.observed].sum()) == 0:
         out.append(
@@ -702,7 +756,7 @@ def _warnings(arena: Arena, unpriced: set[str], proposal_calls: int = 0) -> list
                 "the totals."
             )
     if arena.errors:
-        out.append(_failure_warning(arena))
+        out.append(_failure_warning(arena, wall_s=wall_s, timeout=timeout))
     if unpriced:
         out.append(
             f"No price for {', '.join(sorted(unpriced))}: their calls count as $0. Pass "
@@ -735,22 +789,74 @@ def _silent_cells(arena: Arena) -> list[tuple[int, int]]:
     ]
 
 
-def _failure_warning(arena: Arena) -> str:
-    """How many evaluations failed (and scored 0), grouped by what raised, with the first one."""
+_STOPPED: frozenset[str] = frozenset({"timeout", "over_budget"})
+"""Statuses of evaluations a timeout or the budget stopped, rather than failures of their own."""
+
+
+def _failure_warning(
+    arena: Arena, *, wall_s: float | None = None, timeout: float | None = None
+) -> str:
+    """How many evaluations failed (and scored 0), grouped by what raised, with the first one.
+    Those a timeout or the budget's wall clock stopped are told apart from those that failed on
+    their own, so the advice fits (more time, not a fix)."""
     kinds = Counter(message.split(":", 1)[0] for message in arena.errors.values())
     grouped = ", ".join(f"{kind} x{count}" for kind, count in sorted(kinds.items()))
     (k, p), first = min(arena.errors.items())
     where = f"first: {arena.names[k]} on dataset item {arena.order[p]}: {first}"
     failed = len(arena.errors)
+    stopped = [key for key in arena.errors if _status(arena, key) in _STOPPED]
+    cause, remedy = _stop_cause(arena, stopped, wall_s, timeout)
+    if failed == arena.evaluations and len(stopped) == failed:
+        return (
+            f"Every evaluation was stopped before it finished ({grouped}; {where}): {cause}, so "
+            "the ranking and the best mean nothing. They did not fail on their own: give them "
+            f"more time ({remedy}) and run again."
+        )
+    note = (
+        f" {len(stopped)} of them did not fail on their own but were stopped: {cause} (more "
+        f"time: {remedy})."
+        if stopped
+        else ""
+    )
     if failed == arena.evaluations:
         return (
             f"Every evaluation failed ({grouped}; {where}), so the ranking and the best mean "
-            "nothing: fix what raised and run again."
+            f"nothing: fix what raised and run again.{note}"
         )
     return (
-        f"{failed} of {arena.evaluations} evaluations failed and scored 0 ({grouped}; {where}). "
-        "Each one is in the result's `failures`."
+        f"{failed} of {arena.evaluations} evaluations failed and scored 0 ({grouped}; {where})."
+        f"{note} Each one is in the result's `failures`."
     )
+
+
+def _status(arena: Arena, key: tuple[int, int]) -> str:
+    found = arena.cells.get(key)
+    return found.status if found is not None else "error"
+
+
+def _stop_cause(
+    arena: Arena, stopped: Sequence[tuple[int, int]], wall_s: float | None, timeout: float | None
+) -> tuple[str, str]:
+    """What stopped the evaluations ``stopped`` — their own ``timeout``, else the budget's wall
+    clock when it ran out, else a deadline of a model call's or of the agent's own — and what
+    would give them more time, in words."""
+    own = [key for key in stopped if "ran longer than timeout=" in arena.errors[key]]
+    causes: list[str] = []
+    remedies: list[str] = []
+    if own and timeout is not None:
+        causes.append(f"they ran longer than timeout={timeout:g} s")
+        remedies.append("a larger timeout")
+    if len(own) < len(stopped):
+        if wall_s is not None:
+            causes.append(f"the budget's wall clock ran out (max_wall_s={wall_s:g} s)")
+            remedies.append("a larger wall-clock budget: Budget.max_wall_s, phi select --deadline")
+        else:
+            causes.append("a deadline passed (a model call's, or the agent's own)")
+            remedies.append("longer deadlines")
+    if not causes:  # a message that only reads like a timeout's
+        causes.append("a timeout")
+        remedies.append("a larger timeout")
+    return " and ".join(causes), "; ".join(remedies)
 
 
 def _budget(
