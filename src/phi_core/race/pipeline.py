@@ -214,6 +214,10 @@ def _arm_of(outcome: ParallelLoopOutcome) -> str:
     return str(outcome.config.extra.get("arm", outcome.config_id))
 
 
+_FEATURES_INLINE_CHARS = 32_768
+"""A query up to this long is featurised on the event loop; a longer one in a thread."""
+
+
 def _loop_segments(arms: Sequence[Arm]) -> dict[str, str]:
     """Each arm's loop-id segment: :meth:`AgentLoopConfig.segment` of its config (its
     ``config_id``, else ``provider.model``), exactly what a race gives the same config. Two arms
@@ -405,9 +409,14 @@ class BanditRace:
             if self.budget is not None and self.budget.max_wall_s is not None
             else None
         )
-        x = self.features(query)
         failure: BaseException | None = None
         try:
+            # featurising a long query takes a while (a 4 MB one about 2 s): off the event loop
+            x = (
+                await asyncio.to_thread(self.features, query)
+                if len(query) > _FEATURES_INLINE_CHARS
+                else self.features(query)
+            )
             with metering(meter):
                 await self._race(query, x, result, token, emitter, context)
                 result.status = self._status(result, caller, token)
