@@ -11,7 +11,18 @@ from urllib.parse import urlsplit
 
 from .errors import UserError
 
-__all__ = ["LOOPBACK_HOSTS", "HostCheck", "allowed_hosts", "is_loopback", "listening_socket"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "LOOPBACK_HOSTS",
+    "BodyLimit",
+    "HostCheck",
+    "allowed_hosts",
+    "is_loopback",
+    "listening_socket",
+]
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body phi's HTTP servers read by default (``gateway.max_body_bytes``)."""
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """The ``Host`` names a server bound to loopback answers to."""
@@ -85,3 +96,68 @@ class HostCheck:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """ASGI middleware answering 413 to a request whose body is larger than ``max_bytes``.
+
+    A ``Content-Length`` past the limit is refused before anything is read; a body sent without
+    one (chunked) is counted as it arrives, and past the limit the app reads no more of it (it
+    sees the client go away) and its answer is replaced by the 413. ``body(message)`` is the JSON
+    answered, in the server's own error shape.
+    """
+
+    def __init__(self, app: Any, max_bytes: int, body: Callable[[str], Any]) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.body = body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length", b"").decode("latin-1").strip()
+        if length and (not length.isdigit() or int(length) > self.max_bytes):
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        over = started = answered = False
+
+        async def counted() -> Any:
+            nonlocal received, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def replaced(message: Any) -> None:
+            nonlocal started, answered
+            if not over or started:  # an answer begun before the limit passed goes on as it is
+                started = started or message["type"] == "http.response.start"
+                await send(message)
+            elif not answered:  # the app's own answer to a body it could not finish reading
+                answered = True
+                await self._refuse(scope, receive, send)
+
+        try:
+            await self.app(scope, counted, replaced)
+        except Exception:
+            if not over:
+                raise
+            # the app failed on the body it could not finish (starlette's ClientDisconnect)
+        if over and not started and not answered:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.responses import JSONResponse
+
+        message = (
+            f"The request body is larger than this server accepts ({self.max_bytes:,} bytes); "
+            "send less, or raise `gateway.max_body_bytes` in its config."
+        )
+        await JSONResponse(self.body(message), status_code=413)(scope, receive, send)

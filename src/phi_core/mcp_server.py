@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from ._net import DEFAULT_MAX_BODY_BYTES
 from .cancel import CancelToken
 from .config import (
     DEFAULT_BRANCHES,
@@ -153,6 +154,9 @@ class McpConfig:
     """False when a file sets ``[gateway] run_log = false``."""
     log_content: bool = True
     """False when a file sets ``[gateway] log_content = false`` (records keep no text)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """The largest HTTP request body answered (``[gateway] max_body_bytes``; the smallest a
+    file sets): a larger one gets a 413 before it is read."""
 
 
 def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
@@ -171,9 +175,12 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
     keys = []
     listed: list[str] = []
     passthrough = run_log = log_content = True
+    max_body = DEFAULT_MAX_BODY_BYTES
     for path in paths:
         config = load_gateway_config(path)
         settings = config.gateway
+        if "max_body_bytes" in settings.model_fields_set:
+            max_body = min(max_body, settings.max_body_bytes)
         state = state or settings.state
         keys += [(k, k.secret()) for k in settings.keys]
         listed += [m for m in settings.models if m not in listed]
@@ -192,6 +199,7 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
     return McpConfig(
         profiles, state, BearerKeys(keys + env_keys()), api_keys=tuple(k for k, _ in keys),
         models=tuple(listed), passthrough=passthrough, run_log=run_log, log_content=log_content,
+        max_body_bytes=max_body,
     )  # fmt: skip
 
 
@@ -869,8 +877,7 @@ def host_check(app: Any, hosts: Sequence[str]) -> Any:
     that a ``Host`` that is an IP address passes (see :func:`allowed_host_names`)."""
     from ._net import HostCheck
 
-    checked = HostCheck(app, hosts, body=lambda m: {"error": {"message": m,
-                                                             "code": "host_not_allowed"}})  # fmt: skip
+    checked = HostCheck(app, hosts, body=lambda m: _http_error(m, "host_not_allowed"))
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and _ip_host(scope):
@@ -879,6 +886,11 @@ def host_check(app: Any, hosts: Sequence[str]) -> Any:
             await checked(scope, receive, send)
 
     return guarded
+
+
+def _http_error(message: str, code: str = "request_too_large") -> dict[str, Any]:
+    """The JSON of an HTTP-level refusal (before the MCP layer)."""
+    return {"error": {"message": message, "code": code}}
 
 
 def _ip_host(scope: Any) -> bool:
@@ -904,24 +916,26 @@ def serve_http(
     keys: BearerKeys | None = None,
     on_ready: Callable[[str], None] | None = None,
     allow_hosts: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve ``server`` over streamable HTTP at ``http://host:port/mcp`` until interrupted.
 
     ``port`` 0 picks a free port; with ``keys``, a request without ``Authorization: Bearer
     <one of them>`` gets a 401 and never reaches the tools; a request for another ``Host``
-    than :func:`allowed_host_names` gets a 400; ``on_ready`` receives the endpoint's URL once
-    it listens.
+    than :func:`allowed_host_names` gets a 400, and one whose body is larger than
+    ``max_body_bytes`` a 413; ``on_ready`` receives the endpoint's URL once it listens.
     """
     import uvicorn
 
-    from ._net import listening_socket
+    from ._net import BodyLimit, listening_socket
     from .gateway._auth import require_bearer
 
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     app = server.streamable_http_app(host=host)
-    guarded = require_bearer(app, keys) if keys is not None else app
+    guarded: Any = BodyLimit(app, max_body_bytes, body=_http_error)
+    guarded = require_bearer(guarded, keys) if keys is not None else guarded
     hosts = allowed_host_names(host, bool(keys), allow_hosts)
     if hosts is not None:
         guarded = host_check(guarded, hosts)

@@ -326,3 +326,22 @@ def test_the_models_tool_lists_only_what_the_callers_key_and_the_server_allow(
     assert "openai:gpt-4o" in listing(None, closed)[1]  # a profile's model
     assert listing(None, closed)[1] <= closed.offered
     assert "anthropic:claude-sonnet-4" not in listing(None, closed)[1]
+
+
+@pytest.mark.server
+async def test_http_bodies_past_max_body_bytes_get_a_413(
+    setup: Setup, tmp_path: Path, strict_loop: list[Any]
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(f"[gateway]\nmax_body_bytes = 2048\n\n{JUDGED}", encoding="utf-8")
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t" * 10_000, "version": "1"}}}  # fmt: skip
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with http_server(config, setup.env) as url, httpx2.AsyncClient() as raw:
+        big = await raw.post(url, json=init, headers=accept)
+        init["params"]["clientInfo"] = {"name": "t", "version": "1"}  # type: ignore[index]
+        small = await raw.post(url, json=init, headers=accept)
+    assert big.status_code == 413, big.text
+    assert "2,048 bytes" in big.json()["error"]["message"]
+    assert small.status_code == 200, small.text

@@ -123,7 +123,7 @@ def serve(
             warn(warning)
         serve_http(
             server, host=host, port=port, keys=loaded.keys, on_ready=_announce,
-            allow_hosts=allow_host or (),
+            allow_hosts=allow_host or (), max_body_bytes=loaded.max_body_bytes,
         )  # fmt: skip
     except UserError as exc:
         raise usage_error(exc) from None

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from .._net import is_loopback
+from .._net import DEFAULT_MAX_BODY_BYTES, is_loopback
 from ..config._load import read_source, validate
 from ..config._race import RaceSpec
 from ..config._schema import _Section
@@ -128,7 +128,7 @@ class GatewaySettings(_Section):
     """A streamed race or route still deciding after this long starts its stream with an SSE
     comment, repeated this often (proxies close silent connections); its ``x-phi-*`` facts are
     then in the last chunk's ``phi`` field only, and a failure is an error event."""
-    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
     """The largest request body accepted (a larger one is a 413, read no further): images sent
     inline make bodies large, and a worker must not be made to hold any size in memory."""
 
