@@ -35,7 +35,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -259,10 +259,19 @@ class Meter:
     Thread-safe: sync agents under selection call models from worker threads.
     """
 
-    def __init__(self, budget: Budget | None = None, *, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        budget: Budget | None = None,
+        *,
+        seed: int | None = None,
+        refusal: Callable[[BudgetExceededError], BudgetExceededError] | None = None,
+    ) -> None:
         self.budget = budget if budget is not None and not budget.unlimited else None
         self.seed = seed
         """A selection run's seed: calls without their own seed derive one from it."""
+        self.refusal = refusal
+        """How this meter words a call its budget refuses (the refusal, in; what is raised,
+        out): a gateway key's allowance names the key's own limit. ``None``: as it is."""
         self.calls: list[CallRecord] = []
         self.started = time.monotonic()
         self._lock = threading.Lock()
@@ -451,7 +460,12 @@ def reserve(
         worst_output = max_output if max_output is not None else model_max_output
         cap = worst_output
         for meter in ordered:
-            cap = meter._check(input_tokens, cap, pricing)
+            try:
+                cap = meter._check(input_tokens, cap, pricing)
+            except BudgetExceededError as exc:
+                if meter.refusal is None:
+                    raise
+                raise meter.refusal(exc) from None
         cost = _worst_cost(input_tokens, cap, pricing)
         tokens = input_tokens + (cap or 0)
         for meter in ordered:

@@ -45,7 +45,7 @@ from ..routing.state import open_route_state, state_location
 from ..routing.stores import LinkStore, MemoryPreviewCache, RouterStateStore
 from ..runlog import RunLog, RunRecord, RunRecorder
 from ..tools._validate import check_tools
-from ..types import AssistantMessage, Pricing, TextDelta, ToolCallDelta
+from ..types import AssistantMessage, TextDelta, ToolCallDelta
 from ._answers import (
     Answer,
     error_of_kind,
@@ -131,24 +131,19 @@ class _Allowance(Meter):
         shared: _Allowance | None = None,
         slot: tuple[str, str] | None = None,
     ) -> None:
-        super().__init__(Budget(max_cost_usd=remaining))
+        super().__init__(Budget(max_cost_usd=remaining), refusal=self._over_allowance)
         self.key = key
         self.shared = shared
         self.slot = slot
         """``(key name, day window)`` of the shared allowance this request holds (released once)."""
 
-    def _check(
-        self, input_tokens: int, max_output: int | None, pricing: Pricing | None
-    ) -> int | None:
-        try:
-            return super()._check(input_tokens, max_output, pricing)
-        except BudgetExceededError as exc:
-            detail = str(exc).removeprefix("Budget exceeded: ")
-            raise BudgetExceededError(
-                f"key {self.key.name!r} is over its {DAILY_REFUSAL} = ${self.key.daily_usd:g} a "
-                f"day): what is left of today's dollars cannot fit this call ({detail})",
-                limit="daily_usd",
-            ) from None
+    def _over_allowance(self, exc: BudgetExceededError) -> BudgetExceededError:
+        detail = str(exc).removeprefix("Budget exceeded: ")
+        return BudgetExceededError(
+            f"key {self.key.name!r} is over its {DAILY_REFUSAL} = ${self.key.daily_usd:g} a "
+            f"day): what is left of today's dollars cannot fit this call ({detail})",
+            limit="daily_usd",
+        )
 
     def meters(self) -> tuple[Meter, ...]:
         """The meters a call of this request goes on: the shared allowance, then its own."""
