@@ -1,6 +1,6 @@
 """The console scripts ``phi`` and ``parallel-agents``, outside the ``phi_core`` package so that
-Ctrl-C while phi-core is still loading (most of a second) exits with 130 and no traceback, as it
-does once the command runs."""
+Ctrl-C while phi-core is still loading or building its command (most of a second) exits with 130
+and no traceback, as it does once the command runs."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def parallel_agents() -> None:
 def _run(entry: str) -> None:
     try:
         import phi_core.cli as cli
+
+        # Building the command (typer reads every option's signature) takes a moment too, before
+        # the command's own Ctrl-C handling is in place.
+        getattr(cli, entry)()
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
-    getattr(cli, entry)()

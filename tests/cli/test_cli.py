@@ -641,3 +641,23 @@ def test_a_local_judge_is_constrained_to_answer_with_a_branch_number() -> None:
     vendor_judged = plan_race(models=["scripted:a", "scripted:b"], judge="scripted:judge")
     assert vendor_judged.judge_config is not None
     assert vendor_judged.judge_config.response_format is None
+
+
+def test_the_streamed_view_says_cancelled_once_and_a_spent_deadline_is_a_timeout(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    script = tmp_path / "slow.json"
+    script.write_text(
+        json.dumps({"scripted:slow": {"default": {"text": "late", "delay": 5}}}), encoding="utf-8"
+    )
+    plain = runner.invoke(
+        app,
+        ["race", "Q?", "-m", "scripted:slow", "-m", "scripted:slow@temperature=0.5",
+         "-s", "pick-first", "--deadline", "0.3", "--script", str(script)],
+    )  # fmt: skip
+    lines = [line for line in plain.stdout.splitlines() if line.startswith("--- ")]
+    assert lines and all(
+        line.endswith("timeout: the race's wall-clock budget (--deadline) ran out")
+        for line in lines
+    ), plain.stdout
+    assert "cancelled: cancelled" not in plain.stdout

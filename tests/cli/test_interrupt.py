@@ -143,3 +143,21 @@ def test_ctrl_c_while_phi_core_is_still_loading_exits_130_without_a_traceback(en
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("entry", ["phi", "parallel_agents"])
+def test_ctrl_c_while_the_command_is_being_built_exits_130_without_a_traceback(entry: str) -> None:
+    """After phi-core has loaded, typer still builds the command (reading every option's
+    signature) before the command's own Ctrl-C handling is in place."""
+    child = (
+        "import inspect, phi_entry, phi_core.cli\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    raise KeyboardInterrupt\n"
+        "inspect.signature = interrupted  # typer reads the options' signatures\n"
+        f"phi_entry.{entry}()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""

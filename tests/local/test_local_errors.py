@@ -137,3 +137,38 @@ async def test_a_gguf_llama_cpp_cannot_load_fails_every_waiting_call_with_the_pa
     outcomes = await asyncio.gather(call(), call(), call(), return_exceptions=True)
     assert all(isinstance(o, UserError) for o in outcomes), outcomes
     assert all(str(broken) in str(o) for o in outcomes)
+
+
+async def test_a_broken_gguf_is_reported_once_by_the_call_not_by_context_management(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("llama_cpp", reason="needs the `local` extra")
+    from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
+    model = resolve_model(f"local:{broken}").model_copy(
+        update={"compat": {"gguf_path": str(broken), "pool_size": 1, "n_threads": 1}}
+    )
+    events: list[Any] = []
+    with caplog.at_level("WARNING"), pytest.raises(UserError) as info:
+        await agent_loop(
+            "hi", AgentContext(), AgentLoopConfig(model=model, max_tokens=2), events=events.append
+        )
+    assert str(broken) in str(info.value)
+    # the token counter falls back to the heuristic quietly: no warning, no logged traceback
+    assert not [e for e in events if e.type == "warning"], events
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.records
+
+
+def test_an_unknown_bundled_name_lists_the_bundled_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as info:
+        resolve_model("local:smollm3")
+    message = str(info.value)
+    assert "Unknown bundled model 'smollm3'" in message and "local:smollm2" in message
+    assert str(tmp_path) not in message  # not read as a file in the current folder
+    (tmp_path / "mine").write_bytes(b"GGUF" + b"\x00" * 16)  # a file of that name is a file
+    assert resolve_model("local:mine").compat["gguf_path"] == str(tmp_path / "mine")

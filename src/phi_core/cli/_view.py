@@ -215,9 +215,16 @@ class RaceView:
             state.ended = now
             state.status = _STATUS_OF_REASON.get(event.reason, event.reason)
             state.error = event.error
-            if event.reason == "cancelled" and event.error == "cancelled: timeout":
-                # its branch timeout passed: a timeout, as the table and the JSON say
-                state.status, state.error = "timeout", "it ran past its timeout"
+            if event.reason == "cancelled" and event.error:
+                why = event.error.removeprefix("cancelled: ")  # the status says "cancelled"
+                state.error = why
+                # a branch timeout or the race's wall clock: a timeout, as the table and the
+                # JSON say
+                if why == "timeout":
+                    state.status, state.error = "timeout", "it ran past its timeout"
+                elif why == "wall-clock budget":
+                    state.status = "timeout"
+                    state.error = "the race's wall-clock budget (--deadline) ran out"
             if state is not self.judge:
                 if not self.live_mode:
                     self._print_branch(state)

@@ -26,12 +26,14 @@ Which counter runs by default (:func:`token_counter_for`):
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from ..errors import UserError
 from ..types import (
     AgentMessage,
     ExtensionMessage,
@@ -56,6 +58,9 @@ __all__ = [
     "messages_tokens",
     "token_counter_for",
 ]
+
+
+logger = logging.getLogger("phi_core.context")
 
 
 @runtime_checkable
@@ -96,22 +101,36 @@ class LlamaCppTokenCounter:
     """Exact counts from a GGUF file's own tokenizer (``llama_cpp.Llama.tokenize``).
 
     Only the vocabulary is loaded (``vocab_only=True``), lazily on the first count and once per
-    file per process.
+    file per process. A file whose vocabulary cannot be read raises :class:`UserError`, unless a
+    ``fallback`` counter is given: then that one counts (the default counter of a local model
+    has the heuristic as fallback, so a broken file is reported once, by the model call itself).
     """
 
     _vocabs: ClassVar[dict[str, Any]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, fallback: TokenCounter | None = None) -> None:
         self.path = str(path)
+        self.fallback = fallback
+        self._unreadable = False
 
     def _vocab(self) -> Any:
+        """The vocabulary; ``None`` when it cannot be read and a fallback counts instead."""
+        if self._unreadable:
+            return None
         with self._lock:
             vocab = self._vocabs.get(self.path)
             if vocab is None:
                 from ..providers.local import load_vocab
 
-                vocab = load_vocab(Path(self.path))
+                try:
+                    vocab = load_vocab(Path(self.path))
+                except UserError as exc:
+                    if self.fallback is None:
+                        raise
+                    logger.debug("counting with %r instead: %s", self.fallback, exc)
+                    self._unreadable = True
+                    return None
                 self._vocabs[self.path] = vocab
             return vocab
 
@@ -122,8 +141,11 @@ class LlamaCppTokenCounter:
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        tokens = self._vocab().tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        return len(tokens)
+        vocab = self._vocab()
+        if vocab is None:
+            assert self.fallback is not None
+            return self.fallback.count_text(text)
+        return len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def __repr__(self) -> str:
         return f"LlamaCppTokenCounter({Path(self.path).name!r})"
@@ -134,7 +156,7 @@ def token_counter_for(model: ModelConfig | None) -> TokenCounter:
     if model is not None and model.api == "local_gguf":
         from ..providers.local import gguf_path_for
 
-        return LlamaCppTokenCounter(gguf_path_for(model))
+        return LlamaCppTokenCounter(gguf_path_for(model), fallback=HEURISTIC)
     return HEURISTIC
 
 

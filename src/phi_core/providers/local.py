@@ -22,8 +22,9 @@ How a call runs:
   a stop flag is set; the thread checks it after every token and ends the generation, and the
   stream waits for the thread before it returns, so the instance is free again afterwards.
 * **Sampling.** ``max_tokens``, ``temperature`` (0 = greedy), ``top_p`` and ``seed`` are honoured.
-  With a seed the instance's KV cache is cleared first, so the same seed and prompt give the same
-  text whichever instance of the pool runs it (without a seed the cached prompt prefix is reused).
+  With a seed, or at temperature 0, the instance's KV cache is cleared first, so the same seed (or
+  greedy decoding) and prompt give the same text whichever instance of the pool runs it and
+  whatever it ran before (otherwise the cached prompt prefix is reused).
 * **Structured output.** A :class:`~phi_core.types.ResponseFormat` becomes a llama.cpp grammar
   (JSON schema ⇒ GBNF via ``LlamaGrammar.from_json_schema``; ``json_object`` ⇒ any JSON), so the
   reply is valid JSON by construction.
@@ -192,6 +193,12 @@ def local_model_config(model: str) -> ModelConfig:
         UserError: the path does not exist or is not a GGUF file.
     """
     bundled = BUNDLED_MODELS.get(model)
+    if bundled is None and _looks_like_a_name(model) and not Path(model).expanduser().exists():
+        raise UserError(
+            f"Unknown bundled model {model!r}; phi bundles: "
+            f"{', '.join(f'local:{name}' for name in BUNDLED_MODELS)}. For a GGUF file of your "
+            f"own, give its path (local:./{model}.gguf, local:/path/to/model.gguf)."
+        )
     path = _bundled_path(model) if bundled is not None else check_gguf(model)
     return ModelConfig(
         provider="local",
@@ -202,6 +209,11 @@ def local_model_config(model: str) -> ModelConfig:
         max_tokens=1024,
         compat={"gguf_path": str(path)},
     )
+
+
+def _looks_like_a_name(model: str) -> bool:
+    """``smollm3`` (a bundled name mistyped), not a path: no folder, no ``.gguf``, no ``~``."""
+    return bool(model) and not any(c in model for c in "/\\~") and not model.endswith(".gguf")
 
 
 # --------------------------------------------------------------------------- pool settings
@@ -577,11 +589,12 @@ def _generate(pool: _ModelPool, instance: _Instance, job: _Job, emit: Callable[[
                 model=record.model,
             )
         budget = min(job.max_tokens, room)
-        if job.seed is not None:
-            llama.reset()  # a fresh KV cache makes the seeded run independent of history
-            llama.set_seed(job.seed)
-        else:
-            llama.set_seed(random.getrandbits(32))
+        if job.seed is not None or job.temperature == 0:
+            # A fresh KV cache makes a seeded or greedy run independent of what the instance
+            # ran before: a reused prompt prefix gives slightly different logits, and greedy
+            # decoding splits at a near-tie (the same prompt answered two ways in one process).
+            llama.reset()
+        llama.set_seed(job.seed if job.seed is not None else random.getrandbits(32))
         vocab = llama._model.vocab
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stream = llama.generate(
