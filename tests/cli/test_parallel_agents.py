@@ -226,3 +226,17 @@ def test_the_seeds_speculative_width_sets_the_previewed_arms(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert plans[0].bandit.top_k == 2
+
+
+def test_a_bandit_state_that_cannot_be_opened_is_one_error_line(
+    script: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.sqlite"
+    state.mkdir()  # a folder where the state file belongs
+    result = run(
+        "Q?", "--agent-models", "scripted:a,scripted:b", "--judge-model", "scripted:j",
+        "--bandit-state", str(state), "--script", script,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert result.stderr.startswith("Error: ") and str(state) in " ".join(result.stderr.split())

@@ -47,7 +47,7 @@ from ..config import (
     plan_race,
     split_branch_list,
 )
-from ..errors import Interrupted, PhiError, UserError
+from ..errors import Interrupted, PhiError, StateStoreError, UserError, redact
 from ..providers.base import Provider
 from ..providers.registry import resolve_model
 from ..race import BanditOptions, BanditRace, BanditRaceResult
@@ -263,6 +263,9 @@ def parallel_agents(
         race = bandit_race_from_plan(plan)
     except UserError as exc:
         raise usage_error(exc) from None
+    except StateStoreError as exc:  # the state cannot be opened: say so, no traceback
+        typer.echo(f"Error: {redact(str(exc))}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
     try:
         result, stopped = run_interruptible(lambda token: _race(race, text, token))
     except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too

@@ -16,15 +16,15 @@ from rich.text import Text
 
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_payload, bandit_race_from_plan
-from ..errors import Interrupted, UserError, redact
+from ..errors import Interrupted, StateCorruptError, StateStoreError, UserError, redact
 from ..events import MessageUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
 from ..parallel import ParallelLoopResult
-from ..race.pipeline import BanditRaceResult
+from ..race.pipeline import BanditRace, BanditRaceResult
 from ..runlog import RunRecord, winner_history
 from ..tools.mcp import mcp_tools
 from ..types import TextDelta
-from ._bandit import BanditView, bandit_exit_code, run_bandit
+from ._bandit import BanditView, bandit_exit_code, flush_router_updates
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, run_interruptible
 from ._conversation import Session
 from ._output import OutputMode, console_for
@@ -68,7 +68,20 @@ def race_once(
             "--strategy bandit answers one question on its own and cannot continue a "
             "conversation; drop -c/--cid, or continue with another strategy (judge, pairwise, …)."
         )
-    bandit_race = bandit_race_from_plan(plan) if bandit else None
+    bandit_race: BanditRace | None = None
+    if bandit:
+        # The router state is opened and loaded before anything is shown or sent: one that
+        # cannot be is an error line naming it and what to do (exit 1), not a traceback.
+        try:
+            race = bandit_race_from_plan(plan)
+            _, stopped = run_interruptible(lambda _token: race.load())
+            bandit_race = race
+        except StateStoreError as exc:
+            return _state_failure(exc, err)
+        except (Interrupted, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        if stopped:
+            return EXIT_INTERRUPTED
     recorder = session.recorder(text, plan=plan)
     view: RaceView | None = None
     sink: Any = None
@@ -88,8 +101,11 @@ def race_once(
     events = tee(sink, recorder)
 
     async def go(token: CancelToken) -> ParallelLoopResult | BanditRaceResult:
-        if bandit_race is not None:
-            return await run_bandit(bandit_race, text, events, token)
+        if bandit_race is not None:  # loaded above
+            try:
+                return await bandit_race.run(text, events=events, cancel=token)
+            finally:
+                await flush_router_updates(bandit_race)
         result = await plan.run(text, context=context, events=events, cancel=token)
         assert isinstance(result, ParallelLoopResult)
         return result
@@ -104,6 +120,8 @@ def race_once(
         if view is not None:
             view.print_interrupted()
         return EXIT_INTERRUPTED
+    except StateStoreError as exc:  # a store the race itself could not use
+        return _state_failure(exc, err)
     record = session.finish(recorder, result)
     session.advance(winner_history(result, text))
     cancelled = interrupted or (
@@ -135,6 +153,21 @@ def race_once(
     if cancelled:
         return EXIT_INTERRUPTED
     return EXIT_FAILED if result.all_failed else EXIT_OK
+
+
+def _state_failure(error: StateStoreError, err: TextIO) -> int:
+    """A router state that cannot be opened, read or written: ``Error: …`` naming it and what
+    to do, exit 1 (as ``phi route`` does)."""
+    message = str(error).rstrip()
+    if not isinstance(error, StateCorruptError):  # those say what to do with the state already
+        message += (
+            " A bandit race reads and writes its router state: make it usable, or pass another "
+            "--state (a .sqlite or .json file in a writable folder, or redis://…)."
+        )
+    Console(file=err, highlight=False).print(
+        Text("Error: ", style="bold red") + Text(message), soft_wrap=True
+    )
+    return EXIT_FAILED
 
 
 # --------------------------------------------------------------------------- single runs

@@ -3,8 +3,10 @@
 ``app`` is the ``route`` sub-app (mounted by the main CLI). Reading commands (``show``,
 ``export``) open the state read-only: they never create, lock, move or change it, and a state
 of the wrong shape is reported (exit 1) and left as it was. ``reset`` writes: it moves such a
-state aside with a warning. A namespace that does not exist is a usage error listing the ones
-that do.
+state aside with a warning, and forgets the state's cached previews too (a reset router would
+not learn from previews it found cached). A namespace that does not exist is a usage error
+listing the ones that do. A state in Redis is found under its key prefix (``--router-state-key``
+/ ``ROUTER_STATE_KEY``, as ``parallel-agents`` writes it).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import typer
 
 from .._files import export_target
 from ..errors import StateStoreError, UserError
-from ..routing._redis import RedisStateStore, _safe_url
-from ..routing.state import route_state_summary, state_location
+from ..routing._redis import DEFAULT_PREFIX, RedisStateStore, _safe_url
+from ..routing.state import clear_previews, route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
-from ._common import EXIT_FAILED, usage_error
+from ._common import EXIT_FAILED, usage_error, warn
 from ._parallel_agents import main as parallel_agents_main  # the installed script's old path
 
 __all__ = ["app", "parallel_agents_main"]
@@ -38,6 +40,16 @@ StateOpt = Annotated[
     ),
 ]
 
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--router-state-key",
+        envvar="ROUTER_STATE_KEY",
+        help="Key prefix of a router state in Redis (default phi:router:v1), as "
+        "`parallel-agents --router-state-key` writes it.",
+    ),
+]
+
 app = typer.Typer(
     name="route",
     help="Inspect, reset or export the learned router state.",
@@ -47,8 +59,10 @@ app = typer.Typer(
 )
 
 
-def _open(state: str | None, *, read_only: bool) -> RouterStateStore:
+def _open(state: str | None, key: str | None, *, read_only: bool) -> RouterStateStore:
     state = state_location(state)
+    if key is not None and not _is_redis(state):
+        warn("--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored.")
     if not _is_redis(state) and not Path(state).is_file():
         raise usage_error(
             UserError(
@@ -57,7 +71,7 @@ def _open(state: str | None, *, read_only: bool) -> RouterStateStore:
             )
         )
     try:
-        return open_state_store(state, read_only=read_only)
+        return open_state_store(state, read_only=read_only, prefix=key)
     except ValueError as exc:  # redis-py refusing the URL (a port that is not a number…)
         if isinstance(exc, UserError) or not _is_redis(state):
             raise
@@ -94,16 +108,19 @@ def _store_errors() -> Iterator[None]:
 @app.command("show")
 def show(
     state: StateOpt = None,
+    key: KeyOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show each arm's observation count and mean reward, per feature namespace."""
     with _store_errors():
-        summary = route_state_summary(_open(state, read_only=True))
+        summary = route_state_summary(_open(state, key, read_only=True))
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
     if not summary:
-        typer.echo(f"{state_location(state)}: no router statistics yet.")
+        where = state_location(state)
+        under = f" under the key prefix {key or DEFAULT_PREFIX}" if _is_redis(where) else ""
+        typer.echo(f"{where}: no router statistics yet{under}.")
         return
     for namespace, arms in summary.items():
         typer.echo(f"{namespace}")
@@ -115,17 +132,21 @@ def show(
 @app.command("reset")
 def reset(
     state: StateOpt = None,
+    key: KeyOpt = None,
     namespace: Annotated[
         str | None, typer.Option("--namespace", help="Only this feature namespace.")
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Forget the learned statistics (all namespaces, or one)."""
+    """Forget the learned statistics (all namespaces, or one) and the cached previews."""
     with _store_errors():
-        _reset(_open(state, read_only=False), state_location(state), namespace, yes)
+        store = _open(state, key, read_only=False)
+        _reset(store, state_location(state), key, namespace, yes)
 
 
-def _reset(store: RouterStateStore, state: str, namespace: str | None, yes: bool) -> None:
+def _reset(
+    store: RouterStateStore, state: str, key: str | None, namespace: str | None, yes: bool
+) -> None:
     if namespace is not None:
         if isinstance(store, RedisStateStore):
             # an unreachable Redis lists only local namespaces: say it cannot be reached
@@ -143,12 +164,22 @@ def _reset(store: RouterStateStore, state: str, namespace: str | None, yes: bool
     if not yes and not typer.confirm(f"Reset {what} in {state}?"):
         raise typer.Exit(1)
     store.reset(namespace)
-    typer.echo(f"Reset {what} in {state}.")
+    # Previews are cached per request, not per namespace: a reset forgets them all, as a
+    # router that found them cached would not learn from them again.
+    try:
+        cleared = clear_previews(state, key_prefix=key)
+    except StateStoreError as exc:
+        typer.echo(f"Reset {what} in {state}.")
+        warn(f"its cached previews were kept: {exc}")
+        return
+    previews = f"; forgot {cleared} cached preview(s)" if cleared else ""
+    typer.echo(f"Reset {what} in {state}{previews}.")
 
 
 @app.command("export")
 def export(
     state: StateOpt = None,
+    key: KeyOpt = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write here instead of stdout (`-`: stdout)."),
@@ -157,7 +188,7 @@ def export(
     """Export the full sufficient statistics (A, b, counts) as JSON."""
     data: dict[str, Any] = {"version": 1, "namespaces": {}}
     with _store_errors():
-        store = _open(state, read_only=True)
+        store = _open(state, key, read_only=True)
         for namespace in store.namespaces():
             data["namespaces"][namespace] = {
                 arm: stats.to_json() for arm, stats in sorted(store.load(namespace).items())

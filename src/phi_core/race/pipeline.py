@@ -3,8 +3,10 @@
 One :meth:`BanditRace.run` call is three ordinary races and a router update:
 
 1. **Rank** the arms with the router on the query's features (``RouteDecision`` event). When the
-   top arm is clearly ahead (its lower bound above every other arm's upper bound, and observed),
-   the race is skipped (``sure``); otherwise the ``top_k`` arms with the highest upper bounds are
+   top arm is observed and clearly ahead of the other arms the race would preview (its lower
+   bound above theirs, by the router's bounds or by the 95 % prediction intervals of their rewards
+   on this query: :meth:`~phi_core.routing.Ranking.clearly_ahead`), the race is skipped
+   (``sure``); otherwise the ``top_k`` arms with the highest upper bounds are
    the contenders — by default fewer than there are arms, so which arms get evidence depends on
    the router and exploration is real.
 2. **Preview race** (``label="preview"``): the contenders answer a short preview prompt in
@@ -463,7 +465,9 @@ class BanditRace:
             and settings.race_only_when_unsure
             and len(names) > 1
             and ranking.top.n > 0
-            and ranking.clearly_ahead()
+            # ahead of the arms a race would preview (at least the runner-up): racing could
+            # only tell it from those
+            and ranking.clearly_ahead(max(k, 2))
         ):
             action, reason = "sure", f"{order[0]} is clearly ahead: the race is skipped"
         elif k < 2 or self._judge is None:

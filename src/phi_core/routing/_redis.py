@@ -34,7 +34,14 @@ from ..errors import MissingExtraError, StateCorruptError, StateStoreError, User
 from .bandits import ArmStats
 from .stores import STATE_VERSION, _number, check_finite, stats_from_json
 
-__all__ = ["APPLIED_TTL_S", "CLAIM_TTL_S", "RedisPreviewCache", "RedisStateStore", "spool_path"]
+__all__ = [
+    "APPLIED_TTL_S",
+    "CLAIM_TTL_S",
+    "DEFAULT_PREFIX",
+    "RedisPreviewCache",
+    "RedisStateStore",
+    "spool_path",
+]
 
 # the Redis store's messages keep the stores' logger name, which users' logging configs name
 logger = logging.getLogger("phi_core.routing.stores")
@@ -65,6 +72,9 @@ return 1
 """
 """One atomic, idempotent addition: ``KEYS[4]`` marks the update's id as applied, so an update
 re-sent after a time-out (the server may have run it before the client gave up) counts once."""
+
+DEFAULT_PREFIX = "phi:router:v1"
+"""The key prefix of a router state in Redis unless one is given (``ROUTER_STATE_KEY``)."""
 
 APPLIED_TTL_S = 24 * 3600
 """How long Redis remembers an applied update's id (``<prefix>:applied:<id>``, a few bytes
@@ -297,7 +307,7 @@ class RedisStateStore:
             retry=Retry(NoBackoff(), 0),
         )
         self.url = url
-        self.prefix = prefix or "phi:router:v1"
+        self.prefix = prefix or DEFAULT_PREFIX
         self.read_only = read_only
         self.retry_min_s = retry_min_s
         self.retry_max_s = retry_max_s
@@ -390,6 +400,28 @@ class RedisStateStore:
             self._backoff = min(self._backoff * 2, self.retry_max_s)
         self._degraded = True
         self._next_try = now + self._backoff
+
+    def _read(self, key: str, command: Callable[[str], Any]) -> Any:
+        """``command(key)``; Redis refusing it (``WRONGTYPE``: a key holding another type of
+        value) is a state of the wrong shape, as a value that is not JSON is; another refusal
+        (an ACL, a server error) a :class:`StateStoreError` naming it."""
+        try:
+            return command(key)
+        except self._redis.ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                raise self._not_statistics(key, "it holds another type of value") from None
+            raise StateStoreError(
+                f"Redis at {_safe_url(self.url)} refused to read the router state key {key} "
+                f"({exc})."
+            ) from None
+
+    def _not_statistics(self, key: str, why: str) -> StateCorruptError:
+        return StateCorruptError(
+            f"Redis key {key} is not router statistics ({why}); reset the state (`phi route "
+            "reset`), delete the key (`redis-cli DEL`), or use another key prefix.",
+            path=key,
+            reason=why,
+        )
 
     def _unavailable(self, exc: BaseException) -> StateStoreError:
         return StateStoreError(
@@ -565,20 +597,18 @@ class RedisStateStore:
             if not self._reconnect():
                 return self._local(namespace)
             try:
-                members = self._client.smembers(f"{self.prefix}:{namespace}:arms")
+                listing = f"{self.prefix}:{namespace}:arms"
+                members = self._read(listing, self._client.smembers)
                 out = {}
                 for arm in sorted(a.decode() for a in members):
-                    raw = self._client.get(self._key(namespace, arm))
+                    key = self._key(namespace, arm)
+                    raw = self._read(key, self._client.get)
                     if raw is None:
                         continue
                     try:
-                        out[arm] = stats_from_json(json.loads(raw), self._key(namespace, arm))
-                    except ValueError as exc:
-                        raise StateCorruptError(
-                            f"Redis key {self._key(namespace, arm)} is not router statistics "
-                            f"({exc}); delete it or use another key prefix.",
-                            path=self._key(namespace, arm),
-                        ) from None
+                        out[arm] = stats_from_json(json.loads(raw), key)
+                    except (ValueError, RecursionError) as exc:  # JSON, UTF-8 and shape errors
+                        raise self._not_statistics(key, str(exc) or type(exc).__name__) from None
             except self._errors as exc:
                 if self.read_only:
                     raise self._unavailable(exc) from None
@@ -630,14 +660,20 @@ class RedisStateStore:
             try:
                 targets = [namespace] if namespace is not None else self._namespaces()
                 for ns in targets:
-                    arms = [a.decode() for a in self._client.smembers(f"{self.prefix}:{ns}:arms")]
-                    keys = [self._key(ns, a) for a in arms] + [f"{self.prefix}:{ns}:arms"]
-                    self._client.delete(*keys)
+                    listing = f"{self.prefix}:{ns}:arms"
+                    arms = [a.decode() for a in self._read(listing, self._client.smembers)]
+                    # an arm's key of the wrong type goes too: DEL takes any type
+                    self._client.delete(*[self._key(ns, a) for a in arms], listing)
                     self._client.srem(f"{self.prefix}:namespaces", ns)
             except self._errors as exc:
                 raise StateStoreError(
                     f"Cannot reset the router state at {_safe_url(self.url)}: Redis is unreachable "
                     f"({type(exc).__name__}); nothing was reset."
+                ) from None
+            except self._redis.ResponseError as exc:  # not a read: DEL or SREM refused
+                raise StateStoreError(
+                    f"Cannot reset the router state at {_safe_url(self.url)}: Redis refused it "
+                    f"({exc})."
                 ) from None
             for ns in targets:
                 self._seen.pop(ns, None)
@@ -662,7 +698,8 @@ class RedisStateStore:
             ) from None
 
     def _namespaces(self) -> list[str]:
-        return sorted(n.decode() for n in self._client.smembers(f"{self.prefix}:namespaces"))
+        members = self._read(f"{self.prefix}:namespaces", self._client.smembers)
+        return sorted(n.decode() for n in members)
 
     def namespaces(self) -> list[str]:
         with self._lock:
@@ -703,6 +740,7 @@ class RedisPreviewCache:
         self, url: str = "redis://127.0.0.1:6379/0", ttl_s: float = 600.0, client: Any | None = None
     ) -> None:
         redis = _redis_module()
+        self._redis = redis
         self._errors: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
         self._client = client or redis.Redis.from_url(
             url, socket_connect_timeout=2.0, socket_timeout=5.0
@@ -778,3 +816,25 @@ class RedisPreviewCache:
             self._client.delete(key)
         except self._errors as exc:
             raise self._unreachable(exc, "write to") from None
+
+    def clear(self, prefix: str) -> int:
+        """Delete every entry whose key starts with ``prefix`` (``SCAN`` + ``DEL`` in batches);
+        how many were deleted. An unreachable Redis raises :class:`StateStoreError`."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+        deleted = 0
+        try:
+            batch: list[bytes] = []
+            for key in self._client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    deleted += int(self._client.delete(*batch))
+                    batch = []
+            if batch:
+                deleted += int(self._client.delete(*batch))
+        except self._errors as exc:
+            raise self._unreachable(exc, "clear the preview cache in") from None
+        except self._redis.ResponseError as exc:
+            raise StateStoreError(
+                f"Cannot clear the preview cache in Redis at {_safe_url(self.url)}: {exc}."
+            ) from None
+        return deleted

@@ -13,7 +13,14 @@ so it cannot be shrunk by decay or lost by a merge: ``A = λI + XX``, ``θ = A�
 - :class:`LinearThompsonRouter` ranks by ``θ̃ᵀx`` with ``θ̃ ~ N(θ, v²A⁻¹)``.
 - :class:`EpsilonGreedyRouter` ranks by ``θᵀx`` and shuffles with probability ``ε``.
 
-Ties keep the caller's arm order (a cold start ranks arms in the order given).
+Ties keep the caller's arm order (a cold start ranks arms in the order given). Every ranked arm
+also carries the standard deviation of its reward on the query, scaled by the noise its rewards
+showed (:attr:`RankedArm.sd`); :meth:`Ranking.clearly_ahead` ("race only when unsure") accepts
+either the router's bounds or those 95 % prediction intervals as separating the favourite.
+
+Statistics enter a router only if updates could have made them (:func:`stats_problem`: finite,
+no negative count, a positive semi-definite ``XX``), whichever way they come: an update, a warm
+start, a merge, a load.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ __all__ = [
     "LoggedOutcome",
     "RankedArm",
     "Ranking",
+    "stats_problem",
 ]
 
 Vector = npt.NDArray[np.float64]
@@ -46,6 +54,84 @@ Matrix = npt.NDArray[np.float64]
 MAX_MAGNITUDE = 1e6
 """The largest reward (in absolute value) and weight an update takes: rewards are bounded
 (:mod:`.reward`), and far larger ones overflow the statistics' squares to infinity."""
+MAX_STATISTIC = 1e300
+"""The largest number (in absolute value) statistics may hold: updates within
+:data:`MAX_MAGNITUDE` never reach it, and not far beyond it the sums and products of deciding
+(``(A + Aᵀ)/2``, ``A⁻¹Xr``) overflow to infinity."""
+NOISE_PRIOR_SD = 1.0
+NOISE_PRIOR_N = 2.0
+"""The prior of an arm's reward noise (see :attr:`RankedArm.sd`): a standard deviation of 1 (the
+unit scale the ridge prior assumes, as wide as the α-bounds at α = 1) worth 2 observations."""
+
+
+def _check_observation(reward: Any, weight: Any) -> None:
+    """A reward and weight an update may take (finite, within :data:`MAX_MAGNITUDE`, weight > 0);
+    else :class:`UserError`."""
+    for name, value in (("reward", reward), ("weight", weight)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise UserError(f"{name} must be a number, got {value!r}.")
+    if not math.isfinite(reward) or abs(reward) > MAX_MAGNITUDE:
+        raise UserError(
+            f"reward must be a finite number within ±{MAX_MAGNITUDE:g}, got {reward!r}."
+        )
+    if not math.isfinite(weight) or not 0 < weight <= MAX_MAGNITUDE:
+        raise UserError(f"weight must be > 0 and at most {MAX_MAGNITUDE:g}, got {weight!r}.")
+
+
+def _positive_semidefinite(xx: Matrix) -> bool:
+    """Whether ``xx`` is symmetric positive semi-definite, up to rounding (the sum of ``w·x xᵀ``
+    with ``w > 0`` always is; a JSON round trip or Redis's 14-digit numbers round it)."""
+    scale = float(np.abs(xx).max()) if xx.size else 0.0
+    if scale == 0.0:
+        return True
+    tolerance = 1e-9 * scale
+    if float(np.abs(xx - xx.T).max()) > tolerance or float(np.diag(xx).min()) < -tolerance:
+        return False
+    try:
+        np.linalg.cholesky((xx + xx.T) / 2 + tolerance * np.eye(xx.shape[0]))
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def stats_problem(stats: ArmStats) -> str | None:
+    """What in ``stats`` no updates could have made (``None``: nothing).
+
+    Updates only ever add ``w·x xᵀ``, ``w·r·x``, ``w``, ``w·r`` and ``w·r²`` with ``w > 0`` (and a
+    discount scales them all by one factor), so the count and the sum of squared rewards are
+    never negative, ``XX`` is symmetric positive semi-definite — which keeps ``A = λI + XX``
+    invertible — and every number is finite and within :data:`MAX_STATISTIC`. A store treats
+    statistics failing this like a file of the wrong shape."""
+    xx = np.asarray(stats.xx, dtype=np.float64)
+    xr = np.asarray(stats.xr, dtype=np.float64)
+    if xr.ndim != 1 or xx.shape != (xr.shape[0], xr.shape[0]):
+        return f"an xx of shape {xx.shape} for an xr of shape {xr.shape}"
+    scalars = np.array(
+        [stats.n, stats.reward_sum, stats.reward_sq, stats.updated_at], dtype=np.float64
+    )
+    if not (np.isfinite(xx).all() and np.isfinite(xr).all() and np.isfinite(scalars).all()):
+        return "NaN or infinity"
+    largest = max(
+        float(np.abs(xx).max(initial=0.0)),
+        float(np.abs(xr).max(initial=0.0)),
+        float(np.abs(scalars[:3]).max()),
+    )
+    if largest > MAX_STATISTIC:
+        return f"the number {largest:g}, beyond {MAX_STATISTIC:g}"
+    if stats.n < 0:
+        return f"a negative count n ({stats.n:g})"
+    if stats.reward_sq < 0:
+        return f"a negative sum of squared rewards ({stats.reward_sq:g})"
+    if not _positive_semidefinite(xx):
+        return "an xx that is not symmetric positive semi-definite (every sum of w·x xᵀ is)"
+    return None
+
+
+def _t_quantile(dof: float) -> float:
+    """The 97.5 % quantile of Student's t with ``dof`` degrees of freedom (Cornish–Fisher from
+    the normal's 1.96; within 3 % for ``dof`` >= 3, slightly under it below)."""
+    z = 1.959964
+    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
 
 
 @dataclass
@@ -130,6 +216,12 @@ class RankedArm:
     mean: float
     width: float
     n: float
+    sd: float | None = None
+    """The standard deviation of the arm's reward *on this query*, in reward units:
+    ``σ̂·sqrt(1 + xᵀA⁻¹x)`` (the noise around the arm's fit, plus the uncertainty of the fit at
+    ``x``), where ``σ̂`` is the noise its rewards showed — the normal–inverse-gamma posterior of
+    Bayesian ridge regression, with the prior :data:`NOISE_PRIOR_SD` worth
+    :data:`NOISE_PRIOR_N` observations. ``None``: not computed."""
 
     @property
     def lower(self) -> float:
@@ -138,6 +230,15 @@ class RankedArm:
     @property
     def upper(self) -> float:
         return self.mean + self.width
+
+    @property
+    def interval(self) -> float | None:
+        """Half-width of the 95 % prediction interval of the arm's reward on this query
+        (``None`` without :attr:`sd`): ``t·sd``, ``t`` the 97.5 % quantile of Student's t with
+        ``NOISE_PRIOR_N + n`` degrees of freedom (≈ 2 once the arm is well observed)."""
+        if self.sd is None:
+            return None
+        return _t_quantile(NOISE_PRIOR_N + max(self.n, 0.0)) * self.sd
 
 
 @dataclass(frozen=True)
@@ -155,18 +256,46 @@ class Ranking:
     def top(self) -> RankedArm:
         return self.arms[0]
 
-    def clearly_ahead(self) -> bool:
-        """True when the top arm's lower bound exceeds every other arm's upper bound."""
-        if len(self.arms) < 2:
+    def clearly_ahead(self, contenders: int | None = None) -> bool:
+        """True when the top arm's lower bound exceeds the upper bound of every other arm —
+        or, with ``contenders``, of the other arms among the first ``contenders`` (those a race
+        would preview: an arm it would not preview gains nothing from racing, whatever its
+        bounds).
+
+        Each comparison may use either kind of bound: the router's own (``mean ± width``, the
+        exploration bonus, which takes the reward noise to be of standard deviation 1 whatever
+        the rewards showed), or the 95 % prediction intervals of the two arms' rewards on this
+        query (``mean ± interval``, scaled by the noise the arms' rewards showed). Bounded
+        rewards barely vary around a good fit, so on varied queries the router's bounds stay
+        wide long after the arms are known well (a width shrinks only along the directions of
+        the feature space an arm has seen), while the prediction intervals close. Those hold
+        each arm's own noise, not only the uncertainty of its mean: arms whose rewards are
+        genuinely close (within the noise they showed) keep overlapping intervals however much
+        is learned, and keep being raced; and a favourite whose rewards drop is no longer ahead
+        once a few of them widen its noise."""
+        arms = self.arms if contenders is None else self.arms[: max(contenders, 1)]
+        if len(arms) < 2:
             return True
-        return all(self.arms[0].lower > other.upper for other in self.arms[1:])
+        top = arms[0]
+        return all(_ahead(top, other) for other in arms[1:])
 
     def explain(self) -> list[str]:
         return [
             f"{i + 1}. {a.arm}: score {a.score:.3f} = mean {a.mean:.3f} ± {a.width:.3f} "
-            f"(n={a.n:g}, {self.policy})"
+            f"(n={a.n:g}, {self.policy}"
+            + (f", 95% ±{interval:.3f}" if (interval := a.interval) is not None else "")
+            + ")"
             for i, a in enumerate(self.arms)
         ]
+
+
+def _ahead(top: RankedArm, other: RankedArm) -> bool:
+    """Whether ``top``'s lower bound exceeds ``other``'s upper bound, by the router's bounds or
+    by the 95 % prediction intervals (see :meth:`Ranking.clearly_ahead`)."""
+    if top.lower > other.upper:
+        return True
+    mine, theirs = top.interval, other.interval
+    return mine is not None and theirs is not None and top.mean - mine > other.mean + theirs
 
 
 @dataclass
@@ -178,6 +307,24 @@ class _Arm:
     version: int = 0
     retired: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _noise_sd(arm: _Arm) -> float:
+    """The posterior estimate of the standard deviation of ``arm``'s reward noise.
+
+    Bayesian ridge regression with a normal–inverse-gamma prior (θ | σ² ~ N(0, σ²/λ·I), σ² with
+    the prior :data:`NOISE_PRIOR_SD` worth :data:`NOISE_PRIOR_N` observations) has the posterior
+    ``σ̂² = (NOISE_PRIOR_N·NOISE_PRIOR_SD² + Σw·r² − θᵀXr) / (NOISE_PRIOR_N + n)``; ``Σw·r² −
+    θᵀXr`` is the weighted residual sum of squares of the fit plus its ridge penalty ``λ|θ|²``.
+    """
+    stats = arm.stats
+    spread = max(0.0, stats.reward_sq - float(arm.theta @ stats.xr))
+    n = max(0.0, stats.n)
+    return math.sqrt((NOISE_PRIOR_N * NOISE_PRIOR_SD**2 + spread) / (NOISE_PRIOR_N + n))
 
 
 class LinearRouter:
@@ -206,8 +353,8 @@ class LinearRouter:
     ) -> None:
         if dim < 1:
             raise UserError(f"dim must be >= 1, got {dim!r}.")
-        if not ridge > 0:
-            raise UserError(f"ridge must be > 0 (try 1.0), got {ridge!r}.")
+        if not (_real(ridge) and math.isfinite(ridge) and ridge > 0):
+            raise UserError(f"ridge must be > 0 and finite (try 1.0), got {ridge!r}.")
         if refresh_every < 1:
             raise UserError(f"refresh_every must be >= 1, got {refresh_every!r}.")
         if discount is not None and not 0 < discount <= 1:
@@ -241,7 +388,7 @@ class LinearRouter:
                 self.merge(name, stats)
             return
         stats = stats if stats is not None else ArmStats.zeros(self.dim)
-        self._check_dim(stats.xr)
+        self._check_stats(name, stats)
         self._arms[name] = self._fresh(stats)
 
     def retire_arm(self, name: str) -> None:
@@ -259,9 +406,14 @@ class LinearRouter:
     def load_state(self, state: dict[str, ArmStats]) -> None:
         """Make the router's statistics exactly ``state`` (e.g. after reading a shared store):
         an arm ``state`` holds takes its statistics, an arm it does not hold goes back to the
-        prior (no observations; it stays in the pool, retired or not, as it was)."""
-        for stats in state.values():
-            self._check_dim(stats.xr)  # before anything changes
+        prior (no observations; it stays in the pool, retired or not, as it was).
+
+        Raises:
+            UserError: statistics of another dimension, or that no updates could have made
+                (see :func:`stats_problem`); nothing is changed then.
+        """
+        for name, stats in state.items():
+            self._check_stats(name, stats)  # before anything changes
         for name, arm in list(self._arms.items()):
             if name not in state and (arm.stats.n or arm.stats.xx.any() or arm.stats.xr.any()):
                 self._arms[name] = self._fresh(ArmStats.zeros(self.dim), retired=arm.retired)
@@ -270,25 +422,24 @@ class LinearRouter:
             self._arms[name] = self._fresh(stats, retired=retired)
 
     def merge(self, name: str, delta: ArmStats) -> None:
-        """Add statistics gathered elsewhere (another worker, a log) to one arm."""
-        self._check_dim(delta.xr)
+        """Add statistics gathered elsewhere (another worker, a log) to one arm.
+
+        Raises:
+            UserError: ``delta``, or the sum, is not statistics updates could have made (see
+                :func:`stats_problem`); the arm is left as it was.
+        """
+        self._check_stats(name, delta)
         arm = self._arm(name, create=True)
-        self._arms[name] = self._fresh(arm.stats + delta, retired=arm.retired)
+        total = arm.stats + delta
+        self._check_stats(name, total)
+        self._arms[name] = self._fresh(total, retired=arm.retired)
 
     # ------------------------------------------------------------------ learning
 
     def update(self, features: Vector, arm: str, reward: float, weight: float = 1.0) -> ArmStats:
         """Learn from one observed reward of ``arm``; returns the additive delta applied."""
         x = self._vector(features)
-        for name, value in (("reward", reward), ("weight", weight)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise UserError(f"{name} must be a number, got {value!r}.")
-        if not math.isfinite(reward) or abs(reward) > MAX_MAGNITUDE:
-            raise UserError(
-                f"reward must be a finite number within ±{MAX_MAGNITUDE:g}, got {reward!r}."
-            )
-        if not math.isfinite(weight) or not 0 < weight <= MAX_MAGNITUDE:
-            raise UserError(f"weight must be > 0 and at most {MAX_MAGNITUDE:g}, got {weight!r}.")
+        _check_observation(reward, weight)
         state = self._arm(arm, create=True)
         delta = ArmStats.of(x, float(reward), weight)
         if self.discount is not None and self.discount < 1:
@@ -321,12 +472,17 @@ class LinearRouter:
         return self._clock
 
     def warm_start(self, outcomes: Iterable[LoggedOutcome]) -> int:
-        """Accumulate logged outcomes in one batch (exact inverse afterwards); returns the count."""
+        """Accumulate logged outcomes in one batch (exact inverse afterwards); returns the count.
+
+        Every outcome is checked as :meth:`update` checks one (finite features, a finite reward
+        within ±:data:`MAX_MAGNITUDE`, a weight in (0, MAX_MAGNITUDE]) before any is learned.
+        """
         deltas: dict[str, ArmStats] = {}
         count = 0
         for outcome in outcomes:
             x = self._vector(outcome.features)
-            delta = ArmStats.of(x, float(outcome.reward), outcome.weight)
+            _check_observation(outcome.reward, outcome.weight)
+            delta = ArmStats.of(x, float(outcome.reward), float(outcome.weight))
             deltas[outcome.arm] = deltas[outcome.arm] + delta if outcome.arm in deltas else delta
             count += 1
         for name, delta in deltas.items():
@@ -336,13 +492,34 @@ class LinearRouter:
     def warm_start_matrix(
         self, features: Matrix, rewards: dict[str, Vector], weight: float = 1.0
     ) -> None:
-        """Vectorised warm start: every arm observed on every row of ``features`` (a log)."""
+        """Vectorised warm start: every arm observed on every row of ``features`` (a log).
+
+        Checked as :meth:`update` checks one observation (finite features; rewards finite and
+        within ±:data:`MAX_MAGNITUDE`, one per row; a weight in (0, MAX_MAGNITUDE]), every arm
+        before any is learned.
+        """
         x = np.asarray(features, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise UserError(f"features must have shape (n, {self.dim}), got {x.shape}.")
+        if not np.isfinite(x).all():
+            raise UserError("features contain NaN or infinity.")
+        _check_observation(0.0, weight)
+        checked: dict[str, Vector] = {}
+        for name, given in rewards.items():
+            r = np.asarray(given, dtype=np.float64)
+            if r.shape != (x.shape[0],):
+                raise UserError(
+                    f"rewards of arm {name!r} must have shape ({x.shape[0]},), one per row of "
+                    f"features, got {r.shape}."
+                )
+            if not (np.isfinite(r).all() and np.abs(r).max(initial=0.0) <= MAX_MAGNITUDE):
+                raise UserError(
+                    f"rewards of arm {name!r} must be finite numbers within "
+                    f"±{MAX_MAGNITUDE:g}; some are not."
+                )
+            checked[name] = r
         xx = weight * (x.T @ x)
-        for name, r in rewards.items():
-            r = np.asarray(r, dtype=np.float64)
+        for name, r in checked.items():
             delta = ArmStats(
                 xx=xx.copy(),
                 xr=weight * (x.T @ r),
@@ -393,7 +570,12 @@ class LinearRouter:
                 continue
             score = float(scores[position])
             item = RankedArm(
-                name, score, float(means[position]), float(shown[position]), state.stats.n
+                name,
+                score,
+                float(means[position]),
+                float(shown[position]),
+                state.stats.n,
+                sd=_noise_sd(state) * math.sqrt(1.0 + float(widths[position]) ** 2),
             )
             ranked.append((score, position, item))
         if not ranked:
@@ -417,6 +599,16 @@ class LinearRouter:
         if not np.all(np.isfinite(x)):
             raise UserError("features contain NaN or infinity.")
         return x
+
+    def _check_stats(self, name: str, stats: ArmStats) -> None:
+        """:class:`UserError` unless ``stats`` fit this router and updates could have made them."""
+        self._check_dim(np.asarray(stats.xr).reshape(-1))
+        problem = stats_problem(stats)
+        if problem is not None:
+            raise UserError(
+                f"The statistics of arm {name!r} hold {problem}, which no updates make; they "
+                "were not used."
+            )
 
     def _check_dim(self, x: Vector) -> None:
         if x.shape[0] != self.dim:
@@ -464,8 +656,8 @@ class LinUCBRouter(LinearRouter):
     policy = "linucb"
 
     def __init__(self, dim: int, *, alpha: float = 1.0, **kwargs: Any) -> None:
-        if alpha < 0:
-            raise UserError(f"alpha must be >= 0, got {alpha!r}.")
+        if not (_real(alpha) and math.isfinite(alpha) and alpha >= 0):
+            raise UserError(f"alpha must be >= 0 and finite (try 1.0), got {alpha!r}.")
         super().__init__(dim, **kwargs)
         self.alpha = float(alpha)
 
@@ -479,8 +671,8 @@ class LinearThompsonRouter(LinearRouter):
     policy = "thompson"
 
     def __init__(self, dim: int, *, v: float = 0.5, **kwargs: Any) -> None:
-        if v < 0:
-            raise UserError(f"v (posterior scale) must be >= 0, got {v!r}.")
+        if not (_real(v) and math.isfinite(v) and v >= 0):
+            raise UserError(f"v (posterior scale) must be >= 0 and finite, got {v!r}.")
         super().__init__(dim, **kwargs)
         self.v = float(v)
 

@@ -14,8 +14,11 @@ with a fixed random projection.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
 import zlib
+from collections import OrderedDict
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -69,24 +72,68 @@ class HashedFeatures:
         dim: total vector length (at least 16). The last ``8`` slots hold length, intent and a
             constant 1 (the bias); the rest are hash buckets.
         length_scale: characters at which the length feature saturates.
+        cache_bytes: memory the cache of recent queries' vectors may take (least recently used
+            dropped first; 0: no cache). It is keyed by a 16-byte hash of the text, never the
+            text itself, so its size does not grow with the queries' length.
     """
 
     _EXTRA = 8
+    _ENTRY_OVERHEAD = 200
+    """Bytes an entry takes besides its vector's data (the key, the array object, the dict)."""
 
-    def __init__(self, dim: int = 128, *, length_scale: int = 2000) -> None:
+    def __init__(
+        self, dim: int = 128, *, length_scale: int = 2000, cache_bytes: int = 16 * 2**20
+    ) -> None:
         if dim < 16:
             raise UserError(f"HashedFeatures needs dim >= 16, got {dim!r}.")
         if length_scale <= 0:
             raise UserError(f"length_scale must be > 0 characters, got {length_scale!r}.")
+        if cache_bytes < 0:
+            raise UserError(f"cache_bytes must be >= 0, got {cache_bytes!r}.")
         self.dim = dim
         self.length_scale = length_scale
         self.schema = f"hashed-v1:dim={dim}:len={length_scale}"
-        self._cache: dict[str, Vector] = {}
+        self.cache_bytes = cache_bytes
+        self._cache: OrderedDict[bytes, Vector] = OrderedDict()
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
 
     def __call__(self, text: str) -> Vector:
-        cached = self._cache.get(text)
-        if cached is not None:
-            return cached.copy()
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached.copy()
+        out = self._features(text)
+        self._remember(key, out)
+        return out.copy()
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable (process pools): the cache stays
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_cache", "_lock")}
+        return {**state, "_cached_bytes": 0}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _remember(self, key: bytes, vector: Vector) -> None:
+        """Cache ``vector`` under ``key``, dropping the least recently used entries beyond
+        :attr:`cache_bytes`."""
+        size = vector.nbytes + self._ENTRY_OVERHEAD
+        if size > self.cache_bytes:
+            return
+        with self._lock:
+            if key in self._cache:
+                return
+            self._cache[key] = vector
+            self._cached_bytes += size
+            while self._cached_bytes > self.cache_bytes:
+                _, dropped = self._cache.popitem(last=False)
+                self._cached_bytes -= dropped.nbytes + self._ENTRY_OVERHEAD
+
+    def _features(self, text: str) -> Vector:
         n_hash = self.dim - self._EXTRA
         words_vec = np.zeros(n_hash)
         chars_vec = np.zeros(n_hash)
@@ -117,10 +164,7 @@ class HashedFeatures:
                 1.0,
             ]
         )
-        out = np.concatenate([hashed, extra])
-        if len(self._cache) < 100_000:
-            self._cache[text] = out
-        return out.copy()
+        return np.concatenate([hashed, extra])
 
 
 def _unit(v: Vector) -> Vector:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from .._sqlite import init_wal
 
 __all__ = [
+    "LATENCY_PREFIX",
     "LatencyHistory",
     "MemoryLatencyHistory",
     "RedisLatencyHistory",
@@ -126,10 +127,14 @@ class SQLiteLatencyHistory:
         conn.execute("COMMIT")
 
 
+LATENCY_PREFIX = "phi:latency:v1"
+"""The key prefix of the latency history in Redis unless one is given."""
+
+
 class RedisLatencyHistory:
     """A capped list per (namespace, model) in Redis; several workers append atomically."""
 
-    def __init__(self, client: Any, *, prefix: str = "phi:latency:v1") -> None:
+    def __init__(self, client: Any, *, prefix: str = LATENCY_PREFIX) -> None:
         self._client = client
         self.prefix = prefix
 

@@ -131,8 +131,10 @@ class RewardPolicy:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise UserError(f"RewardPolicy.{name} must be a finite number >= 0, got {value!r}.")
-        if not self.cost_scale_usd > 0:
-            raise UserError(f"cost_scale_usd must be > 0 dollars, got {self.cost_scale_usd!r}.")
+        if not (math.isfinite(self.cost_scale_usd) and self.cost_scale_usd > 0):
+            raise UserError(
+                f"cost_scale_usd must be > 0 dollars and finite, got {self.cost_scale_usd!r}."
+            )
         if self.length_threshold <= 0:
             raise UserError(f"length_threshold must be > 0, got {self.length_threshold!r}.")
 

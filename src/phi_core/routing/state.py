@@ -3,7 +3,11 @@
 A bandit race keeps three kinds of state that must survive a process: the router's additive
 statistics, the preview cache and the latency history. :func:`open_route_state` opens all three
 from one location: a SQLite file holds all three (tables side by side), a JSON state keeps its
-companions in a SQLite file beside it, and ``redis://…`` shares all three between processes.
+companions in a SQLite file beside it, and ``redis://…`` shares all three between processes —
+each state under its key prefix (``ROUTER_STATE_KEY``): previews under ``<prefix>:preview:``,
+and the latency history of a state with its own prefix under ``<prefix>:latency``, so states
+with different prefixes share neither. :func:`clear_previews` forgets a state's previews
+(``phi route reset``).
 """
 
 from __future__ import annotations
@@ -18,13 +22,25 @@ from typing import Any
 from .._paths import user_path
 from ..providers.call import CachedResponse
 from ..types import AssistantMessage
-from ._redis import DEFAULT_SPOOL, RedisPreviewCache, RedisStateStore, _SpoolDefault
-from .history import LatencyHistory, RedisLatencyHistory, SQLiteLatencyHistory
+from ._redis import (
+    DEFAULT_PREFIX,
+    DEFAULT_SPOOL,
+    RedisPreviewCache,
+    RedisStateStore,
+    _SpoolDefault,
+)
+from .history import (
+    LATENCY_PREFIX,
+    LatencyHistory,
+    RedisLatencyHistory,
+    SQLiteLatencyHistory,
+)
 from .stores import (
     PreviewCache,
     RouterStateStore,
     SQLitePreviewCache,
     SQLiteStateStore,
+    make_parent,
     open_state_store,
 )
 
@@ -32,7 +48,9 @@ __all__ = [
     "DEFAULT_STATE",
     "PreviewCallCache",
     "RouteState",
+    "clear_previews",
     "open_route_state",
+    "preview_prefix",
     "route_state_summary",
     "state_location",
 ]
@@ -46,16 +64,32 @@ def state_location(state: str | None = None) -> str:
     return state or os.environ.get("PHI_ROUTER_STATE") or str(user_path(DEFAULT_STATE))
 
 
+def _is_redis(location: str) -> bool:
+    return location.startswith(("redis://", "rediss://", "unix://"))
+
+
+def preview_prefix(location: str, key_prefix: str | None = None) -> str:
+    """The prefix of the preview keys of the state at ``location``: ``<key prefix>:preview:`` in
+    Redis (the router state's prefix, default ``phi:router:v1``), ``preview:`` in a file (whose
+    previews table is the state's own). Feedback links and whatever else the store keeps have
+    keys of their own, never under it."""
+    if _is_redis(location):
+        return f"{key_prefix or DEFAULT_PREFIX}:preview:"
+    return "preview:"
+
+
 class PreviewCallCache:
     """A :class:`~phi_core.routing.PreviewCache` store (memory, SQLite, Redis; with expiry)
-    serving the call path's cache protocol: replies keyed by the request actually sent."""
+    serving the call path's cache protocol: replies keyed by the request actually sent, under
+    ``prefix`` (see :func:`preview_prefix`)."""
 
-    def __init__(self, store: PreviewCache, ttl_s: float = 600.0) -> None:
+    def __init__(self, store: PreviewCache, ttl_s: float = 600.0, prefix: str = "") -> None:
         self.store = store
         self.ttl_s = ttl_s
+        self.prefix = prefix
 
     async def get(self, key: str) -> CachedResponse | None:
-        value = await asyncio.to_thread(self.store.get, key)
+        value = await asyncio.to_thread(self.store.get, self.prefix + key)
         if not isinstance(value, dict) or "message" not in value:
             return None
         message = AssistantMessage.model_validate(value["message"])
@@ -63,7 +97,7 @@ class PreviewCallCache:
 
     async def put(self, key: str, message: AssistantMessage, latency: float) -> None:
         value = {"message": message.model_dump(mode="json"), "latency": latency}
-        await asyncio.to_thread(self.store.set, key, value, self.ttl_s)
+        await asyncio.to_thread(self.store.set, self.prefix + key, value, self.ttl_s)
 
 
 @dataclass
@@ -85,11 +119,19 @@ def open_route_state(
     spool: str | os.PathLike[str] | _SpoolDefault | None = DEFAULT_SPOOL,
 ) -> RouteState:
     """Open the router state at ``location`` (see :func:`state_location`) with its preview
-    cache and latency history beside it; ``key_prefix`` names the router state's keys in Redis,
-    ``spool`` where updates Redis has not confirmed are kept (see
-    :class:`~phi_core.routing.RedisStateStore`; default :func:`~phi_core.routing.spool_path`)."""
+    cache and latency history beside it; ``key_prefix`` names the router state's keys in Redis
+    (and its previews' and, when not the default, its latency history's), ``spool`` where
+    updates Redis has not confirmed are kept (see :class:`~phi_core.routing.RedisStateStore`;
+    default :func:`~phi_core.routing.spool_path`).
+
+    Raises:
+        StateStoreError: the state cannot be opened (a directory, a folder that cannot be made
+            or written, an unreachable or refusing store), naming it and why.
+    """
     where = state_location(location)
-    redis = where.startswith(("redis://", "rediss://", "unix://"))
+    redis = _is_redis(where)
+    if not redis:
+        make_parent(Path(where))
     store = (
         RedisStateStore(where, prefix=key_prefix, spool=spool) if redis else open_state_store(where)
     )
@@ -98,11 +140,17 @@ def open_route_state(
     if redis:
         client = getattr(store, "_client", None)
         cache_store = RedisPreviewCache(where, ttl_s=cache_ttl_s, client=client)
-        history = RedisLatencyHistory(client) if client is not None else _sqlite_beside(where)
+        # the default prefix keeps the history where it always was (samples are worth keeping)
+        own = key_prefix is not None and key_prefix != DEFAULT_PREFIX
+        latency = f"{key_prefix}:latency" if own else LATENCY_PREFIX
+        history = (
+            RedisLatencyHistory(client, prefix=latency)
+            if client is not None
+            else _sqlite_beside(where)
+        )
     else:
         path = Path(where)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        companions = path if path.suffix in (".sqlite", ".sqlite3", ".db") else _beside(path)
+        companions = _companions(path)
         cache_store = SQLitePreviewCache(companions, ttl_s=cache_ttl_s)
         history = SQLiteLatencyHistory(companions)
         if companions == path and isinstance(store, SQLiteStateStore):
@@ -110,8 +158,37 @@ def open_route_state(
             # statistics' alone
             store.keep_tables(SQLitePreviewCache.schema)
             store.keep_tables(SQLiteLatencyHistory._SCHEMA)
-    cache = PreviewCallCache(cache_store, cache_ttl_s) if preview_cache else None
+    cache = (
+        PreviewCallCache(cache_store, cache_ttl_s, prefix=preview_prefix(where, key_prefix))
+        if preview_cache
+        else None
+    )
     return RouteState(where, store, cache, history)
+
+
+def clear_previews(location: str | None = None, *, key_prefix: str | None = None) -> int:
+    """Forget the cached previews of the router state at ``location`` (``phi route reset``: a
+    reset router that found its old previews cached would not learn from them again); how many
+    were deleted. Nothing is created where there is no preview cache; feedback links kept in
+    the same store stay.
+
+    Raises:
+        StateStoreError: the cache cannot be reached or written, naming why.
+    """
+    where = state_location(location)
+    prefix = preview_prefix(where, key_prefix)
+    if _is_redis(where):
+        return RedisPreviewCache(where).clear(prefix)
+    companions = _companions(Path(where))
+    if not companions.is_file():
+        return 0
+    return SQLitePreviewCache(companions).clear(prefix)
+
+
+def _companions(path: Path) -> Path:
+    """The SQLite file of a file state's preview cache and latency history: the state itself
+    when it is SQLite, else a file beside it."""
+    return path if path.suffix in (".sqlite", ".sqlite3", ".db") else _beside(path)
 
 
 def _beside(path: Path) -> Path:

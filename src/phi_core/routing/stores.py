@@ -46,7 +46,7 @@ import numpy as np
 from .._files import atomic_write, file_lock
 from .._sqlite import init_wal, quarantine, sqlite_failure
 from ..errors import StateCorruptError, StateStoreError, UserError
-from .bandits import ArmStats
+from .bandits import ArmStats, stats_problem
 
 __all__ = [
     "JsonFileStateStore",
@@ -111,16 +111,15 @@ def _number(value: Any, where: str) -> float:
 
 
 def check_finite(stats: ArmStats, namespace: str, arm: str) -> ArmStats:
-    """``stats`` if every number in it is finite, else a :class:`UserError`: a state store
-    refuses to write what it would refuse to read (one such arm made the whole file be moved
-    aside on the next load, with every other arm's learning)."""
-    values = (stats.n, stats.reward_sum, stats.reward_sq, stats.updated_at)
-    if not (
-        np.isfinite(stats.xx).all() and np.isfinite(stats.xr).all() and np.isfinite(values).all()
-    ):
+    """``stats`` if they are statistics updates could have made (every number finite, no
+    negative count, a positive semi-definite ``XX``: :func:`~.bandits.stats_problem`), else a
+    :class:`UserError`: a state store refuses to write what it would refuse to read (one such
+    arm made the whole file be moved aside on the next load, with every other arm's learning)."""
+    problem = stats_problem(stats)
+    if problem is not None:
         raise UserError(
-            f"The update of arm {arm!r} in {namespace!r} holds NaN or infinity (a reward or "
-            "weight too large, or not a number); it was not stored."
+            f"The update of arm {arm!r} in {namespace!r} holds {problem}, which a state could "
+            "not be read back with; it was not stored."
         )
     return stats
 
@@ -143,14 +142,27 @@ def stats_from_json(data: Any, where: str = "statistics") -> ArmStats:
         raise ValueError(f"{where}.xx has {xx.size} values; a {dim}-dimensional arm needs {dim**2}")
     if not (np.isfinite(xx).all() and np.isfinite(xr_array).all()):
         raise ValueError(f"{where}.xx/xr hold NaN or infinity")
-    return ArmStats(
-        xx=xx.reshape(dim, dim),
-        xr=xr_array,
-        n=_number(data.get("n", 0.0), f"{where}.n"),
-        reward_sum=_number(data.get("reward_sum", 0.0), f"{where}.reward_sum"),
-        reward_sq=_number(data.get("reward_sq", 0.0), f"{where}.reward_sq"),
-        updated_at=_number(data.get("updated_at", 0.0), f"{where}.updated_at"),
+    return _possible(
+        ArmStats(
+            xx=xx.reshape(dim, dim),
+            xr=xr_array,
+            n=_number(data.get("n", 0.0), f"{where}.n"),
+            reward_sum=_number(data.get("reward_sum", 0.0), f"{where}.reward_sum"),
+            reward_sq=_number(data.get("reward_sq", 0.0), f"{where}.reward_sq"),
+            updated_at=_number(data.get("updated_at", 0.0), f"{where}.updated_at"),
+        ),
+        where,
     )
+
+
+def _possible(stats: ArmStats, where: str) -> ArmStats:
+    """``stats``, or ``ValueError`` naming ``where`` when no updates could have made them (a
+    negative count, an ``XX`` that is not positive semi-definite — with which every race failed
+    inverting ``λI + XX`` —, numbers beyond any sum): a state of the wrong shape."""
+    problem = stats_problem(stats)
+    if problem is not None:
+        raise ValueError(f"{where} holds {problem}, which no updates make")
+    return stats
 
 
 def _check_document(data: Any) -> dict[str, dict[str, ArmStats]]:
@@ -271,8 +283,31 @@ def _os_errors(path: Path, action: str) -> Iterator[None]:
     except OSError as exc:
         if isinstance(exc, FileNotFoundError) and action == "read":
             raise
-        cause = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise StateStoreError(f"Cannot {action} the router state {path}: {cause}.") from None
+        raise StateStoreError(f"Cannot {action} the router state {path}: {_cause(exc)}.") from None
+
+
+def _cause(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "disk full"
+    if isinstance(exc, IsADirectoryError):
+        return "it is a directory, not a file (name a file in it, e.g. router_state.sqlite)"
+    return exc.strerror or str(exc)
+
+
+def make_parent(path: Path, what: str = "the router state") -> None:
+    """Create ``path``'s folder; a :class:`StateStoreError` naming the cause when it cannot be
+    (a read-only file system, a path under ``/proc``, a file where a folder belongs)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StateStoreError(
+            f"Cannot create the folder of {what} {path}: {_cause(exc)}."
+        ) from None
+    if path.is_dir():
+        raise StateStoreError(
+            f"Cannot open {what} {path}: it is a directory, not a file (name a file in it, "
+            "e.g. router_state.sqlite)."
+        )
 
 
 # ---------------------------------------------------------------------------- SQLite
@@ -299,13 +334,16 @@ def _row_stats(row: tuple[Any, ...], where: str) -> ArmStats:
         raise ValueError(f"{where} holds {type(xx).__name__}/{type(xr).__name__}, not blobs")
     if len(xx) != dim * dim * 8 or len(xr) != dim * 8:
         raise ValueError(f"{where} has blobs of {len(xx)} and {len(xr)} bytes for dimension {dim}")
-    return ArmStats(
-        xx=np.frombuffer(xx, dtype="<f8").reshape(dim, dim).copy(),
-        xr=np.frombuffer(xr, dtype="<f8").copy(),
-        n=_number(n, f"{where}.n"),
-        reward_sum=_number(rs, f"{where}.reward_sum"),
-        reward_sq=_number(rq, f"{where}.reward_sq"),
-        updated_at=_number(ts, f"{where}.updated_at"),
+    return _possible(
+        ArmStats(
+            xx=np.frombuffer(xx, dtype="<f8").reshape(dim, dim).copy(),
+            xr=np.frombuffer(xr, dtype="<f8").copy(),
+            n=_number(n, f"{where}.n"),
+            reward_sum=_number(rs, f"{where}.reward_sum"),
+            reward_sq=_number(rq, f"{where}.reward_sq"),
+            updated_at=_number(ts, f"{where}.updated_at"),
+        ),
+        where,
     )
 
 
@@ -330,7 +368,7 @@ class SQLiteStateStore:
         if read_only:
             self._check_shape()
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_parent(self.path)
         try:
             self._init()
         except StateCorruptError as exc:
@@ -541,18 +579,19 @@ class SQLiteStateStore:
 
 
 def open_state_store(
-    location: str | os.PathLike[str], *, read_only: bool = False
+    location: str | os.PathLike[str], *, read_only: bool = False, prefix: str | None = None
 ) -> RouterStateStore:
     """``redis://…`` → Redis, ``*.sqlite``/``*.db`` → SQLite, anything else → JSON file.
 
     ``read_only`` (``phi route show``): nothing is created, locked, moved or written; a state of
-    the wrong shape raises :class:`~phi_core.errors.StateCorruptError`.
+    the wrong shape raises :class:`~phi_core.errors.StateCorruptError`. ``prefix``: the key
+    prefix of a state in Redis (``ROUTER_STATE_KEY``; ``None``: the default); files have none.
     """
     text = str(location)
     if text.startswith(("redis://", "rediss://", "unix://")):
         from ._redis import RedisStateStore  # imports this module: not at the top
 
-        return RedisStateStore(text, read_only=read_only)
+        return RedisStateStore(text, read_only=read_only, prefix=prefix)
     if read_only and not Path(text).is_file():
         raise UserError(
             f"No router state at {text!r}; race with --strategy bandit first, or pass the "
@@ -748,3 +787,18 @@ class SQLitePreviewCache:
 
     def delete(self, key: str) -> None:
         self._run("write", lambda conn: conn.execute("DELETE FROM previews WHERE key = ?", (key,)))
+
+    def clear(self, prefix: str) -> int:
+        """Delete every entry whose key starts with ``prefix``, and every expired one; how many
+        were deleted."""
+        now = time.time()
+
+        def work(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                "DELETE FROM previews WHERE substr(key, 1, ?) = ? OR expires <= ?",
+                (len(prefix), prefix, now),
+            )
+            return int(cursor.rowcount)
+
+        deleted: int = self._run("write", work)
+        return deleted
