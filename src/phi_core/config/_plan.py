@@ -394,13 +394,9 @@ def _branch_row(index: int, name: str, outcome: ParallelLoopOutcome) -> dict[str
 
 
 def _winner_row(index: int, name: str, outcome: ParallelLoopOutcome) -> dict[str, Any]:
-    return {
-        "index": index,
-        "name": name,
-        "loop_id": outcome.loop_id,
-        "model": outcome.config.model_config().spec,
-        "text": outcome.text,
-    }
+    """The winner of the result: its branch row's identity and text."""
+    row = _branch_row(index, name, outcome)
+    return {key: row[key] for key in ("index", "name", "loop_id", "model", "text")}
 
 
 def _race_result(
