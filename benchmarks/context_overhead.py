@@ -12,11 +12,12 @@ A second row per history size uses a window small enough that every call compact
 over the whole history), to show what an actual compaction costs.
 
 Run: ``.venv/bin/python benchmarks/context_overhead.py`` (about a minute). Writes
-``benchmarks/results/context_overhead/results.json``.
+``benchmarks/results/context_overhead/results.json`` (``--out DIR`` writes under DIR instead).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -96,6 +97,15 @@ async def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        metavar="DIR",
+        help="directory to write results to (default: %(default)s)",
+    )
+    args = parser.parse_args()
     result = asyncio.run(main())
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")

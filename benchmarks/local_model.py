@@ -179,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         help="pool layouts INSTANCESxTHREADS, comma-separated ('default' = the provider's "
         "choice for this machine)",
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/local_model"))
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "local_model"
+    )
     args = parser.parse_args(argv)
 
     cores = _free_cores()

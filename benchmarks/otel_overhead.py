@@ -14,19 +14,20 @@ phi-core's own CPU): a tool call, the tool, then the answer — two ``chat`` spa
 - ``on, batch export, content``: the same with ``capture_content=True``.
 
 Run: ``.venv/bin/python benchmarks/otel_overhead.py`` (under a minute). Writes
-``benchmarks/results/otel/results.json``. ``--off-only`` measures only the ``off`` row and imports
-nothing from ``phi_core.telemetry``, so it also runs against a checkout without it (to compare
-the cost of spans being off with the code before they existed).
+``benchmarks/results/otel/results.json`` (``--out DIR`` writes under DIR instead).
+``--off-only`` measures only the ``off`` row and imports nothing from ``phi_core.telemetry``, so
+it also runs against a checkout without it (to compare the cost of spans being off with the code
+before they existed).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,8 +147,19 @@ async def main(off_only: bool) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    only_off = "--off-only" in sys.argv
-    result = asyncio.run(main(only_off))
-    if not only_off:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--off-only", action="store_true", help="measure only the 'off' row (writes nothing)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        metavar="DIR",
+        help="directory to write results to (default: %(default)s)",
+    )
+    args = parser.parse_args()
+    result = asyncio.run(main(args.off_only))
+    if not args.off_only:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -29,7 +29,8 @@ columns run once per cell and only with 20-chunk answers (``--framework-runs``,
 
 Figures per cell are medians of ``--runs`` runs (default 3): requests/s, p50/p95 latency, client
 CPU ms per call and µs per chunk, the share of CPU spent in garbage collection, and peak RSS.
-Writes ``benchmarks/results/overhead/results.json`` and ``overhead.png``.
+Writes ``benchmarks/results/overhead/results.json`` and ``results.png`` (``--out DIR`` writes
+under DIR instead; ``--output NAME`` names the files NAME.json and NAME.png).
 
 Run: ``.venv/bin/python benchmarks/overhead.py`` (about 10 minutes on 2 cores) or ``--quick``.
 """
@@ -699,7 +700,7 @@ def driver_main(args: argparse.Namespace) -> None:
     print_table(cells)
     refused = {c["client"]: c["guard_refused"] for c in cells if c.get("guard_refused")}
     print(f"socket guard refusals (non-loopback attempts): {refused or 'none'}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     out = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": {
@@ -719,9 +720,9 @@ def driver_main(args: argparse.Namespace) -> None:
         "cells": cells,
     }
     name = args.output or ("quick" if args.quick else "results")
-    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
-    plot(cells, RESULTS / f"{name}.png")
-    print(f"\nwrote {RESULTS / (name + '.json')} and {name}.png ({out['elapsed_s']} s)")
+    (args.out / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
+    plot(cells, args.out / f"{name}.png")
+    print(f"\nwrote {args.out / (name + '.json')} and {name}.png ({out['elapsed_s']} s)")
 
 
 def _versions(*names: str) -> dict[str, str]:
@@ -763,7 +764,18 @@ def main() -> None:
         default=None,
         help="interpreter that has pydantic-ai / openai-agents / litellm",
     )
-    parser.add_argument("--output", default=None, help="results file stem (default results)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="results file stem in --out (default results; quick with --quick)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        metavar="DIR",
+        help="directory to write results to (default: %(default)s)",
+    )
     # internal roles
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -21,7 +21,7 @@ Each scenario runs ``--repeats`` times; the table shows the median (and worst) o
 load average at start is recorded: other processes share the cores.
 
 Run: ``.venv/bin/python benchmarks/race_overhead.py`` (writes
-``benchmarks/results/race_overhead/results.json``).
+``benchmarks/results/race_overhead/results.json``; ``--out DIR`` writes under DIR instead).
 """
 
 from __future__ import annotations
@@ -204,10 +204,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--branches", type=int, default=200)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        metavar="DIR",
+        help="directory to write results to (default: %(default)s)",
+    )
     args = parser.parse_args()
     report = asyncio.run(main(args.repeats, args.branches))
     print_table(report)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "results.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / "results.json"
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out}")

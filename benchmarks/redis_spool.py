@@ -7,7 +7,7 @@ spool file (locked, replaced atomically, fsynced) so they outlive the process. T
 holds about one entry per arm), and the spool's size at the end. Redis is "down" as a port
 nobody listens on (connection refused); the back-off is long so no reconnect attempt is timed.
 The machine's load average is recorded, since the two cores are shared. Writes
-``benchmarks/results/redis_spool/results.json``.
+``benchmarks/results/redis_spool/results.json`` (``--out DIR`` writes under DIR instead).
 
 Run: ``python benchmarks/redis_spool.py``.
 """
@@ -53,6 +53,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", type=int, default=8)
     parser.add_argument("--updates", type=int, default=2000)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        metavar="DIR",
+        help="directory to write results to (default: %(default)s)",
+    )
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,8 +72,8 @@ def main() -> None:
             "memory": _measure(url, None, args.arms, args.updates),
             "load_average": os.getloadavg(),
         }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
 

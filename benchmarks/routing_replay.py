@@ -33,10 +33,11 @@ What it measures (see issue 7 and ``benchmarks/data/routerbench/README.md``):
   cheap arm's.
 * **Code answers** (MBPP) cannot be compared as text. The recorded answers are executed once
   with ``phi_core.parallel.code_agreement`` (each model's Python function run, in an isolated
-  subprocess, on the literal example inputs the answers use; cached under ``benchmarks/.cache``,
-  ~25 s for 299 prompts; ``--no-exec`` skips it). ``vote_k`` takes the largest behaviour class of
-  its k arms; the cascades ask their ranked cheap arms in turn and keep the first answer that
-  has runnable Python (a verifier, not an oracle: whether the function is *right* is unknown).
+  subprocess, on the literal example inputs the answers use; cached under ``--cache-dir``,
+  default ``benchmarks/.cache``, ~25 s for 299 prompts; ``--no-exec`` skips it). ``vote_k``
+  takes the largest behaviour class of its k arms; the cascades ask their ranked cheap arms in
+  turn and keep the first answer that has runnable Python (a verifier, not an oracle: whether
+  the function is *right* is unknown).
 * ``router_cascade`` asks cheap arms one
   at a time and decides after each answer whether to stop, ask the next or escalate, by a policy
   fitted on the warm-start log (dynamic programming over the answer-agreement pattern, per
@@ -170,19 +171,24 @@ def _literal_first(raw: str) -> str:
 
 
 def exec_agreement(
-    files: list[Path], responses: list[list[str]], code_rows: list[int], workers: int
+    files: list[Path],
+    responses: list[list[str]],
+    code_rows: list[int],
+    workers: int,
+    cache_dir: Path | None = None,
 ) -> dict[int, np.ndarray]:
     """Behavioural agreement of every pair of models' code answers, per code prompt.
 
     Runs each prompt's answers through :func:`phi_core.parallel.code_agreement_sync` (one
-    isolated subprocess per prompt). Cached under ``benchmarks/.cache`` by the hash of the data
-    files and of the worker's source, since it takes ~25 s for 299 prompts on 2 cores."""
+    isolated subprocess per prompt). Cached under ``cache_dir`` (default ``benchmarks/.cache``)
+    by the hash of the data files and of the worker's source, since it takes ~25 s for 299
+    prompts on 2 cores."""
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
     digest.update(_WORKER_SOURCE.read_bytes())
     digest.update(_BEHAVIOUR_SOURCE.read_bytes())
-    cache = CACHE_DIR / f"exec_agreement-{digest.hexdigest()[:16]}.json"
+    cache = (cache_dir or CACHE_DIR) / f"exec_agreement-{digest.hexdigest()[:16]}.json"
     if cache.exists():
         saved = json.loads(cache.read_text())
         return {int(i): np.array(a, dtype=bool) for i, a in saved.items()}
@@ -198,7 +204,14 @@ def exec_agreement(
     return matrices
 
 
-def load(data_dir: Path, dim: int, *, run_code: bool = True, workers: int = 2) -> Data:
+def load(
+    data_dir: Path,
+    dim: int,
+    *,
+    run_code: bool = True,
+    workers: int = 2,
+    cache_dir: Path | None = None,
+) -> Data:
     csv.field_size_limit(1 << 30)
     files = sorted(data_dir.glob("*.csv"))
     if not files:
@@ -245,7 +258,9 @@ def load(data_dir: Path, dim: int, *, run_code: bool = True, workers: int = 2) -
         all_responses,
         np.array(feats),
         np.array(intent),
-        exec_agreement(files, all_responses, [i for i, g in enumerate(intent) if g == 2], workers)
+        exec_agreement(
+            files, all_responses, [i for i, g in enumerate(intent) if g == 2], workers, cache_dir
+        )
         if run_code
         else {},
     )
@@ -928,6 +943,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=CACHE_DIR,
+        help="where the executed code answers are cached (default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-exec",
         action="store_true",
         help="do not execute the recorded code answers (racing policies then keep the first "
@@ -960,7 +981,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown routers {sorted(unknown)}; choose from {', '.join(ALL_POLICIES)}")
     started = time.monotonic()
-    d = load(args.data, args.dim, run_code=not args.no_exec, workers=args.workers)
+    d = load(
+        args.data,
+        args.dim,
+        run_code=not args.no_exec,
+        workers=args.workers,
+        cache_dir=args.cache_dir,
+    )
     n = len(d.prompts)
     d.models.index(GPT4)
     print(f"{n} prompts, {len(d.models)} models, {args.shuffles} shuffles × {N_FOLDS} folds")

@@ -11,7 +11,8 @@
 ``unsafe`` is the same supervisor and worker with no namespaces (``allow_unsafe_exec=True``):
 the difference is what the namespaces cost. Only the benign answers below ever run unsafely.
 Medians of ``--runs`` runs (default 15) after one warm-up; the machine's load average is
-recorded, since the two cores are shared. Writes ``benchmarks/results/sandbox/results.json``.
+recorded, since the two cores are shared. Writes ``benchmarks/results/sandbox/results.json``
+(``--out DIR`` writes under DIR instead).
 
 Run: ``.venv/bin/python benchmarks/sandbox_startup.py``.
 """
@@ -85,6 +86,13 @@ async def _measure(results: dict[str, dict[str, Any]], empty: Path, runs: int) -
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        metavar="DIR",
+        help="directory to write results to (default: %(default)s)",
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
     results: dict[str, dict[str, Any]] = {}
@@ -96,7 +104,7 @@ async def main() -> int:
     for label, row in results.items():
         cells = "  ".join(f"{k} {v['median_ms']:7.1f} ms" for k, v in row.items())
         print(f"{label:16s} {cells}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     payload = {
         "command": "python benchmarks/sandbox_startup.py" + f" --runs {args.runs}",
         "machine": {
@@ -107,7 +115,7 @@ async def main() -> int:
         },
         "results": results,
     }
-    (RESULTS / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    (args.out / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
