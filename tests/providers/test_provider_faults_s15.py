@@ -648,3 +648,50 @@ def test_overloaded_is_still_overloaded_with_junk_headers() -> None:
         status=503, message="busy", provider="anthropic", model="m", headers={"retry-after": "x"}
     )
     assert isinstance(error, OverloadedError) and error.retry_after is None
+
+
+# ------------------------------------------------------------------ a server that reports no usage
+
+
+async def test_a_reply_without_usage_is_estimated_flagged_and_counted_against_the_budget() -> None:
+    from phi_core.errors import BudgetExceededError
+    from phi_core.metering import Budget
+
+    words = "word " * 2000  # about 2,000 words, no usage chunk
+
+    def no_usage() -> list[bytes]:
+        return ow.chat_stream(ow.chunk({"content": words}), ow.chunk({}, "stop"))
+
+    async with FakeServer() as server:
+        server.default = lambda _rec: Stream(no_usage())
+        model = _openai(server.url)
+        meter = Meter(Budget(max_tokens=5000))
+        sent = refused = 0
+        with metering(meter):
+            for _ in range(5):
+                call = ModelCall(get_provider(model), _request(model), limiter=None)
+                try:
+                    async for _item in call.stream():
+                        pass
+                except BudgetExceededError:
+                    refused += 1
+                    continue
+                sent += 1
+                assert call.usage_estimated and call.message is not None
+                assert call.message.usage.output >= 2000  # on the message the loop counts too
+    assert meter.usage.output >= 2 * 2000
+    assert all(c.estimated for c in meter.calls if c.sent)
+    assert refused >= 1 and sent < 5  # the budget saw the tokens and refused
+
+
+async def test_a_reply_with_usage_is_not_estimated() -> None:
+    async with FakeServer([Stream(ow.text_reply("hi", prompt=7, completion=2))]) as server:
+        model = _openai(server.url)
+        call = ModelCall(get_provider(model), _request(model), limiter=None)
+        async for _item in call.stream():
+            pass
+    assert not call.usage_estimated
+    assert call.message is not None and (call.message.usage.input, call.message.usage.output) == (
+        7,
+        2,
+    )

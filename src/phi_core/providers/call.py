@@ -50,7 +50,14 @@ from ..metering import (
     reserve,
     settle,
 )
-from ..types import AssistantMessage, TextDelta, ThinkingDelta, ToolCallDelta, Usage
+from ..types import (
+    AssistantMessage,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    Usage,
+    message_text,
+)
 from .base import Provider, StreamDone, StreamEvent, StreamRequest
 from .deadlines import CallDeadlines, scope_deadline
 from .limiter import Limiter
@@ -142,6 +149,7 @@ class ModelCall:
         "retry",
         "sample",
         "sent",
+        "usage_estimated",
     )
 
     def __init__(
@@ -171,6 +179,9 @@ class ModelCall:
         self.latency_s = 0.0
         self._streamed: list[str] = []
         self._reservation: Reservation | None = None
+        self.usage_estimated = False
+        """The reply came without usage (a server that does not report it): its tokens were
+        estimated (:func:`~phi_core.metering.estimate_tokens`) and are counted as such."""
 
     @property
     def input_estimate(self) -> int:
@@ -250,6 +261,7 @@ class ModelCall:
                 async for item in items:
                     if isinstance(item, StreamDone):
                         self.message = item.message
+                        self._estimate_missing_usage(item.message)
                     elif isinstance(item, TextDelta):
                         self._streamed.append(item.text)
                     elif isinstance(item, ThinkingDelta):
@@ -290,6 +302,22 @@ class ModelCall:
                 # the lowered limit is never served for the request with the higher limit.
                 await self._cache_put(asked_key, message, self.latency_s)
 
+    def _estimate_missing_usage(self, message: AssistantMessage) -> None:
+        """A complete reply reporting no tokens at all (many self-hosted OpenAI-compatible
+        servers send no usage without ``stream_options``) was still paid for in compute and is
+        counted against budgets: its usage is estimated from the request and the reply."""
+        usage = message.usage
+        if usage.input or usage.output or usage.cache_read or usage.cache_write:
+            return
+        if message.stop_reason in ("error", "aborted"):
+            return
+        text = "".join(self._streamed) or "".join(
+            [message_text(message)] + [json.dumps(c.arguments) for c in message.tool_calls]
+        )
+        output = estimate_tokens(text)
+        message.usage = Usage(input=self.input_estimate, output=output)
+        self.usage_estimated = True
+
     def _settle(self, error: BaseException | None) -> None:
         reservation = self._reservation
         if reservation is None or reservation.settled:
@@ -298,7 +326,7 @@ class ModelCall:
         pricing = request.model.pricing
         message = self.message
         if message is not None:  # the reply arrived whole (the caller may stop right after)
-            usage, estimated = message.usage, False
+            usage, estimated = message.usage, self.usage_estimated
             kind = "internal" if message.stop_reason == "error" else None
             text = message.error_message
         else:
