@@ -175,6 +175,20 @@ async def test_a_selection_is_recorded_with_every_combination(log: RunLog) -> No
         c.name: c.accuracy for c in result.combinations
     }
     assert record.verdict is not None and record.verdict["evaluations"] == 8
+    assert record.status == "ok"
+    # a selection its budget stopped is recorded in the races' word for it
+    stopped = await ModelSelector(
+        agent,
+        {"solver": [handle("good", "yes"), handle("bad", "no")]},
+        [(f"q{i}", "yes") for i in range(4)],
+        lambda expected, actual: expected == actual,
+        algorithm="brute_force",
+        cache=False,
+        max_evaluations=3,
+    ).select_best()
+    assert stopped.status == "over_budget"
+    again = RunRecorder(log, prompt="phi select spec.toml")
+    assert log.get_run(again.finish(stopped).id).status == "over_budget"
 
 
 async def test_a_log_that_cannot_be_written_never_fails_the_finished_run(tmp_path: Path) -> None:

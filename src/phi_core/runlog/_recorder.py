@@ -302,7 +302,7 @@ class RunRecorder:
         return self._base(
             "select",
             strategy=result.algorithm,
-            status="budget_exhausted" if result.budget_exhausted else "ok",
+            status=result.status,  # the races' words: ok, over_budget
             winner=result.best.name,
             winner_model=", ".join(result.best.models.values()),
             input_tokens=sum(c.input_tokens for c in result.combinations),
