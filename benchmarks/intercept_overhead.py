@@ -14,9 +14,11 @@ three modes:
 Reported per mode: wall-clock microseconds and this process's CPU microseconds per call (medians
 of ``--runs`` runs), and the difference to ``bare``. AgentOpt's HEAD adds about 70 ms per
 datapoint (a mitmproxy master per ``track()``); its PyPI release adds 0.02--0.12 ms but meters no
-``httpx2`` call (``reference/study-agentopt.md``). Writes ``benchmarks/results/intercept/``.
+``httpx2`` call (the AgentOpt study of the project's specification material,
+``reference/study-agentopt.md``; not measured here). Writes ``benchmarks/results/intercept/``.
 
-Run: ``python benchmarks/intercept_overhead.py`` (about a minute).
+Run: ``python benchmarks/intercept_overhead.py --calls 400 --runs 5`` (a minute or two; the
+committed results).
 """
 
 from __future__ import annotations
