@@ -296,7 +296,8 @@ class BanditRaceEnd(_Event):
     type: Literal["bandit_race_end"] = "bandit_race_end"
     session_id: str
     status: str
-    """The race's :data:`~phi_core.outcome.RaceStatus` (``ok``, ``all_failed``, ``timeout``...)."""
+    """The race's :data:`~phi_core.outcome.RaceStatus` (``ok``, ``all_failed``, ``timeout``...),
+    or ``error`` when the run raised (a featuriser, a store, a bug), as ``ParallelLoopEnd``."""
     winner: str | None = None
     action: str = "race"
     quality: float | None = None

@@ -53,4 +53,6 @@ async def test_a_featuriser_that_raises_still_ends_the_race_once(strict_loop):
     events: list[Any] = []
     with pytest.raises(ValueError, match="featuriser broke"):
         await race_with(Recording(fail=True)).run("q", events=events.append)
-    assert [e.type for e in events].count("bandit_race_end") == 1
+    [end] = [e for e in events if e.type == "bandit_race_end"]
+    # the run raised: its status says so, not "all_failed" (the arms never ran)
+    assert end.status == "error" and end.error == "ValueError: featuriser broke"

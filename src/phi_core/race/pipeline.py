@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..cancel import CancelToken
-from ..errors import StateStoreError, UserError
+from ..errors import StateStoreError, UserError, redact
 from ..events import BanditRaceEnd, Emitter, RouteDecision, RouteUpdate
 from ..loop import AgentContext, AgentLoopConfig
 from ..metering import Budget, Meter, metering, token_share
@@ -745,13 +745,15 @@ class BanditRace:
 def _end_event(
     result: BanditRaceResult, meter: Meter, failure: BaseException | None
 ) -> BanditRaceEnd:
-    """The race's last event, also when the run raised (``cancelled`` when it was cancelled)."""
-    status: RaceStatus = result.status
+    """The race's last event, also when the run raised: ``cancelled`` when it was cancelled,
+    ``error`` (as a race's ``ParallelLoopEnd`` says it) when something raised — the arms did not
+    all fail, the run did."""
+    status: str = result.status
     error = result.error
     if isinstance(failure, asyncio.CancelledError | KeyboardInterrupt):
         status, error = "cancelled", "the bandit race was cancelled"
     elif failure is not None:
-        status, error = "all_failed", f"{type(failure).__name__}: {failure}"
+        status, error = "error", redact(f"{type(failure).__name__}: {failure}")
     return BanditRaceEnd(
         loop_id=result.session_id,
         session_id=result.session_id,

@@ -608,8 +608,9 @@ class EventSpans:
         if event.verified is not None:
             attributes["phi.bandit.verified"] = event.verified
         span.set_attributes(attributes)
-        if event.status != "ok":
-            _fail(span, event.status, event.error or event.status)
+        if event.status != "ok":  # "error": the run raised, not its arms (as for races)
+            kind = "_OTHER" if event.status == "error" else event.status
+            _fail(span, kind, event.error or event.status)
         span.end(now)
 
     # ------------------------------------------------------------------ selection
