@@ -154,6 +154,23 @@ def test_route_commands_find_a_redis_state_under_its_key_prefix(
     assert "only applies to state in Redis" in ignored.stderr
 
 
+@pytest.mark.server
+def test_a_bandit_race_learns_under_the_key_prefix_route_shows(
+    script: str,
+    redis_url: str,  # noqa: F811
+) -> None:
+    learned = race(redis_url, script, env={"ROUTER_STATE_KEY": "teamA"})
+    assert learned.exit_code == 0, learned.output
+    flagged = race(redis_url, script, "--router-state-key", "teamB")
+    assert flagged.exit_code == 0, flagged.output
+    for prefix in ("teamA", "teamB"):
+        shown = route("show", "--state", redis_url, "--router-state-key", prefix, "--json")
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.stdout)[NAMESPACE], prefix  # learned under its own prefix
+    default = route("show", "--state", redis_url)
+    assert "no router statistics yet" in default.stdout  # nothing under phi:router:v1
+
+
 # ---------------------------------------------------------------- a reset forgets the previews
 
 

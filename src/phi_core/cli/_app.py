@@ -80,6 +80,7 @@ _BANDIT_FLAGS = {
     "alpha": "--alpha",
     "ridge": "--ridge",
     "state": "--state",
+    "router_state_key": "--router-state-key",
     "length_threshold": "--length-threshold",
     "quality_weight": "--quality-weight",
     "speed_weight": "--speed-weight",
@@ -240,6 +241,16 @@ def race(
             "in $PHI_HOME, ~/.phi).",
         ),
     ] = None,
+    router_state_key: Annotated[
+        str | None,
+        typer.Option(
+            "--router-state-key",
+            rich_help_panel=_BANDIT,
+            envvar="ROUTER_STATE_KEY",
+            help="Key prefix of a router state in Redis (default phi:router:v1), as "
+            "`parallel-agents` and `phi route` take it.",
+        ),
+    ] = None,
     length_threshold: Annotated[
         int,
         typer.Option(
@@ -319,7 +330,7 @@ def race(
                 options: BanditOptions | None = None
                 if bandit:
                     options = BanditOptions(
-                        alpha=alpha, ridge=ridge, state=state,
+                        alpha=alpha, ridge=ridge, state=state, state_key=router_state_key,
                         length_threshold=length_threshold, quality_weight=quality_weight,
                         speed_weight=speed_weight, cost_weight=cost_weight,
                         min_preview_tokens=min_preview_tokens, top_k=top_k, verify=verify,
