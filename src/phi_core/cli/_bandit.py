@@ -17,7 +17,6 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..cancel import CancelToken
 from ..events import ParallelLoopStart, RouteDecision, RouteUpdate
 from ..race.pipeline import BanditRace, BanditRaceResult
 from ..types import Usage
@@ -25,7 +24,7 @@ from ._common import warn
 from ._output import print_table
 from ._view import BranchState, RaceView, outcome_table
 
-__all__ = ["BanditView", "bandit_exit_code", "run_bandit"]
+__all__ = ["BanditView", "bandit_exit_code", "flush_router_updates"]
 
 
 class _ArmState(BranchState):
@@ -181,19 +180,6 @@ def bandit_exit_code(result: BanditRaceResult, interrupted: bool) -> int:
     if result.status != "ok" or result.verified is False:
         return 1
     return 0
-
-
-async def run_bandit(
-    race: BanditRace, text: str, sink: Any, token: CancelToken
-) -> BanditRaceResult:
-    """Load the shared state and race once, ``sink`` receiving every event; push router updates
-    kept while the state was unreachable before the process exits (a warning when some could
-    not be)."""
-    await race.load()
-    try:
-        return await race.run(text, events=sink, cancel=token)
-    finally:
-        await flush_router_updates(race)
 
 
 async def flush_router_updates(race: BanditRace) -> None:
