@@ -127,3 +127,21 @@ async def test_coroutines_cancelled_before_they_start_are_closed_without_a_warni
             await run_all([fails(), *(value(k, 1.0) for k in range(5))])
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+def test_an_observer_added_as_a_bound_method_is_removed_by_an_equal_one() -> None:
+    from phi_core.events import Emitter, add_observer, remove_observer
+
+    class Watcher:
+        def __init__(self) -> None:
+            self.seen: list[object] = []
+
+        def on_event(self, event: object) -> None:
+            self.seen.append(event)
+
+    watcher = Watcher()
+    before = Emitter(None).active
+    add_observer(watcher.on_event)
+    assert Emitter(None).active
+    remove_observer(watcher.on_event)  # a new bound method object, equal to the one added
+    assert Emitter(None).active == before

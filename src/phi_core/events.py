@@ -454,10 +454,14 @@ def add_observer(observer: Observer) -> Callable[[], None]:
 
 
 def remove_observer(observer: Observer) -> None:
-    """Stop showing events to ``observer`` (runs already going keep it until they end)."""
+    """Stop showing events to ``observer`` (runs already going keep it until they end). An equal
+    callable removes it too: ``remove_observer(self.on_event)`` finds the bound method that
+    ``add_observer(self.on_event)`` added, though each access makes a new one."""
     global _observers
-    _observers = tuple(o for o in _observers if o is not observer)
-    _failed_observers.discard(id(observer))
+    gone = [o for o in _observers if o is observer or o == observer]
+    _observers = tuple(o for o in _observers if not any(o is g for g in gone))
+    for removed in gone:
+        _failed_observers.discard(id(removed))
 
 
 def _fatal_to_consumer(exc: BaseException) -> bool:

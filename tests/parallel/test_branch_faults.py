@@ -332,3 +332,21 @@ async def test_a_check_raising_a_base_exception_fails_that_answer_only(strict_lo
     result = await agent_loop_parallel("Hi", base(), configs, VerifierEvaluation(picky))
     assert result.selected_index == 1 and not result.decision.fallback
     assert cancelling() == 0
+
+
+@pytest.mark.parametrize("judged", ["llm", "pairwise"])
+async def test_a_judge_whose_key_is_not_set_stops_the_race_as_the_usage_error_it_is(
+    judged, strict_loop
+):
+    from phi_core.errors import MissingApiKeyError
+
+    judge = branch(default=raising(lambda: MissingApiKeyError("acme", "ACME_API_KEY")), name="j")
+    strategy = (
+        LlmJudgeEvaluation(judge, orders=2) if judged == "llm" else PairwiseJudgeEvaluation(judge)
+    )
+    recorder = Recorder()
+    configs = [branch(answer("one"), name="g1"), branch(answer("two"), name="g2")]
+    with pytest.raises(MissingApiKeyError, match="ACME_API_KEY"):
+        await agent_loop_parallel("Hi", base(), configs, strategy, events=recorder)
+    assert_every_loop_ended_once(recorder)
+    assert cancelling() == 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._tasks import STOPS, is_real_cancellation, run_all
-from ..errors import redact
+from ..errors import UserError, redact
 from ..events import Warning
 from ..loop import AgentContext, AgentLoopConfig, agent_loop
 from ..providers.base import ModelConfig
@@ -94,7 +94,8 @@ async def ask_in_orders(
 
     A call that raises fails that call (reason ``error``), as a branch would, whatever it raises
     (a custom ``BaseException``, ``GeneratorExit``, a stray ``CancelledError``): the caller's
-    fallback for an unusable reply then applies. Not captured: a real cancellation, and
+    fallback for an unusable reply then applies. Not captured: a real cancellation, a usage
+    mistake (:class:`~phi_core.errors.UserError`, e.g. the judge model's key is not set) and
     ``KeyboardInterrupt``/``SystemExit``, which end the other calls and are then raised again.
     """
 
@@ -102,7 +103,8 @@ async def ask_in_orders(
         try:
             return await ask(k, order)
         except BaseException as exc:  # a failed call is that call's error; a stop stops them all
-            if is_real_cancellation(exc) or isinstance(exc, STOPS):
+            # as does a usage mistake (the judge model's key is not set): the user's to fix
+            if is_real_cancellation(exc) or isinstance(exc, (*STOPS, UserError)):
                 raise
             return JudgeCall(
                 "", "", Usage(), 0.0, reason="error", error=redact(describe_exception(exc))

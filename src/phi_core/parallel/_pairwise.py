@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._tasks import STOPS, is_real_cancellation, run_all
-from ..errors import redact
+from ..errors import UserError, redact
 from ..events import Warning
 from ..types import AgentMessage, ResponseFormat, Usage
 from ._judge import (
@@ -345,7 +345,9 @@ class _Runner:
                 response_format=self.strategy.response_format,
             )
         except BaseException as exc:
-            if is_real_cancellation(exc) or isinstance(exc, STOPS):
+            # a usage mistake (a judge model's key that is not set) is the user's to fix: it
+            # stops the race as itself, like a real cancellation and a stop
+            if is_real_cancellation(exc) or isinstance(exc, (*STOPS, UserError)):
                 raise
             error = redact(describe_exception(exc))
             return JudgeCall("", "", Usage(), 0.0, reason="error", error=error)

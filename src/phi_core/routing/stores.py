@@ -58,6 +58,7 @@ __all__ = [
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "check_finite",
+    "make_parent",
     "open_state_store",
     "stats_from_json",
 ]
