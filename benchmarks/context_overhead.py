@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _bench import add_out_option
 from phi_core.context import CompactionConfig
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
 from phi_core.providers import ModelConfig
@@ -98,13 +99,7 @@ async def main() -> dict[str, Any]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS,
-        metavar="DIR",
-        help="directory to write results to (default: %(default)s)",
-    )
+    add_out_option(parser, RESULTS)
     args = parser.parse_args()
     result = asyncio.run(main())
     args.out.mkdir(parents=True, exist_ok=True)

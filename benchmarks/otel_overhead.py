@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _bench import add_out_option
 from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
 from phi_core.providers import ModelConfig, RetryPolicy
 from phi_core.testing import Reply, ScriptedProvider, call
@@ -151,13 +152,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--off-only", action="store_true", help="measure only the 'off' row (writes nothing)"
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS,
-        metavar="DIR",
-        help="directory to write results to (default: %(default)s)",
-    )
+    add_out_option(parser, RESULTS)
     args = parser.parse_args()
     result = asyncio.run(main(args.off_only))
     if not args.off_only:

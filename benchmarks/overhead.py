@@ -53,6 +53,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from _bench import add_out_option
+
 RESULTS = Path(__file__).parent / "results" / "overhead"
 OURS = ("aiohttp", "sdk", "sdk-aiohttp", "agent_loop", "parallel")
 FRAMEWORKS = ("pydantic-ai", "openai-agents", "litellm")
@@ -769,13 +771,7 @@ def main() -> None:
         default=None,
         help="results file stem in --out (default results; quick with --quick)",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS,
-        metavar="DIR",
-        help="directory to write results to (default: %(default)s)",
-    )
+    add_out_option(parser, RESULTS)
     # internal roles
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

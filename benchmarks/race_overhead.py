@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _bench import add_out_option
 from phi_core.loop import AgentContext, AgentLoopConfig
 from phi_core.parallel import (
     LlmJudgeEvaluation,
@@ -204,13 +205,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--branches", type=int, default=200)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS,
-        metavar="DIR",
-        help="directory to write results to (default: %(default)s)",
-    )
+    add_out_option(parser, RESULTS)
     args = parser.parse_args()
     report = asyncio.run(main(args.repeats, args.branches))
     print_table(report)

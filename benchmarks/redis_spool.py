@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from _bench import add_out_option
 from phi_core.routing import ArmStats, RedisStateStore
 
 RESULTS = Path(__file__).parent / "results" / "redis_spool"
@@ -53,13 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", type=int, default=8)
     parser.add_argument("--updates", type=int, default=2000)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS,
-        metavar="DIR",
-        help="directory to write results to (default: %(default)s)",
-    )
+    add_out_option(parser, RESULTS)
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _bench import add_out_option
 from phi_core.parallel import code_agreement
 from phi_core.sandbox import Sandbox
 from phi_core.sandbox._backends import bwrap_argv, layout, own_interpreter
@@ -86,13 +87,7 @@ async def _measure(results: dict[str, dict[str, Any]], empty: Path, runs: int) -
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS,
-        metavar="DIR",
-        help="directory to write results to (default: %(default)s)",
-    )
+    add_out_option(parser, RESULTS)
     args = parser.parse_args()
     load = os.getloadavg()[0]
     results: dict[str, dict[str, Any]] = {}
