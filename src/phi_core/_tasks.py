@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["STOPS", "is_real_cancellation", "run_all"]
+__all__ = ["STOPS", "being_cancelled", "is_real_cancellation", "run_all"]
 
 T = TypeVar("T")
 
@@ -23,16 +23,19 @@ STOPS = (KeyboardInterrupt, SystemExit)
 ended, then it is raised again. Anything else a task raises is the task's own failure."""
 
 
+def being_cancelled() -> bool:
+    """Whether the current task has a cancel request pending (``Task.cancelling()``)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def is_real_cancellation(exc: BaseException) -> bool:
     """``exc`` is a ``CancelledError`` raised while the current task is being cancelled.
 
     Any other ``CancelledError`` (a provider, tool or hook raising one although nothing cancelled
     the task) is a fault of whatever raised it, to be captured like any exception.
     """
-    if not isinstance(exc, asyncio.CancelledError):
-        return False
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    return isinstance(exc, asyncio.CancelledError) and being_cancelled()
 
 
 async def run_all(

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from ._callables import is_async_callable
+from ._tasks import being_cancelled, is_real_cancellation
 from .types import (
     AgentMessage,
     AssistantMessage,
@@ -602,7 +603,7 @@ class Emitter:
             except BaseException as exc:
                 if _fatal_to_consumer(exc):
                     raise
-                if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
+                if is_real_cancellation(exc):
                     raise  # this drain task is being cancelled (aclose gave up, loop shutdown)
                 # The sink's own failure, a CancelledError it raised included: isolate it.
                 if not self._failed:
@@ -626,7 +627,7 @@ class Emitter:
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
-            if task.done() and not _being_cancelled():
+            if task.done() and not being_cancelled():
                 # The drain task itself was cancelled (the loop is shutting down), not us.
                 return
             await _finish_drain(task)
@@ -638,11 +639,6 @@ CLOSE_GRACE_S = 1.0
 caller was cancelled, before it gives up on them."""
 
 _STOP = object()
-
-
-def _being_cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 async def _finish_drain(task: asyncio.Task[None]) -> None:

@@ -37,6 +37,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
+from .._tasks import is_real_cancellation
 from ..errors import BudgetExceededError, ProviderError
 from ..metering import (
     CallRecord,
@@ -270,8 +271,7 @@ class ModelCall:
                         self._streamed.append(item.arguments)
                     yield item
         except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or task.cancelling():
+            if is_real_cancellation(exc):
                 error = exc
                 raise
             # Nothing cancelled this task: the provider (or its SDK) raised CancelledError of

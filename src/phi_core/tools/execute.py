@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._tasks import is_real_cancellation
+from .._tasks import being_cancelled, is_real_cancellation
 from ..cancel import CancelToken
 from ..context.limits import LimitsLeft
 from ..events import (
@@ -377,8 +377,7 @@ class ToolRunner:
             child.detach()
             # Updates are delivered in order before the tool's end event; if the run is being
             # cancelled they are cancelled with it.
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
+            if being_cancelled():
                 for task in pending_updates:
                     task.cancel()
             for outcome in await asyncio.gather(*pending_updates, return_exceptions=True):
