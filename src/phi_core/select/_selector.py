@@ -490,47 +490,31 @@ class ModelSelector:
             if on_evaluation is not None:
                 on_evaluation(k, i, evaluation)
 
+        def end(status: str, usage: Usage | None = None, **fields: Any) -> None:
+            """The one SelectionEnd: what was paid so far (``usage``: the result's own)."""
+            paid, cost = self._paid()
+            emitter.emit(
+                SelectionEnd(
+                    loop_id=session_id,
+                    session_id=session_id,
+                    status=status,
+                    usage=paid if usage is None else usage,
+                    cost_usd=cost,
+                    **fields,
+                )
+            )
+
         try:
             result = await self._select_best(on_progress, resume, observe, session_id)
         except (asyncio.CancelledError, KeyboardInterrupt):  # stopped, by the program or a Ctrl-C
-            usage, cost = self._paid()
-            emitter.emit(
-                SelectionEnd(
-                    loop_id=session_id,
-                    session_id=session_id,
-                    status="cancelled",
-                    usage=usage,
-                    cost_usd=cost,
-                )
-            )
+            end("cancelled")
             raise
         except BaseException as exc:
-            error = redact(f"{type(exc).__name__}: {exc}")
-            usage, cost = self._paid()
-            emitter.emit(
-                SelectionEnd(
-                    loop_id=session_id,
-                    session_id=session_id,
-                    status="error",
-                    error=error,
-                    usage=usage,
-                    cost_usd=cost,
-                )
-            )
+            end("error", error=redact(f"{type(exc).__name__}: {exc}"))
             raise
         for message in result.warnings:  # an algorithm's fallback, unpriced models, ...
             emitter.emit(Warning(loop_id=session_id, message=message))
-        emitter.emit(
-            SelectionEnd(
-                loop_id=session_id,
-                session_id=session_id,
-                status=result.status,
-                best=result.best.name,
-                evaluations=result.evaluations,
-                usage=result.usage,
-                cost_usd=self._paid()[1],
-            )
-        )
+        end(result.status, result.usage, best=result.best.name, evaluations=result.evaluations)
         return result
 
     def _paid(self) -> tuple[Usage, float]:
