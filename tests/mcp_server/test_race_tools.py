@@ -18,15 +18,7 @@ from phi_core.mcp_server import DEFAULT_PROFILE, RaceTools, load_profiles, mcp_s
 from phi_core.testing import Reply, ScriptedProvider
 from phi_core.types import Usage
 
-GATEWAY_FILE = """\
-[gateway]
-state = "{state}"
-
-[profiles.fast]
-strategy = "pick-first"
-[[profiles.fast.branches]]
-model = "scripted:a"
-
+JUDGED = """\
 [profiles.judged]
 strategy = "judge"
 judge = "scripted:judge"
@@ -37,6 +29,20 @@ model = "scripted:a"
 name = "b"
 model = "scripted:b"
 """
+
+GATEWAY_FILE = (
+    """\
+[gateway]
+state = "{state}"
+
+[profiles.fast]
+strategy = "pick-first"
+[[profiles.fast.branches]]
+model = "scripted:a"
+
+"""
+    + JUDGED
+)
 
 
 def scripted() -> dict[str, ScriptedProvider]:

@@ -25,19 +25,8 @@ from phi_core.runlog import RunLog
 from phi_core.testing import Hang, ScriptedProvider
 
 from .conftest import Setup, phi_command
+from .test_race_tools import JUDGED
 from .test_race_tools import scripted as race_models
-
-JUDGED = """\
-[profiles.judged]
-strategy = "judge"
-judge = "scripted:judge"
-[[profiles.judged.branches]]
-name = "a"
-model = "scripted:a"
-[[profiles.judged.branches]]
-name = "b"
-model = "scripted:b"
-"""
 
 
 def scripted() -> dict[str, ScriptedProvider]:
