@@ -11,7 +11,9 @@ parameters may be tried; ``--split report`` (world seeds 100..100+K-1) is run on
 figures; ``--split holdout`` (world seeds 300..300+K-1) is a second held-out set, for a
 candidate chosen after the report had been seen; ``--split confirm`` (world seeds 500..) is a
 third, run only to confirm the default against the anchor, never to choose; ``--split verify``
-(world seeds 700..) is a fourth, for the candidate of the eleventh session. The default
+(world seeds 700..) is a fourth, for the candidate of the eleventh session; ``final`` (900..),
+``last`` (1100..), ``fresh`` (1300..) and ``eighth`` (1500..) served the twelfth, the thirteenth
+and the sixteenth sessions' candidates, each run once after its adoption rule was written. The default
 selector is judged by its **worst case** across the world types.
 
 Per world type the table also states the **limit**: the cost saved if every configuration within
@@ -65,6 +67,7 @@ SPLITS = {
     "final": 900,
     "last": 1100,
     "fresh": 1300,
+    "eighth": 1500,
 }
 FAMILY_SELECTORS = (
     "random",
@@ -84,6 +87,7 @@ FAMILY_SELECTORS = (
     "regret_race_v4",
     "regret_race_v5",
     "regret_race_v6",
+    "regret_race_v7",
     "regret_race",
     "regret_race_thrifty",
     "regret_race_strata4",

@@ -69,6 +69,9 @@ def _earlier(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     }
 
 
+# point 14 as it was before point 15 of RegretRace (complete from look 40, no probes)
+_BEFORE_PROBES: dict[str, Any] = {"complete_look": 40, "complete_arms": 1, "probe": 0}
+
 PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "brute_force": ("brute_force", {}),
     "random": ("random", {}),
@@ -117,7 +120,10 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     "regret_race_v5": ("regret_race", {"complete_look": 0}),
     # point 14 as first adopted: the cheapest perfect leader is run to the end, not the one whose
     # steps do best (twelfth session, the family README)
-    "regret_race_v6": ("regret_race", {"complete_by": "cost"}),
+    "regret_race_v6": ("regret_race", {"complete_by": "cost", **_BEFORE_PROBES}),
+    # the default of issue 20's twelfth to fifteenth sessions: the certificate from look 40 behind
+    # one perfect survivor, in random order (sixteenth session: point 15, see the family README)
+    "regret_race_v7": ("regret_race", dict(_BEFORE_PROBES)),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

@@ -418,10 +418,11 @@ async def test_the_race_stops_paying_for_an_arm_that_can_no_longer_end_level() -
         assert await run_algorithm(race, arena, space) == 0
         counts[exact] = arena.count(1)
     assert counts[True] < counts[False] == 180
-    # with the certificate (the default) the perfect leader is run to the end at the first
-    # look of >= 40 questions and the arm, whose ceiling is then 179 < 180, goes there
+    # with the certificate from look 40 the perfect leader (the miss at 25 has been seen) is
+    # run to the end there, and the arm, whose ceiling is then 179 < 180, goes at once
     arena = Arena(2, 180, MatrixEvaluator(scores), seed=0, shuffle=False, names=names)
-    assert await run_algorithm(RegretRace(), arena, space) == 0
+    race = RegretRace(complete_look=40, complete_arms=1, probe=0)
+    assert await run_algorithm(race, arena, space) == 0
     assert arena.count(1) < counts[True]
 
 
@@ -646,13 +647,18 @@ async def test_the_thrifty_race_is_the_default_where_no_field_is_perfect() -> No
     assert [thrifty.count(k) for k in range(24)] == [default.count(k) for k in range(24)]
 
 
-async def test_the_thrifty_race_drops_one_miss_behind_a_perfect_field_the_default_keeps() -> None:
-    """Twelve perfect arms and six that miss one question, seen at position 25: the default
-    carries the six past the look; the thrifty race drops them at the first look that saw
-    the miss (30) and still picks the cheapest perfect arm."""
+async def test_the_thrifty_race_drops_one_miss_behind_a_perfect_field_the_race_keeps() -> None:
+    """Twelve perfect arms and six that miss one question, seen at position 25: the race
+    without its certificate carries the six past the look; the thrifty race drops them at the
+    first look that saw the miss (30) and still picks the cheapest perfect arm. (The default
+    drops them no later, by the certificate of a perfect arm it completed at 10.)"""
+    space, arena = _field_of_perfect_arms(12, 6, 0, misses=(25,))
+    race = RegretRace(complete_look=0)
+    assert space.name(await run_algorithm(race, arena, space)) == "solver=m00"
+    assert min(arena.count(k) for k in range(12, 18)) > 30
     space, arena = _field_of_perfect_arms(12, 6, 0, misses=(25,))
     assert space.name(await run_algorithm(make_algorithm("auto"), arena, space)) == "solver=m00"
-    assert min(arena.count(k) for k in range(12, 18)) > 30
+    assert max(arena.count(k) for k in range(12, 18)) <= 30
     space, arena = _field_of_perfect_arms(12, 6, 0, misses=(25,))
     thrifty = make_algorithm("regret_race_thrifty")
     assert space.name(await run_algorithm(thrifty, arena, space)) == "solver=m00"
@@ -720,7 +726,7 @@ async def test_behind_a_complete_perfect_leader_every_arm_with_a_miss_is_dropped
     await run_algorithm(RegretRace(perfect_look=0, complete_look=0), arena, space)
     assert min(arena.count(k) for k in range(1, 7)) > 44
     space, arena = _field_of_perfect_arms(1, 6, 0, misses=(5,))
-    race = RegretRace(perfect_look=0, complete_look=40)
+    race = RegretRace(perfect_look=0, complete_look=40, complete_arms=1, probe=0)
     assert space.name(await run_algorithm(race, arena, space)) == "solver=m00"
     assert arena.count(0) == 200
     assert [arena.count(k) for k in range(1, 7)] == [44] * 6
@@ -781,3 +787,142 @@ async def test_the_certificate_completes_the_perfect_survivor_whose_steps_do_bes
         completed[by] = [space.name(k) for k in race.completed]
     assert completed["effects"] == ["planner=p0 + solver=s0"]
     assert completed["cost"][0] != "planner=p0 + solver=s0" and len(completed["cost"]) > 1
+
+
+# ---------------------------------------------------------------- point 15: probing
+
+
+def _staged_field(
+    misses: list[tuple[int, ...]], costs: list[float], n: int = 200
+) -> tuple[SearchSpace, Arena, MatrixEvaluator]:
+    """One-step arms right everywhere except on the given positions of the race's order."""
+    k = len(misses)
+    scores = np.ones((k, n))
+    space = SearchSpace({"solver": [f"m{i:02d}" for i in range(k)]})
+    evaluator = MatrixEvaluator(scores, np.repeat(np.asarray(costs)[:, None], n, axis=1))
+    names = [space.name(i) for i in range(k)]
+    arena = Arena(k, n, evaluator, seed=0, names=names)
+    for arm, positions in enumerate(misses):
+        scores[arm, [arena.order[p] for p in positions]] = 0.0  # before any evaluation
+    return space, arena, evaluator
+
+
+def _probing_field() -> tuple[SearchSpace, Arena, MatrixEvaluator]:
+    """m00 (cheapest) misses position 150 only; m01 misses 150 and 13; m02 is right everywhere
+    (the pick); m03-m08 (dearest) miss 150 and 190. The race's own prefix sees none of the
+    misses before its look at 12."""
+    stages = [(150,), (150, 13), ()] + [(150, 190)] * 6
+    return _staged_field(stages, [0.001, 0.002, 0.003] + [0.005] * 6)
+
+
+async def test_probes_ask_where_a_complete_arm_lost_and_drop_the_arms_that_lose_there() -> None:
+    """m00 is completed first (a certificate of 199), then m01 and m02 (200). Without probes
+    m03-m08, perfect on the prefix, are carried until the prefix reaches position 150; with
+    probes each is asked position 150 (the question the complete arms lost) at once and goes."""
+    space, arena, _ = _probing_field()
+    race = RegretRace(complete_look=10, complete_arms=1, perfect_look=0, probe=0)
+    assert space.name(await run_algorithm(race, arena, space)) == "solver=m02"
+    assert min(arena.count(k) for k in range(3, 9)) > 150
+
+    space, arena, evaluator = _probing_field()
+    race = RegretRace(complete_look=10, complete_arms=1, perfect_look=0, probe=1, probe_slack=1)
+    assert space.name(await run_algorithm(race, arena, space)) == "solver=m02"
+    assert max(arena.count(k) for k in range(3, 9)) <= 20
+    hard = arena.order[150]
+    for k in range(3, 9):
+        asked = [i for arm, i in evaluator.requested if arm == k]
+        assert hard in asked and len(asked) == arena.count(k)
+
+
+async def test_a_later_leader_is_completed_hardest_first_and_stops_below_the_certificate() -> None:
+    """After m00's certificate (199), m01 is the cheapest perfect survivor: without probes it is
+    run on all 200 questions; with them its completion starts with position 150 and the race's
+    next questions (13 among them) and stops after one chunk, two misses down."""
+    space, arena, _ = _probing_field()
+    race = RegretRace(complete_look=10, complete_arms=1, perfect_look=0, probe=0)
+    await run_algorithm(race, arena, space)
+    assert arena.count(1) == 200
+
+    space, arena, _ = _probing_field()
+    race = RegretRace(complete_look=10, complete_arms=1, perfect_look=0, probe=1, probe_slack=1)
+    await run_algorithm(race, arena, space)
+    assert arena.count(1) <= 12 + 20  # the prefix at that look, then one chunk of 10 %
+    assert arena.observed[1, 150] and arena.observed[1, 13]
+
+
+async def test_probing_never_drops_an_arm_that_can_still_be_the_best() -> None:
+    """Near-perfect worlds with shared difficulty, 0/1 scores and partial credit: every arm that
+    point 14 and its probes drop ends strictly below the best whole-dataset score."""
+    drops = 0
+    for world in range(8):
+        rng = np.random.default_rng(100 + world)
+        probs = np.concatenate([np.ones(world % 3), rng.uniform(0.9, 1.0, 30)])
+        scores = bernoulli_world(list(probs), 120, seed=world, correlation=0.6)
+        if world % 2:
+            scores = scores * rng.uniform(0.7, 1.0, scores.shape)
+        space = SearchSpace({"solver": [f"m{i:02d}" for i in range(len(probs))]})
+        totals = scores.sum(axis=1)
+        for seed in range(2):
+            race = _CertainSpy(complete_look=10, complete_arms=8, probe=1, probe_slack=2)
+            race.completed, race.dropped = [], []
+            names = [space.name(k) for k in range(len(probs))]
+            arena = Arena(len(probs), 120, MatrixEvaluator(scores), seed=seed, names=names)
+            await run_algorithm(race, arena, space)
+            assert all(totals[k] < totals.max() - 1e-9 for k in race.dropped)
+            drops += len(race.dropped)
+    assert drops > 150
+
+
+async def test_on_a_near_perfect_field_with_shared_difficulty_probing_finds_the_same_best_for_less() -> (
+    None
+):
+    """40 arms at 93-100 % whose misses gather on hard questions: with probes the race picks
+    the same configuration on every seed and spends less on every seed."""
+    rng = np.random.default_rng(7)
+    probs = [1.0, *rng.uniform(0.93, 0.995, 39)]
+    scores = bernoulli_world(probs, 200, seed=7, correlation=0.7)
+    costs = np.repeat(rng.uniform(0.001, 0.02, 40)[:, None], 200, axis=1)
+    space = SearchSpace({"solver": [f"m{i:02d}" for i in range(40)]})
+    for seed in range(3):
+        params: dict[str, Any] = {"complete_look": 10, "complete_arms": 8}
+        plain_pick, plain = await select(
+            "regret_race", space, scores, seed=seed, costs=costs, probe=0, **params
+        )
+        probe_pick, probed = await select(
+            "regret_race", space, scores, seed=seed, costs=costs, probe=1, **params
+        )
+        assert probe_pick == plain_pick == 0
+        assert probed.cost_spent < 0.9 * plain.cost_spent
+
+
+async def test_a_small_near_perfect_space_is_completed_with_fewer_survivors_than_asked() -> None:
+    """Three perfect-looking arms and ``complete_arms=8``: all three survivors are perfect,
+    which is as many as there are, so the leader is completed at the look of 10 and the
+    certificate rules out the two others by their misses at 150 and 160 (the race alone
+    carries both past them)."""
+    space, arena, _ = _staged_field([(), (150,), (160,)], [0.001, 0.002, 0.003])
+    race = _CertainSpy(complete_look=10, complete_arms=8, perfect_look=0, probe=1)
+    race.completed, race.dropped = [], []
+    assert space.name(await run_algorithm(race, arena, space)) == "solver=m00"
+    assert race.completed == [0] and 1 in race.dropped
+    assert arena.count(1) < 200 and arena.count(2) < 200
+    space, arena, _ = _staged_field([(), (150,), (160,)], [0.001, 0.002, 0.003])
+    await run_algorithm(RegretRace(complete_look=0, perfect_look=0), arena, space)
+    assert min(arena.count(1), arena.count(2)) > 150
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"probe": -1}, "probe"),
+        ({"probe_rounds": 0}, "probe_rounds"),
+        ({"probe_slack": 0}, "probe_slack"),
+        ({"complete_chunk": 0}, "complete_chunk"),
+        ({"complete_chunk": 1.5}, "complete_chunk"),
+    ],
+)
+def test_probe_parameters_out_of_range_are_refused_by_name(
+    params: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(UserError, match=words):
+        RegretRace(**params)
