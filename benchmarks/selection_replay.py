@@ -124,6 +124,8 @@ PHI_SELECTORS: dict[str, tuple[str, dict[str, Any]]] = {
     # the default of issue 20's twelfth to fifteenth sessions: the certificate from look 40 behind
     # one perfect survivor, in random order (sixteenth session: point 15, see the family README)
     "regret_race_v7": ("regret_race", dict(_BEFORE_PROBES)),
+    # point 15 as first adopted (eighth held-out split): every survivor asked in every round
+    "regret_race_v8": ("regret_race", {"probe_cheapest": 1.0}),
     # AgentOpt's newer selectors (issue 20 point 6)
     "matrix_ucb_lrf": ("matrix_ucb_lrf", {}),
     "lm_proposal": ("lm_proposal", {}),  # proposer and prices filled in by heuristic_proposer()

@@ -697,24 +697,32 @@ class _CertainSpy(RegretRace):
 async def test_the_certificate_never_drops_an_arm_that_can_still_be_the_best() -> None:
     """Near-perfect worlds with 0/1 scores and with partial credit: every arm point 14 drops
     ends strictly below the best whole-dataset score, so brute force's pick is never among them."""
+    drops = await _certificate_drops(0, 24, 0.3, complete_look=10, complete_arms=1, probe=0)
+    assert drops > 100  # the certificate did the work, not only the race's statistics
+
+
+async def _certificate_drops(first: int, arms: int, correlation: float, **params: Any) -> int:
+    """Eight near-perfect worlds (0/1 scores, and partial credit in every other one), two seeds
+    each: assert that every arm points 14-15 drop ends strictly below the best whole-dataset
+    score, and count the drops."""
     drops = 0
     for world in range(8):
-        rng = np.random.default_rng(world)
-        probs = np.concatenate([np.ones(world % 3), rng.uniform(0.9, 1.0, 24)])
-        scores = bernoulli_world(list(probs), 120, seed=world, correlation=0.3)
+        rng = np.random.default_rng(first + world)
+        probs = np.concatenate([np.ones(world % 3), rng.uniform(0.9, 1.0, arms)])
+        scores = bernoulli_world(list(probs), 120, seed=world, correlation=correlation)
         if world % 2:  # partial credit: a right answer earns 0.7-1
             scores = scores * rng.uniform(0.7, 1.0, scores.shape)
         space = SearchSpace({"solver": [f"m{i:02d}" for i in range(len(probs))]})
         totals = scores.sum(axis=1)
         for seed in range(2):
-            race = _CertainSpy(complete_look=10)
+            race = _CertainSpy(**params)
             race.completed, race.dropped = [], []
             names = [space.name(k) for k in range(len(probs))]
             arena = Arena(len(probs), 120, MatrixEvaluator(scores), seed=seed, names=names)
             await run_algorithm(race, arena, space)
             assert all(totals[k] < totals.max() - 1e-9 for k in race.dropped)
             drops += len(race.dropped)
-    assert drops > 100  # the certificate did the work, not only the race's statistics
+    return drops
 
 
 async def test_behind_a_complete_perfect_leader_every_arm_with_a_miss_is_dropped() -> None:
@@ -853,24 +861,11 @@ async def test_a_later_leader_is_completed_hardest_first_and_stops_below_the_cer
 async def test_probing_never_drops_an_arm_that_can_still_be_the_best() -> None:
     """Near-perfect worlds with shared difficulty, 0/1 scores and partial credit: every arm that
     point 14 and its probes drop ends strictly below the best whole-dataset score."""
-    drops = 0
-    for world in range(8):
-        rng = np.random.default_rng(100 + world)
-        probs = np.concatenate([np.ones(world % 3), rng.uniform(0.9, 1.0, 30)])
-        scores = bernoulli_world(list(probs), 120, seed=world, correlation=0.6)
-        if world % 2:
-            scores = scores * rng.uniform(0.7, 1.0, scores.shape)
-        space = SearchSpace({"solver": [f"m{i:02d}" for i in range(len(probs))]})
-        totals = scores.sum(axis=1)
-        for seed in range(2):
-            race = _CertainSpy(complete_look=10, complete_arms=8, probe=1, probe_slack=2)
-            race.completed, race.dropped = [], []
-            names = [space.name(k) for k in range(len(probs))]
-            arena = Arena(len(probs), 120, MatrixEvaluator(scores), seed=seed, names=names)
-            await run_algorithm(race, arena, space)
-            assert all(totals[k] < totals.max() - 1e-9 for k in race.dropped)
-            drops += len(race.dropped)
-    assert drops > 150
+    for cheapest in (1.0, 0.5):
+        drops = await _certificate_drops(
+            100, 30, 0.6, complete_look=10, complete_arms=8, probe=1, probe_cheapest=cheapest
+        )
+        assert drops > 150
 
 
 async def test_on_a_near_perfect_field_with_shared_difficulty_probing_finds_the_same_best_for_less() -> (
@@ -926,3 +921,26 @@ def test_probe_parameters_out_of_range_are_refused_by_name(
 ) -> None:
     with pytest.raises(UserError, match=words):
         RegretRace(**params)
+
+
+async def test_the_cheaper_survivors_are_probed_first_and_show_the_dearer_ones_where_to_look() -> (
+    None
+):
+    """m00 is right everywhere and completed at the look of 10; m01-m04 (cheap) and m05-m08
+    (ten times dearer) all miss the question at position 30 only. Probed all together, every
+    survivor walks positions 10-30 in the race's order; probed cheaper half first, the cheap
+    ones find position 30 and each dear one is then asked it first."""
+    counts = {}
+    for cheapest in (1.0, 0.5):
+        space, arena, _ = _staged_field([(), *[(30,)] * 8], [0.001, *[0.002] * 4, *[0.02] * 4])
+        race = RegretRace(probe_cheapest=cheapest)
+        assert space.name(await run_algorithm(race, arena, space)) == "solver=m00"
+        counts[cheapest] = [arena.count(k) for k in range(1, 9)]
+    assert counts[1.0] == [31] * 8
+    assert counts[0.5][:4] == [31] * 4 and counts[0.5][4:] == [11] * 4
+
+
+@pytest.mark.parametrize("value", [0, -0.5, 1.5])
+def test_probe_cheapest_outside_0_1_is_refused(value: float) -> None:
+    with pytest.raises(UserError, match="probe_cheapest"):
+        RegretRace(probe_cheapest=value)

@@ -324,7 +324,7 @@ def test_construction_errors_say_what_is_wrong() -> None:
             r"Unknown parameter\(s\) 'perfect_lok' for algorithm 'regret_race': 'perfect_lok' "
             r"\(did you mean 'perfect_look'\?\)\. It accepts: eta, .*perfect_arms, perfect_z, "
             r"perfect_every, max_correlation, complete_look, complete_arms, complete_by, probe, "
-            r"probe_rounds, probe_slack, complete_chunk\.",
+            r"probe_rounds, probe_slack, complete_chunk, probe_cheapest\.",
         ),
         ("brute_force", {"seed": 1}, r"for algorithm 'brute_force'\. It accepts: no parameters"),
     ):
