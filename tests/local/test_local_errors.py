@@ -117,15 +117,21 @@ def test_bad_pool_size_names_the_variable_and_the_value(
     assert repr(value) in str(info.value)
 
 
-async def test_a_gguf_llama_cpp_cannot_load_fails_every_waiting_call_with_the_path(
-    tmp_path: Path,
-) -> None:
-    pytest.importorskip("llama_cpp", reason="needs the `local` extra")
+def _broken_gguf(tmp_path: Path) -> tuple[Path, ModelConfig]:
+    """A file with GGUF's magic that llama.cpp cannot load, and a one-instance model on it."""
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
     model = resolve_model(f"local:{broken}").model_copy(
         update={"compat": {"gguf_path": str(broken), "pool_size": 1, "n_threads": 1}}
     )
+    return broken, model
+
+
+async def test_a_gguf_llama_cpp_cannot_load_fails_every_waiting_call_with_the_path(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("llama_cpp", reason="needs the `local` extra")
+    broken, model = _broken_gguf(tmp_path)
     provider = LocalProvider()
 
     async def call() -> None:
@@ -145,11 +151,7 @@ async def test_a_broken_gguf_is_reported_once_by_the_call_not_by_context_managem
     pytest.importorskip("llama_cpp", reason="needs the `local` extra")
     from phi_core.loop import AgentContext, AgentLoopConfig, agent_loop
 
-    broken = tmp_path / "broken.gguf"
-    broken.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
-    model = resolve_model(f"local:{broken}").model_copy(
-        update={"compat": {"gguf_path": str(broken), "pool_size": 1, "n_threads": 1}}
-    )
+    broken, model = _broken_gguf(tmp_path)
     events: list[Any] = []
     with caplog.at_level("WARNING"), pytest.raises(UserError) as info:
         await agent_loop(

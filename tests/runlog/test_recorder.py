@@ -158,15 +158,18 @@ async def test_a_selection_is_recorded_with_every_combination(log: RunLog) -> No
     async def agent(models: dict[str, MeteredModel], question: str) -> str:
         return await models["solver"].complete(question)
 
-    selector = ModelSelector(
-        agent,
-        {"solver": [handle("good", "yes"), handle("bad", "no")]},
-        [(f"q{i}", "yes") for i in range(4)],
-        lambda expected, actual: expected == actual,
-        algorithm="brute_force",
-        cache=False,
-    )
-    result = await selector.select_best()
+    def selector(**options: Any) -> ModelSelector:
+        return ModelSelector(
+            agent,
+            {"solver": [handle("good", "yes"), handle("bad", "no")]},
+            [(f"q{i}", "yes") for i in range(4)],
+            lambda expected, actual: expected == actual,
+            algorithm="brute_force",
+            cache=False,
+            **options,
+        )
+
+    result = await selector().select_best()
     recorder = RunRecorder(log, prompt="phi select spec.toml")
     record = log.get_run(recorder.finish(result).id)
     assert record.kind == "select" and record.strategy == "brute_force"
@@ -177,15 +180,7 @@ async def test_a_selection_is_recorded_with_every_combination(log: RunLog) -> No
     assert record.verdict is not None and record.verdict["evaluations"] == 8
     assert record.status == "ok"
     # a selection its budget stopped is recorded in the races' word for it
-    stopped = await ModelSelector(
-        agent,
-        {"solver": [handle("good", "yes"), handle("bad", "no")]},
-        [(f"q{i}", "yes") for i in range(4)],
-        lambda expected, actual: expected == actual,
-        algorithm="brute_force",
-        cache=False,
-        max_evaluations=3,
-    ).select_best()
+    stopped = await selector(max_evaluations=3).select_best()
     assert stopped.status == "over_budget"
     again = RunRecorder(log, prompt="phi select spec.toml")
     assert log.get_run(again.finish(stopped).id).status == "over_budget"
