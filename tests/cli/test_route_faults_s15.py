@@ -171,6 +171,19 @@ def test_a_bandit_race_learns_under_the_key_prefix_route_shows(
     assert "no router statistics yet" in default.stdout  # nothing under phi:router:v1
 
 
+@pytest.mark.server
+def test_route_show_never_prints_the_redis_password(
+    redis_url: str,  # noqa: F811
+) -> None:
+    """An empty state names where it looked: the URL's password (accepted by a server without
+    one, for the ``default`` user) is starred."""
+    secret = redis_url.replace("redis://", "redis://default:hunter2@")
+    shown = route("show", "--state", secret)
+    assert shown.exit_code == 0, shown.output
+    assert "no router statistics yet" in shown.stdout
+    assert "hunter2" not in shown.output and "default:***@" in shown.stdout
+
+
 # ---------------------------------------------------------------- a reset forgets the previews
 
 

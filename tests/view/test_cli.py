@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
+from phi_core.cli import view as view_cli
+from phi_core.view import ViewData
 
 from .conftest import Recorded
 
@@ -55,3 +58,26 @@ def test_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
 def test_a_port_out_of_range_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["view", "--port", "70000"])
     assert result.exit_code == 2 and "65535" in result.output
+
+
+def test_the_router_state_key_reaches_the_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--router-state-key`` (or ``ROUTER_STATE_KEY``) names the key prefix the view reads a
+    Redis state under; on a file it does nothing, and says so."""
+    served: list[ViewData] = []
+
+    def fake_serve(data: ViewData, **_: object) -> None:  # the test's stand-in for the server
+        served.append(data)
+
+    monkeypatch.setattr(view_cli, "serve", fake_serve)
+    log = ["--log", str(tmp_path / "logs.db")]
+    redis_state = ["--state", "redis://127.0.0.1:6379/0"]
+    flagged = CliRunner().invoke(app, ["view", *log, *redis_state, "--router-state-key", "team-a"])
+    assert flagged.exit_code == 0, flagged.output
+    from_env = CliRunner().invoke(app, ["view", *log, *redis_state], env={"ROUTER_STATE_KEY": "b"})
+    assert from_env.exit_code == 0, from_env.output
+    assert [d.state_key for d in served] == ["team-a", "b"]
+    on_file = ["--state", str(tmp_path / "s.sqlite"), "--router-state-key", "x"]
+    ignored = CliRunner().invoke(app, ["view", *log, *on_file])
+    assert ignored.exit_code == 0 and "only applies to state in Redis" in ignored.output

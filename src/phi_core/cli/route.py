@@ -22,8 +22,8 @@ import typer
 
 from .._files import export_target
 from ..errors import StateStoreError, UserError
-from ..routing._redis import DEFAULT_PREFIX, RedisStateStore, _safe_url
-from ..routing.state import clear_previews, route_state_summary, state_location
+from ..routing._redis import DEFAULT_PREFIX, RedisStateStore, safe_url
+from ..routing.state import clear_previews, is_redis, route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
 from ._common import EXIT_FAILED, usage_error, warn
 from ._parallel_agents import main as parallel_agents_main  # the installed script's old path
@@ -61,9 +61,9 @@ app = typer.Typer(
 
 def _open(state: str | None, key: str | None, *, read_only: bool) -> RouterStateStore:
     state = state_location(state)
-    if key is not None and not _is_redis(state):
+    if key is not None and not is_redis(state):
         warn("--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored.")
-    if not _is_redis(state) and not Path(state).is_file():
+    if not is_redis(state) and not Path(state).is_file():
         raise usage_error(
             UserError(
                 f"No router state at {state!r}; race with --strategy bandit first, or pass "
@@ -73,19 +73,15 @@ def _open(state: str | None, key: str | None, *, read_only: bool) -> RouterState
     try:
         return open_state_store(state, read_only=read_only, prefix=key)
     except ValueError as exc:  # redis-py refusing the URL (a port that is not a number…)
-        if isinstance(exc, UserError) or not _is_redis(state):
+        if isinstance(exc, UserError) or not is_redis(state):
             raise
-        safe = _safe_url(state)
+        safe = safe_url(state)
         why = str(exc).replace(_password(state), "***") if _password(state) else str(exc)
         raise usage_error(
             UserError(
                 f"--state {safe} is not a valid Redis URL ({why}); pass redis://host:port/db."
             )
         ) from None
-
-
-def _is_redis(state: str) -> bool:
-    return state.startswith(("redis://", "rediss://", "unix://"))
 
 
 def _password(url: str) -> str:
@@ -119,8 +115,8 @@ def show(
         return
     if not summary:
         where = state_location(state)
-        under = f" under the key prefix {key or DEFAULT_PREFIX}" if _is_redis(where) else ""
-        typer.echo(f"{where}: no router statistics yet{under}.")
+        under = f" under the key prefix {key or DEFAULT_PREFIX}" if is_redis(where) else ""
+        typer.echo(f"{safe_url(where)}: no router statistics yet{under}.")
         return
     for namespace, arms in summary.items():
         typer.echo(f"{namespace}")

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
+from ..routing.state import is_redis, state_location
 from ..view import DEFAULT_PORT, ViewData, is_loopback, serve
 from ._common import EXIT_INTERRUPTED, usage_error, warn
 
@@ -38,6 +39,15 @@ def command(
             help="Router state: a .sqlite/.db or JSON file, or redis://host:port/db.",
         ),
     ] = None,
+    state_key: Annotated[
+        str | None,
+        typer.Option(
+            "--router-state-key",
+            envvar="ROUTER_STATE_KEY",
+            help="Key prefix of a router state in Redis (default phi:router:v1), as "
+            "`parallel-agents --router-state-key` writes it.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the web view of past runs, the router state and selections (read-only)."""
     if not is_loopback(host):
@@ -45,7 +55,9 @@ def command(
             f"--host {host} serves every logged prompt and answer to the network, without "
             "authentication; use 127.0.0.1 unless that is what you want."
         )
-    data = ViewData(log, state)
+    if state_key is not None and not is_redis(state_location(state)):
+        warn("--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored.")
+    data = ViewData(log, state, state_key)
 
     def ready(url: str) -> None:
         typer.echo(f"phi view: {url}  (read-only; Ctrl-C stops it)", err=True)

@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "RedisPreviewCache",
     "RedisStateStore",
+    "safe_url",
     "spool_path",
 ]
 
@@ -393,7 +394,7 @@ class RedisStateStore:
             logger.warning(
                 "Redis at %s is unreachable (%s); router updates are kept locally and pushed "
                 "when it is back.",
-                _safe_url(self.url),
+                safe_url(self.url),
                 type(exc).__name__,
             )
         else:
@@ -411,8 +412,7 @@ class RedisStateStore:
             if "WRONGTYPE" in str(exc):
                 raise self._not_statistics(key, "it holds another type of value") from None
             raise StateStoreError(
-                f"Redis at {_safe_url(self.url)} refused to read the router state key {key} "
-                f"({exc})."
+                f"Redis at {safe_url(self.url)} refused to read the router state key {key} ({exc})."
             ) from None
 
     def _not_statistics(self, key: str, why: str) -> StateCorruptError:
@@ -425,7 +425,7 @@ class RedisStateStore:
 
     def _unavailable(self, exc: BaseException) -> StateStoreError:
         return StateStoreError(
-            f"Cannot read the router state at {_safe_url(self.url)}: Redis cannot be reached "
+            f"Cannot read the router state at {safe_url(self.url)}: Redis cannot be reached "
             f"({type(exc).__name__}). Start it, or pass another --state."
         )
 
@@ -446,7 +446,7 @@ class RedisStateStore:
         if warned:
             logger.warning(
                 "Redis at %s is reachable again; pushed %d router update(s) kept while it was not.",
-                _safe_url(self.url),
+                safe_url(self.url),
                 pushed,
             )
         elif self._adopted:
@@ -621,7 +621,7 @@ class RedisStateStore:
         check_finite(delta, namespace, arm)
         with self._lock:
             if self.read_only:
-                raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
+                raise UserError(f"The router state {safe_url(self.url)} was opened read-only.")
             item = _Pending(uuid.uuid4().hex, namespace, arm, delta)
             if not self._degraded:  # the common case: one round trip, no file touched
                 item.sent, item.first_sent = True, time.time()
@@ -656,7 +656,7 @@ class RedisStateStore:
     def reset(self, namespace: str | None = None) -> None:
         with self._lock:
             if self.read_only:
-                raise UserError(f"The router state {_safe_url(self.url)} was opened read-only.")
+                raise UserError(f"The router state {safe_url(self.url)} was opened read-only.")
             try:
                 targets = [namespace] if namespace is not None else self._namespaces()
                 for ns in targets:
@@ -667,12 +667,12 @@ class RedisStateStore:
                     self._client.srem(f"{self.prefix}:namespaces", ns)
             except self._errors as exc:
                 raise StateStoreError(
-                    f"Cannot reset the router state at {_safe_url(self.url)}: Redis is unreachable "
+                    f"Cannot reset the router state at {safe_url(self.url)}: Redis is unreachable "
                     f"({type(exc).__name__}); nothing was reset."
                 ) from None
             except self._redis.ResponseError as exc:  # not a read: DEL or SREM refused
                 raise StateStoreError(
-                    f"Cannot reset the router state at {_safe_url(self.url)}: Redis refused it "
+                    f"Cannot reset the router state at {safe_url(self.url)}: Redis refused it "
                     f"({exc})."
                 ) from None
             for ns in targets:
@@ -693,7 +693,7 @@ class RedisStateStore:
             self._client.ping()
         except self._errors as exc:
             raise StateStoreError(
-                f"Cannot {action} the router state at {_safe_url(self.url)}: Redis is "
+                f"Cannot {action} the router state at {safe_url(self.url)}: Redis is "
                 f"unreachable ({type(exc).__name__}); nothing was {action}."
             ) from None
 
@@ -715,7 +715,7 @@ class RedisStateStore:
                 return sorted(local)
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """``url`` without its password (``redis://:secret@host`` → ``redis://:***@host``)."""
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
 
@@ -774,7 +774,7 @@ class RedisPreviewCache:
 
     def _unreachable(self, exc: BaseException, action: str) -> StateStoreError:
         return StateStoreError(
-            f"Cannot {action} Redis at {_safe_url(self.url)}: it cannot be reached "
+            f"Cannot {action} Redis at {safe_url(self.url)}: it cannot be reached "
             f"({type(exc).__name__})."
         )
 
@@ -835,6 +835,6 @@ class RedisPreviewCache:
             raise self._unreachable(exc, "clear the preview cache in") from None
         except self._redis.ResponseError as exc:
             raise StateStoreError(
-                f"Cannot clear the preview cache in Redis at {_safe_url(self.url)}: {exc}."
+                f"Cannot clear the preview cache in Redis at {safe_url(self.url)}: {exc}."
             ) from None
         return deleted

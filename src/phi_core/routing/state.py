@@ -49,6 +49,7 @@ __all__ = [
     "PreviewCallCache",
     "RouteState",
     "clear_previews",
+    "is_redis",
     "open_route_state",
     "preview_prefix",
     "route_state_summary",
@@ -64,7 +65,8 @@ def state_location(state: str | None = None) -> str:
     return state or os.environ.get("PHI_ROUTER_STATE") or str(user_path(DEFAULT_STATE))
 
 
-def _is_redis(location: str) -> bool:
+def is_redis(location: str) -> bool:
+    """Whether the router state at ``location`` is in Redis (not a file)."""
     return location.startswith(("redis://", "rediss://", "unix://"))
 
 
@@ -73,7 +75,7 @@ def preview_prefix(location: str, key_prefix: str | None = None) -> str:
     Redis (the router state's prefix, default ``phi:router:v1``), ``preview:`` in a file (whose
     previews table is the state's own). Feedback links and whatever else the store keeps have
     keys of their own, never under it."""
-    if _is_redis(location):
+    if is_redis(location):
         return f"{key_prefix or DEFAULT_PREFIX}:preview:"
     return "preview:"
 
@@ -129,7 +131,7 @@ def open_route_state(
             or written, an unreachable or refusing store), naming it and why.
     """
     where = state_location(location)
-    redis = _is_redis(where)
+    redis = is_redis(where)
     if not redis:
         make_parent(Path(where))
     store = (
@@ -177,7 +179,7 @@ def clear_previews(location: str | None = None, *, key_prefix: str | None = None
     """
     where = state_location(location)
     prefix = preview_prefix(where, key_prefix)
-    if _is_redis(where):
+    if is_redis(where):
         return RedisPreviewCache(where).clear(prefix)
     companions = _companions(Path(where))
     if not companions.is_file():

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunNotFoundError, StateStoreError, UserError, ViewNotFoundError
-from ..routing.state import route_state_summary, state_location
+from ..routing._redis import safe_url
+from ..routing.state import is_redis, route_state_summary, state_location
 from ..routing.stores import open_state_store
 from ..runlog import (
     MAX_COUNT,
@@ -35,8 +36,6 @@ __all__ = ["MAX_PAGE", "ViewData", "run_query"]
 MAX_PAGE = 200
 """The most runs one page of ``/api/runs`` holds."""
 _KINDS = ("run", "race", "bandit", "select")
-_REMOTE = ("redis://", "rediss://", "unix://")
-"""Router state locations that are not files (as :func:`open_state_store` reads them)."""
 
 
 class ViewData:
@@ -46,13 +45,22 @@ class ViewData:
         log_path: the run log (default ``$PHI_HOME/logs.db``). It may not exist yet: the view
             then shows no runs and says how to log some, and opens it once it appears.
         state: the router state (a file or ``redis://…``; default as ``phi route show``).
+        state_key: the key prefix of a router state in Redis (``ROUTER_STATE_KEY``; ``None``:
+            the default, ``phi:router:v1``); files have none.
+
+    A Redis URL's password is never shown: the pages and their JSON give the location as
+    ``redis://:***@host``.
     """
 
     def __init__(
-        self, log_path: str | os.PathLike[str] | None = None, state: str | None = None
+        self,
+        log_path: str | os.PathLike[str] | None = None,
+        state: str | None = None,
+        state_key: str | None = None,
     ) -> None:
         self.log_path = Path(log_path) if log_path is not None else default_log_path()
         self.state = state
+        self.state_key = state_key
         self._log: RunLog | None = None
         self._opening = threading.Lock()
 
@@ -127,14 +135,19 @@ class ViewData:
 
     # ------------------------------------------------------------------ router state
 
+    def _location(self) -> str:
+        """Where the router state is, as the pages show it (a Redis URL without its password)."""
+        return safe_url(state_location(self.state))
+
     def _state_summary(self) -> tuple[str, dict[str, Any]]:
-        location = state_location(self.state)
         try:
-            store = open_state_store(location, read_only=True)
+            store = open_state_store(
+                state_location(self.state), read_only=True, prefix=self.state_key
+            )
             summary = route_state_summary(store)
         except StateStoreError as exc:  # unreachable Redis, a state of the wrong shape
             raise UserError(str(exc)) from None
-        return location, summary
+        return self._location(), summary
 
     def routes(self) -> dict[str, Any]:
         """Every namespace of the router state with its arms (count, mean reward, its spread
@@ -142,7 +155,7 @@ class ViewData:
         try:
             location, summary = self._state_summary()
         except UserError as exc:
-            return {"location": state_location(self.state), "namespaces": [], "note": str(exc)}
+            return {"location": self._location(), "namespaces": [], "note": str(exc)}
         return {
             "location": location,
             "namespaces": [{"namespace": ns, "arms": _arms(arms)} for ns, arms in summary.items()],
@@ -157,8 +170,8 @@ class ViewData:
             ViewNotFoundError: the state has no such namespace (the message lists the ones it
                 has), or there is no router state yet.
         """
-        location = state_location(self.state)
-        if not location.startswith(_REMOTE) and not Path(location).is_file():
+        location = self._location()
+        if not is_redis(location) and not Path(location).is_file():
             raise ViewNotFoundError(
                 f"No namespace {namespace!r}: there is no router state at {location!r} yet; "
                 "a race with --strategy bandit creates it."
