@@ -25,7 +25,10 @@ calling loop as its parent, so session records link the two both ways.
 * **Limits**: when the calling run says what its :class:`ExecutionLimits` have left
   (``ToolContext.limits_left``), the child runs within it: its ``max_total_tokens``,
   ``max_cost`` and ``max_duration`` are lowered to what is left (its own stay when tighter;
-  its ``max_turns`` is its own), and a call is refused when one of them is used up.
+  its ``max_turns`` is its own), and a call is refused when one of them is used up. Sub-agents
+  the model calls in one parallel batch split the tokens and dollars left equally, so together
+  they stay within the parent's limits (each child checks its own share before each turn; the
+  time left is shared as it passes).
 * **Cancellation**: cancelling the parent (token or task) cancels the child.
 * **No nesting**: a sub-agent cannot be given sub-agent tools (phi-core's rule against endless
   delegation chains). This is checked again on every call: a sub-agent with sub-agent tools (one
@@ -67,6 +70,10 @@ _RUNNING: ContextVar[tuple[SubAgentTool, ...]] = ContextVar("phi_core_sub_agents
 
 class SubAgentTool:
     """A sub-agent as a tool; see the module docstring. Builder methods return ``self``."""
+
+    spends_limits = True
+    """Its model calls count against the calling run's limits: calls of it started together
+    split what is left (see ``ToolRunner``)."""
 
     def __init__(
         self,

@@ -242,6 +242,37 @@ async def test_the_parents_token_limit_stops_its_sub_agent() -> None:
     assert result.reason == "limit"
 
 
+async def test_sub_agents_called_together_split_what_the_parents_limits_have_left() -> None:
+    """The parent has 3000 tokens and has spent 20 when its model calls two sub-agents in one
+    batch (run in parallel): each child gets half of the 2980 left and stops after the turn
+    that reaches it (two turns of 1000), instead of each seeing all 2980 (three turns each:
+    6000 tokens against a 3000-token limit). Called alone, a child sees all that is left."""
+
+    @tool
+    def noop() -> str:
+        """Nothing."""
+        return "ok"
+
+    limits = ExecutionLimits(max_total_tokens=3000)
+    spent = Usage(input=10, output=10)
+
+    async def run(*names: str) -> list[int]:
+        children = {
+            name: ScriptedProvider(
+                default=Reply(tool_calls=[call("noop", {})], usage=Usage(input=900, output=100))
+            )
+            for name in ("a", "b")
+        }
+        subs = [SubAgentTool(n, provider=p, tools=[noop], max_turns=8) for n, p in children.items()]
+        calls = Reply(tool_calls=[call(n, {"task": "t"}) for n in names], usage=spent)
+        parent = ScriptedProvider([calls, "x"])
+        await agent_loop("go", AgentContext(tools=subs), config(parent, limits=limits))
+        return [children[n].calls for n in names]
+
+    assert await run("a", "b") == [2, 2]
+    assert await run("a") == [3]  # 1000, 2000, then 3000 >= 2980: all that was left
+
+
 # ---------------------------------------------------------------- nesting, enforced at run time
 
 

@@ -80,6 +80,18 @@ class LimitsLeft:
             return "max_duration"
         return None
 
+    def split(self, ways: int) -> LimitsLeft:
+        """One of ``ways`` equal shares, for tools that spend the run's limits at the same time
+        (sub-agents started in one batch): tokens and dollars are divided, the time left is
+        not (it passes for all of them at once)."""
+        if ways <= 1:
+            return self
+        return LimitsLeft(
+            tokens=None if self.tokens is None else self.tokens // ways,
+            cost=None if self.cost is None else self.cost / ways,
+            seconds=self.seconds,
+        )
+
     def bound(self, limits: ExecutionLimits | None) -> ExecutionLimits | None:
         """``limits`` (None: no limits) tightened to what is left: each of ``max_total_tokens``,
         ``max_cost`` and ``max_duration`` becomes the smaller of the two; ``max_turns`` stays.

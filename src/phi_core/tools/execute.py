@@ -65,6 +65,9 @@ class ToolRunner:
     max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
     limits_left: Callable[[], LimitsLeft | None] = lambda: None
     """What the run's limits have left, asked when each call starts."""
+    _shares: dict[str, int] = field(default_factory=dict)
+    """By tool call id: how many calls of its batch spend the run's limits at once (tools with
+    ``spends_limits``, such as sub-agents); each gets that share of what is left."""
     fatal: BaseException | None = None
     """A SystemExit/KeyboardInterrupt/GeneratorExit a tool raised; the loop re-raises it."""
     _interrupted: dict[str, ToolResultMessage] = field(default_factory=dict)
@@ -136,6 +139,15 @@ class ToolRunner:
         async def one(i: int) -> None:
             results[i] = await self._execute(calls[i])
 
+        # calls that spend the run's limits side by side split what is left between them, so
+        # together they stay within it
+        spenders = [
+            calls[i].id
+            for i in indices
+            if getattr(self._find(calls[i].name), "spends_limits", False)
+        ]
+        if len(spenders) > 1:
+            self._shares.update(dict.fromkeys(spenders, len(spenders)))
         try:
             async with asyncio.TaskGroup() as group:
                 for i in indices:
@@ -152,6 +164,9 @@ class ToolRunner:
                     results[i] = self._result_message(
                         calls[i], ToolResult.error(f"Tool raised {type(fatal).__name__}.")
                     )
+        finally:
+            for call_id in spenders:  # a call refused before it ran never took its share
+                self._shares.pop(call_id, None)
 
     def _find(self, name: str) -> Any:
         for t in self.tools:
@@ -339,7 +354,7 @@ class ToolRunner:
             _on_usage=lambda usage, cost: self.usage.append((usage, cost)),
             approver=self.approver,
             arguments=dict(tc.arguments),
-            limits_left=self.limits_left(),
+            limits_left=_share(self.limits_left(), self._shares.pop(tc.id, 1)),
         )
         timeout = tool_timeout(agent_tool)
         if timeout is None:
@@ -383,6 +398,10 @@ class ToolRunner:
             for outcome in await asyncio.gather(*pending_updates, return_exceptions=True):
                 if isinstance(outcome, Exception):
                     emit(Warning(loop_id=loop_id, message=f"tool update hook failed for {tc.name}"))
+
+
+def _share(left: LimitsLeft | None, ways: int) -> LimitsLeft | None:
+    return None if left is None else left.split(ways)
 
 
 def _first_fatal(errors: BaseExceptionGroup[BaseException]) -> BaseException | None:
