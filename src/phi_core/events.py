@@ -374,7 +374,10 @@ class CompactionStarted(_Event):
 
 
 class CompactionEnded(_Event):
-    """``block`` is the overlay a manual compaction made (recorded on the session's loop)."""
+    """``block`` is the overlay a manual compaction made (recorded on the session's loop).
+    ``error`` says why a compaction failed (``"cancelled"``, or the strategy's error); the
+    messages were then left as they were (``messages_after == messages_before``). None when it
+    succeeded."""
 
     type: Literal["compaction_ended"] = "compaction_ended"
     messages_before: int
@@ -384,6 +387,7 @@ class CompactionEnded(_Event):
     loops_compacted: int = 0
     reason: CompactionReason = "threshold"
     block: CompactionBlock | None = None
+    error: str | None = None
 
 
 class PrunApplied(_Event):

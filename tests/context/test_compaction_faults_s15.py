@@ -74,6 +74,9 @@ async def test_a_failed_compaction_ends_and_the_conversation_is_sent_as_it_was(
     assert compaction_events(events) == {"compaction_started": 1, "compaction_ended": 1}
     [ended] = [e for e in events if isinstance(e, CompactionEnded)]
     assert ended.messages_after == ended.messages_before == 1
+    assert ended.error is not None  # the event says it failed, and why
+    if isinstance(strategy, Raises):
+        assert ended.error == "RuntimeError: strategy bug"
     assert ended.estimated_tokens_after == ended.estimated_tokens_before
     assert [message_text(m) for m in provider.requests[0].messages] == [PROMPT]
     assert any(isinstance(e, Warning) and "Context management failed" in e.message for e in events)
@@ -112,6 +115,7 @@ async def test_a_cancelled_compaction_still_ends() -> None:
     )
     assert result.reason == "cancelled"
     assert compaction_events(events) == {"compaction_started": 1, "compaction_ended": 1}
+    assert [e.error for e in events if isinstance(e, CompactionEnded)] == ["cancelled"]
     assert provider.calls == 0
 
 

@@ -268,3 +268,29 @@ async def test_compacting_a_long_conversation_is_an_event_on_the_run(spans: Span
         compaction.attributes["phi.compaction.tokens_after"]
         < compaction.attributes["phi.compaction.tokens_before"]
     )
+    assert "phi.compaction.error_type" not in compaction.attributes  # it succeeded
+
+
+async def test_a_failed_compaction_names_only_its_kind_on_the_run(spans: Spans) -> None:
+    """The event carries the strategy's error; the span only its type (a strategy's message
+    may quote the conversation, which spans keep out unless content capture is on)."""
+    from phi_core.context import CompactionConfig
+    from phi_core.loop import agent_loop
+
+    class Leaky:
+        def compact(self, messages: Any, config: Any) -> Any:
+            raise ValueError("cannot shorten 'my card is 4111 1111 1111 1111'")
+
+    events: list[Any] = []
+    config = AgentLoopConfig(
+        model=ModelConfig(provider="p", id="m", api="scripted", context_window=3_000),
+        provider=ScriptedProvider(default="ok"),
+        compaction=CompactionConfig(max_context_tokens=200, strategy=Leaky()),
+    )
+    await agent_loop("next " + "words " * 300, AgentContext(), config, events=events.append)
+    (ended,) = [e for e in events if e.type == "compaction_ended"]
+    assert ended.error is not None and ended.error.startswith("ValueError: cannot shorten")
+    agent = spans.one("invoke_agent p:m")
+    (compaction,) = [e for e in agent.events if e.name == "phi.compaction"]
+    assert compaction.attributes["phi.compaction.error_type"] == "ValueError"
+    assert "4111" not in str(dict(compaction.attributes))

@@ -820,6 +820,7 @@ class _Run:
                     estimated_tokens_before=report.estimated_tokens_before,
                     estimated_tokens_after=report.estimated_tokens_after,
                     reason=report.reason,
+                    error=report.error,
                 )
             )
             await self._hook(

@@ -332,6 +332,12 @@ class EventSpans:
                     "phi.compaction.messages_after": event.messages_after,
                     "phi.compaction.tokens_before": event.estimated_tokens_before,
                     "phi.compaction.tokens_after": event.estimated_tokens_after,
+                    # only the kind of failure: a strategy's message may quote the conversation
+                    **(
+                        {"phi.compaction.error_type": event.error.split(":", 1)[0]}
+                        if event.error
+                        else {}
+                    ),
                 },
                 timestamp=now,
             )
