@@ -145,6 +145,17 @@ def test_bad_inputs_are_rejected_with_clear_messages():
         router.update(np.ones(2), "a", 1.0)
     with pytest.raises(UserError, match="finite"):
         router.update(np.ones(3), "a", float("nan"))
+    # stored statistics of another dimension name the arm and what to do, and change nothing
+    router.update(np.ones(3), "kept", 1.0)
+    with pytest.raises(UserError) as caught:
+        router.load_state({"old": ArmStats.of(np.ones(2), 0.5)})
+    assert "arm 'old' are 2-dimensional" in str(caught.value)
+    assert "another feature extractor" in str(caught.value) and "phi route reset" in str(
+        caught.value
+    )
+    with pytest.raises(UserError, match="arm 'b' are 4-dimensional"):
+        router.merge("b", ArmStats.of(np.ones(4), 0.5))
+    assert router.stats("kept").n == 1 and "old" not in router.arms
     with pytest.raises(UserError, match="at least one arm"):
         router.rank(np.ones(3), [])
 

@@ -602,7 +602,14 @@ class LinearRouter:
 
     def _check_stats(self, name: str, stats: ArmStats) -> None:
         """:class:`UserError` unless ``stats`` fit this router and updates could have made them."""
-        self._check_dim(np.asarray(stats.xr).reshape(-1))
+        dim = np.asarray(stats.xr).reshape(-1).shape[0]
+        if dim != self.dim:
+            raise UserError(
+                f"The statistics of arm {name!r} are {dim}-dimensional, but this router's "
+                f"features have {self.dim} dimensions: they were learned with another feature "
+                "extractor (or edited), and were not used. Route with the extractor they were "
+                "learned with, or clear that namespace (`phi route reset --namespace …`)."
+            )
         problem = stats_problem(stats)
         if problem is not None:
             raise UserError(
