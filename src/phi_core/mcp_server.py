@@ -60,6 +60,7 @@ from .providers.base import Provider
 from .providers.keys import stored_keys
 from .providers.local import BUNDLED_MODELS
 from .providers.registry import model_listing, split_model_settings
+from .providers.retry import RetryPolicy
 from .race import BanditOptions, BanditRaceResult
 from .runlog import RunLog, RunRecorder
 
@@ -157,6 +158,9 @@ class McpConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """The largest HTTP request body answered (``[gateway] max_body_bytes``; the smallest a
     file sets): a larger one gets a 413 before it is read."""
+    retries: int | None = None
+    """Retries of a failed upstream call on every branch and judge (``[gateway] retries``, the
+    smallest a file sets, as ``phi serve`` applies it); ``None``: each race's own."""
 
 
 def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
@@ -164,8 +168,9 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
     :func:`load_profiles`; a key read from an unset variable is an error naming it).
 
     ``[gateway]`` settings apply as in ``phi serve``: ``run_log``, ``models``, ``passthrough``
-    and the keys' limits; ``log_content`` only when a file sets it (an MCP race is logged with
-    its text otherwise, as ``phi race`` logs)."""
+    and the keys' limits; ``log_content``, ``max_body_bytes`` and ``retries`` only when a file
+    sets them (an MCP race is logged with its text otherwise, as ``phi race`` logs, and retries
+    as its race file says)."""
     from .gateway import load_gateway_config
     from .gateway._auth import BearerKeys
     from .gateway._config import env_keys
@@ -176,11 +181,14 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
     listed: list[str] = []
     passthrough = run_log = log_content = True
     max_body = DEFAULT_MAX_BODY_BYTES
+    retries: int | None = None
     for path in paths:
         config = load_gateway_config(path)
         settings = config.gateway
         if "max_body_bytes" in settings.model_fields_set:
             max_body = min(max_body, settings.max_body_bytes)
+        if "retries" in settings.model_fields_set:
+            retries = settings.retries if retries is None else min(retries, settings.retries)
         state = state or settings.state
         keys += [(k, k.secret()) for k in settings.keys]
         listed += [m for m in settings.models if m not in listed]
@@ -199,7 +207,7 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> McpConfig:
     return McpConfig(
         profiles, state, BearerKeys(keys + env_keys()), api_keys=tuple(k for k, _ in keys),
         models=tuple(listed), passthrough=passthrough, run_log=run_log, log_content=log_content,
-        max_body_bytes=max_body,
+        max_body_bytes=max_body, retries=retries,
     )  # fmt: skip
 
 
@@ -273,6 +281,8 @@ class RaceTools:
             (never ones naming an endpoint or a local file, unless offered as above).
         limits: the keys' limits, applied to calls made with a key (HTTP).
         log_content: whether run records keep the prompt and the answers.
+        retries: retries of a failed upstream call on every branch and judge (``[gateway]
+            retries``); ``None``: each race's own policy.
     """
 
     def __init__(
@@ -287,6 +297,7 @@ class RaceTools:
         passthrough: bool = True,
         limits: KeyLimits | None = None,
         log_content: bool = True,
+        retries: int | None = None,
     ) -> None:
         if max_cost_usd is not None and (
             isinstance(max_cost_usd, bool)
@@ -307,6 +318,11 @@ class RaceTools:
         self.passthrough = passthrough
         self.limits = limits
         self.log_content = log_content
+        if retries is not None and (
+            isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
+        ):
+            raise UserError(f"retries must be a whole number >= 0, got {retries!r}.")
+        self.retry = None if retries is None else RetryPolicy(max_retries=retries)
         self.offered = set(self.listed)
         """The models a caller may name whatever they look like: the listed ones and every
         profile's branches and judge."""
@@ -386,7 +402,7 @@ class RaceTools:
         cap = _cap(max_cost_usd, self.max_cost_usd)
         _check_max_tokens(max_tokens)
         bandit = (strategy or spec.strategy or "").strip().lower() == "bandit"
-        return plan_race(
+        plan = plan_race(
             spec,
             models=branches,
             judge=parse_branch(judge, named, qualify=True) if judge else None,
@@ -396,6 +412,7 @@ class RaceTools:
             bandit=BanditOptions(state=self.state) if bandit else None,
             providers=self.providers,
         )
+        return plan if self.retry is None else plan.with_retry(self.retry)
 
     async def race(
         self,

@@ -186,3 +186,41 @@ async def test_http_connections_get_tcp_nodelay(strict_loop: list[Any]) -> None:
         writer.close()
         await writer.wait_closed()
     assert seen == [1]
+
+
+async def test_gateway_retries_apply_to_every_branch_and_the_judge(
+    tmp_path: Path, strict_loop: list[Any]
+) -> None:
+    """``[gateway] retries`` (the smallest a file sets) is the retry policy of every branch and
+    judge, as in ``phi serve``: a branch rate-limited once answers with one retry and fails
+    with none. A file that does not set it leaves each race's own policy."""
+    from phi_core.errors import RateLimitedError
+    from phi_core.mcp_server import load_config
+    from phi_core.testing import Fail
+
+    one = write(tmp_path, "one.toml", f"[gateway]\nretries = 3\n\n{JUDGED}")
+    none = write(tmp_path, "none.toml", "[gateway]\nretries = 0\n")
+    unset = write(tmp_path, "unset.toml", "[gateway]\nrun_log = true\n")
+    assert load_config([one, none]).retries == 0
+    assert load_config([one]).retries == 3
+    assert load_config([unset]).retries is None
+    assert RaceTools(load_config([unset]).profiles).retry is None
+
+    def flaky() -> dict[str, ScriptedProvider]:
+        providers = scripted()
+        providers["scripted:a"] = ScriptedProvider(
+            [Fail(RateLimitedError("slow down", retry_after=0.0)), Reply("answer A")],
+            name="scripted:a",
+        )
+        return providers
+
+    for retries, a_answers in ((1, True), (0, False)):
+        tools = RaceTools(load_config([one]).profiles, providers=flaky(), retries=retries)
+        plan = tools.plan(profile="judged")
+        assert plan.judge_config is not None
+        assert {c.retry.max_retries for c in [*plan.configs, plan.judge_config]} == {retries}
+        race = await tools.race("Which?", profile="judged")
+        status = {b["name"]: b["status"] for b in race["branches"]}
+        assert (status["a"] == "ok") is a_answers, status
+    with pytest.raises(UserError, match="retries must be a whole number"):
+        RaceTools(retries=-1)

@@ -113,6 +113,7 @@ def serve(
             passthrough=loaded.passthrough,
             limits=limits,
             log_content=loaded.log_content,
+            retries=loaded.retries,
         )
         server = mcp_server(tools)
         if not http:

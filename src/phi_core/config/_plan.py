@@ -42,6 +42,7 @@ from ..parallel import (
 )
 from ..parallel import strategy_from_name as _parallel_strategy
 from ..providers.base import Provider
+from ..providers.retry import RetryPolicy
 from ..race import BanditOptions, BanditRace, BanditRaceResult, build_bandit_race
 from ..routing.stores import RouterStateStore
 from ..types import AgentMessage, ResponseFormat, Usage, UserMessage
@@ -122,6 +123,15 @@ class RacePlan:
     @property
     def labels(self) -> list[str]:
         return [b.label for b in self.branches]
+
+    def with_retry(self, retry: RetryPolicy) -> RacePlan:
+        """This plan with ``retry`` on every branch and the judge (a server's ``retries``)."""
+        judge = self.judge_config
+        return dataclasses.replace(
+            self,
+            configs=[dataclasses.replace(c, retry=retry) for c in self.configs],
+            judge_config=dataclasses.replace(judge, retry=retry) if judge else None,
+        )
 
     def build_strategy(self) -> EvaluationStrategy:
         """The parallel evaluation strategy (not for ``bandit``, which is a pipeline)."""

@@ -332,12 +332,7 @@ class Gateway:
 
     def _retrying(self, plan: RacePlan) -> RacePlan:
         """``plan`` with the gateway's retry policy on every branch and the judge."""
-        judge = plan.judge_config
-        return dataclasses.replace(
-            plan,
-            configs=[dataclasses.replace(c, retry=self.retry) for c in plan.configs],
-            judge_config=dataclasses.replace(judge, retry=self.retry) if judge else None,
-        )
+        return plan.with_retry(self.retry)
 
     async def close(self) -> None:
         """Stop answering readiness and close what :meth:`start` opened."""
