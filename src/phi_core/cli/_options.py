@@ -18,6 +18,7 @@ __all__ = [
     "MaxConcurrencyOption",
     "NoLogOption",
     "OutputOption",
+    "RouterStateKeyOption",
     "ScriptOption",
     "TimeoutOption",
     "finite_at_least",
@@ -79,4 +80,14 @@ MaxConcurrencyOption = Annotated[
 ]
 ScriptOption = Annotated[
     Path | None, typer.Option(hidden=True, envvar="PHI_SCRIPT", help="Scripted replies.")
+]
+
+RouterStateKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--router-state-key",
+        envvar="ROUTER_STATE_KEY",
+        help="Key prefix of a router state in Redis (default phi:router:v1), as "
+        "`parallel-agents --router-state-key` writes it.",
+    ),
 ]

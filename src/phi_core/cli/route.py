@@ -26,6 +26,7 @@ from ..routing._redis import DEFAULT_PREFIX, RedisStateStore, safe_url
 from ..routing.state import clear_previews, is_redis, route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
 from ._common import EXIT_FAILED, usage_error, warn
+from ._options import RouterStateKeyOption
 from ._parallel_agents import main as parallel_agents_main  # the installed script's old path
 
 __all__ = ["app", "parallel_agents_main"]
@@ -40,15 +41,7 @@ StateOpt = Annotated[
     ),
 ]
 
-KeyOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--router-state-key",
-        envvar="ROUTER_STATE_KEY",
-        help="Key prefix of a router state in Redis (default phi:router:v1), as "
-        "`parallel-agents --router-state-key` writes it.",
-    ),
-]
+KeyOpt = RouterStateKeyOption
 
 app = typer.Typer(
     name="route",

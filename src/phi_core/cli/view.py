@@ -13,6 +13,7 @@ from ..errors import UserError
 from ..routing.state import is_redis, state_location
 from ..view import DEFAULT_PORT, ViewData, is_loopback, serve
 from ._common import EXIT_INTERRUPTED, usage_error, warn
+from ._options import RouterStateKeyOption
 
 __all__ = ["command"]
 
@@ -39,15 +40,7 @@ def command(
             help="Router state: a .sqlite/.db or JSON file, or redis://host:port/db.",
         ),
     ] = None,
-    state_key: Annotated[
-        str | None,
-        typer.Option(
-            "--router-state-key",
-            envvar="ROUTER_STATE_KEY",
-            help="Key prefix of a router state in Redis (default phi:router:v1), as "
-            "`parallel-agents --router-state-key` writes it.",
-        ),
-    ] = None,
+    state_key: RouterStateKeyOption = None,
 ) -> None:
     """Serve the web view of past runs, the router state and selections (read-only)."""
     if not is_loopback(host):
