@@ -51,6 +51,7 @@ from ..errors import Interrupted, PhiError, StateStoreError, UserError, redact
 from ..providers.base import Provider
 from ..providers.registry import resolve_model
 from ..race import BanditOptions, BanditRace, BanditRaceResult
+from ..routing.state import is_redis
 from ..types import Pricing
 from ._bandit import flush_router_updates
 from ._common import (
@@ -68,7 +69,6 @@ from ._script import load_scripts
 
 __all__ = ["main", "parallel_agents", "parallel_agents_app"]
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 MINILM = ("all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
 
 parallel_agents_app = typer.Typer(
@@ -408,9 +408,9 @@ def _state_location(state: str | None, redis_url: str | None, key: str | None) -
     """Where the router state (with its preview cache and latency history) lives: the state the
     seed's flags name, else ``REDIS_URL``, else the default."""
     location = state or redis_url
-    if location is not None and not location.startswith(REDIS_SCHEMES):
+    if location is not None and not is_redis(location):
         os.makedirs(os.path.dirname(os.path.abspath(location)), exist_ok=True)
-    redis = location is not None and location.startswith(REDIS_SCHEMES)
+    redis = location is not None and is_redis(location)
     if key is not None and not redis:
         warn("ROUTER_STATE_KEY (--router-state-key) only applies to state in Redis; ignored.")
     return location

@@ -41,7 +41,7 @@ from ..providers.local import BUNDLED_MODELS
 from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace
-from ..routing.state import open_route_state, state_location
+from ..routing.state import is_redis, open_route_state, state_location
 from ..routing.stores import LinkStore, MemoryPreviewCache, RouterStateStore
 from ..runlog import RunLog, RunRecord, RunRecorder
 from ..tools._validate import check_tools
@@ -296,7 +296,7 @@ class Gateway:
 
     @property
     def shared(self) -> bool:
-        return self.state.startswith(("redis://", "rediss://", "unix://"))
+        return is_redis(self.state)
 
     async def start(self) -> None:
         """Open the router state, feedback links, limits and run log (in threads)."""

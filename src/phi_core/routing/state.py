@@ -40,6 +40,7 @@ from .stores import (
     RouterStateStore,
     SQLitePreviewCache,
     SQLiteStateStore,
+    is_redis,
     make_parent,
     open_state_store,
 )
@@ -63,11 +64,6 @@ DEFAULT_STATE = "router_state.sqlite"
 def state_location(state: str | None = None) -> str:
     """``state``, else ``$PHI_ROUTER_STATE``, else ``router_state.sqlite`` in the user directory."""
     return state or os.environ.get("PHI_ROUTER_STATE") or str(user_path(DEFAULT_STATE))
-
-
-def is_redis(location: str) -> bool:
-    """Whether the router state at ``location`` is in Redis (not a file)."""
-    return location.startswith(("redis://", "rediss://", "unix://"))
 
 
 def preview_prefix(location: str, key_prefix: str | None = None) -> str:

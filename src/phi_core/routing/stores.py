@@ -58,6 +58,7 @@ __all__ = [
     "SQLitePreviewCache",
     "SQLiteStateStore",
     "check_finite",
+    "is_redis",
     "make_parent",
     "open_state_store",
     "stats_from_json",
@@ -579,6 +580,11 @@ class SQLiteStateStore:
         return sorted(r[0] for r in rows)
 
 
+def is_redis(location: str) -> bool:
+    """Whether the router state at ``location`` is in Redis (not a file)."""
+    return location.startswith(("redis://", "rediss://", "unix://"))
+
+
 def open_state_store(
     location: str | os.PathLike[str], *, read_only: bool = False, prefix: str | None = None
 ) -> RouterStateStore:
@@ -589,7 +595,7 @@ def open_state_store(
     prefix of a state in Redis (``ROUTER_STATE_KEY``; ``None``: the default); files have none.
     """
     text = str(location)
-    if text.startswith(("redis://", "rediss://", "unix://")):
+    if is_redis(text):
         from ._redis import RedisStateStore  # imports this module: not at the top
 
         return RedisStateStore(text, read_only=read_only, prefix=prefix)
