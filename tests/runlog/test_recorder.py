@@ -13,12 +13,12 @@ from phi_core.config import plan_race
 from phi_core.errors import AuthError
 from phi_core.events import Warning, tee
 from phi_core.loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop
-from phi_core.providers.base import ModelConfig
 from phi_core.race import BanditOptions
 from phi_core.runlog import RunLog, RunRecorder
-from phi_core.select import MeteredModel, ModelSelector
 from phi_core.testing import Fail, Reply, ScriptedProvider
 from phi_core.types import AssistantMessage, TextContent, Usage, UserMessage
+
+from ..select.agents import good_and_bad_selector
 
 RUBRIC = json.dumps(
     {
@@ -151,25 +151,7 @@ async def test_a_single_run_records_its_whole_conversation(log: RunLog) -> None:
 
 
 async def test_a_selection_is_recorded_with_every_combination(log: RunLog) -> None:
-    def handle(name: str, answer: str) -> MeteredModel:
-        config = ModelConfig(provider="scripted", id=name, api="scripted")
-        return MeteredModel(config, provider=ScriptedProvider(name=name, default=Reply(answer)))
-
-    async def agent(models: dict[str, MeteredModel], question: str) -> str:
-        return await models["solver"].complete(question)
-
-    def selector(**options: Any) -> ModelSelector:
-        return ModelSelector(
-            agent,
-            {"solver": [handle("good", "yes"), handle("bad", "no")]},
-            [(f"q{i}", "yes") for i in range(4)],
-            lambda expected, actual: expected == actual,
-            algorithm="brute_force",
-            cache=False,
-            **options,
-        )
-
-    result = await selector().select_best()
+    result = await good_and_bad_selector().select_best()
     recorder = RunRecorder(log, prompt="phi select spec.toml")
     record = log.get_run(recorder.finish(result).id)
     assert record.kind == "select" and record.strategy == "brute_force"
@@ -180,7 +162,7 @@ async def test_a_selection_is_recorded_with_every_combination(log: RunLog) -> No
     assert record.verdict is not None and record.verdict["evaluations"] == 8
     assert record.status == "ok"
     # a selection its budget stopped is recorded in the races' word for it
-    stopped = await selector(max_evaluations=3).select_best()
+    stopped = await good_and_bad_selector(max_evaluations=3).select_best()
     assert stopped.status == "over_budget"
     again = RunRecorder(log, prompt="phi select spec.toml")
     assert log.get_run(again.finish(stopped).id).status == "over_budget"

@@ -6,33 +6,13 @@ from __future__ import annotations
 import asyncio
 
 from phi_core.cli.select import _Tally
-from phi_core.providers.base import ModelConfig
-from phi_core.select import Evaluation, MeteredModel, ModelSelector
-from phi_core.testing import Reply, ScriptedProvider
-from phi_core.types import Pricing, Usage
+from phi_core.select import Evaluation
 
-
-def handle(name: str, answer: str) -> MeteredModel:
-    config = ModelConfig(
-        provider="scripted", id=name, api="scripted", pricing=Pricing(input=1.0, output=2.0)
-    )
-    reply = Reply(answer, usage=Usage(input=100, output=50))
-    return MeteredModel(config, provider=ScriptedProvider(name=name, default=reply))
-
-
-async def agent(models: dict[str, MeteredModel], question: str) -> str:
-    return await models["solver"].complete(question)
+from .agents import good_and_bad_selector
 
 
 async def test_every_evaluation_is_reported_as_it_finishes_not_once_per_batch() -> None:
-    selector = ModelSelector(
-        agent,
-        {"solver": [handle("good", "yes"), handle("bad", "no")]},
-        [(f"q{i}", "yes") for i in range(5)],
-        lambda expected, actual: expected == actual,
-        algorithm="brute_force",  # one batch holding every cell
-        cache=False,
-    )
+    selector = good_and_bad_selector(5)  # brute force: one batch holding every cell
     batches: list[int] = []
     seen: list[tuple[int, int, float]] = []
     result = await selector.select_best(
@@ -57,14 +37,7 @@ def test_the_tally_sums_what_was_paid_and_bounds_the_time_left() -> None:
 async def test_a_callback_that_raises_stops_the_run_with_its_own_error() -> None:
     """The caller's own exception, not nested exception groups, and the caller's task is left
     as it was (Python 3.11's TaskGroup can leave a cancel request on it)."""
-    selector = ModelSelector(
-        agent,
-        {"solver": [handle("good", "yes"), handle("bad", "no")]},
-        [(f"q{i}", "yes") for i in range(5)],
-        lambda expected, actual: expected == actual,
-        algorithm="brute_force",
-        cache=False,
-    )
+    selector = good_and_bad_selector(5)
 
     def broken(k: int, i: int, e: Evaluation) -> None:
         raise ValueError("progress bar broke")

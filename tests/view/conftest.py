@@ -13,12 +13,12 @@ import pytest
 
 from phi_core.config import plan_race
 from phi_core.errors import AuthError
-from phi_core.providers.base import ModelConfig
 from phi_core.race import BanditOptions
 from phi_core.runlog import RunLog, RunRecorder
-from phi_core.select import MeteredModel, ModelSelector
 from phi_core.testing import Fail, Reply, ScriptedProvider
 from phi_core.types import Usage
+
+from ..select.agents import good_and_bad_selector
 
 XSS = '<script>window.__phi_xss = 1</script><img src="x" onerror="window.__phi_xss = 2">'
 """What a hostile (or confused) model might answer; the view must show it as text."""
@@ -78,23 +78,8 @@ async def record_all(root: Path) -> Recorded:
         recorder = RunRecorder(log, prompt="Which one?", plan=bandit)
         bandit_record = recorder.finish(await bandit.run("Which one?", events=recorder))
 
-        def handle(name: str, answer: str) -> MeteredModel:
-            config = ModelConfig(provider="scripted", id=name, api="scripted")
-            return MeteredModel(config, provider=ScriptedProvider(name=name, default=Reply(answer)))
-
-        async def agent(models: dict[str, MeteredModel], question: str) -> str:
-            return await models["solver"].complete(question)
-
-        selector = ModelSelector(
-            agent,
-            {"solver": [handle("good", "yes"), handle("bad", "no")]},
-            [(f"q{i}", "yes") for i in range(4)],
-            lambda expected, actual: expected == actual,
-            algorithm="brute_force",
-            cache=False,
-        )
         recorder = RunRecorder(log, prompt="phi select spec.toml")
-        select_id = recorder.finish(await selector.select_best()).id
+        select_id = recorder.finish(await good_and_bad_selector().select_best()).id
     namespace = bandit_record.route_events[0].namespace
     return Recorded(log_path, state, race_id, bandit_record.id, select_id, namespace)
 
