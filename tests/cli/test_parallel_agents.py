@@ -240,3 +240,15 @@ def test_a_bandit_state_that_cannot_be_opened_is_one_error_line(
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output and result.stdout == ""
     assert result.stderr.startswith("Error: ") and str(state) in " ".join(result.stderr.split())
+
+
+def test_a_router_state_key_for_a_file_state_is_reported_as_ignored(
+    script: str, tmp_path: Path
+) -> None:
+    result = run(
+        "Q?", "--agent-models", "scripted:a,scripted:b", "--judge-model", "scripted:j",
+        "--bandit-state", str(tmp_path / "s.sqlite"), "--script", script,
+        env={"ROUTER_STATE_KEY": "seed_state"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis" in result.stderr

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from ..routing.state import is_redis
+from ._common import warn
 from ._output import OUTPUT_MODES
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "ScriptOption",
     "TimeoutOption",
     "finite_at_least",
+    "warn_key_without_redis",
 ]
 
 
@@ -91,3 +94,12 @@ RouterStateKeyOption = Annotated[
         "`parallel-agents --router-state-key` writes it.",
     ),
 ]
+
+
+def warn_key_without_redis(key: str | None, location: str | None) -> None:
+    """Warn that ``--router-state-key`` was given for router state that is not in Redis (a key
+    prefix means nothing to a SQLite or JSON file), so the user knows it had no effect."""
+    if key is not None and not (location is not None and is_redis(location)):
+        warn(
+            "--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored."
+        )

@@ -65,6 +65,7 @@ from ._common import (
     usage_error,
     warn,
 )
+from ._options import warn_key_without_redis
 from ._script import load_scripts
 
 __all__ = ["main", "parallel_agents", "parallel_agents_app"]
@@ -410,9 +411,7 @@ def _state_location(state: str | None, redis_url: str | None, key: str | None) -
     location = state or redis_url
     if location is not None and not is_redis(location):
         os.makedirs(os.path.dirname(os.path.abspath(location)), exist_ok=True)
-    redis = location is not None and is_redis(location)
-    if key is not None and not redis:
-        warn("ROUTER_STATE_KEY (--router-state-key) only applies to state in Redis; ignored.")
+    warn_key_without_redis(key, location)
     return location
 
 

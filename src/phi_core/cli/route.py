@@ -26,7 +26,7 @@ from ..routing._redis import DEFAULT_PREFIX, RedisStateStore, safe_url
 from ..routing.state import clear_previews, is_redis, route_state_summary, state_location
 from ..routing.stores import RouterStateStore, open_state_store
 from ._common import EXIT_FAILED, usage_error, warn
-from ._options import RouterStateKeyOption
+from ._options import RouterStateKeyOption, warn_key_without_redis
 from ._parallel_agents import main as parallel_agents_main  # the installed script's old path
 
 __all__ = ["app", "parallel_agents_main"]
@@ -41,8 +41,6 @@ StateOpt = Annotated[
     ),
 ]
 
-KeyOpt = RouterStateKeyOption
-
 app = typer.Typer(
     name="route",
     help="Inspect, reset or export the learned router state.",
@@ -54,8 +52,7 @@ app = typer.Typer(
 
 def _open(state: str | None, key: str | None, *, read_only: bool) -> RouterStateStore:
     state = state_location(state)
-    if key is not None and not is_redis(state):
-        warn("--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored.")
+    warn_key_without_redis(key, state)
     if not is_redis(state) and not Path(state).is_file():
         raise usage_error(
             UserError(
@@ -97,7 +94,7 @@ def _store_errors() -> Iterator[None]:
 @app.command("show")
 def show(
     state: StateOpt = None,
-    key: KeyOpt = None,
+    key: RouterStateKeyOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show each arm's observation count and mean reward, per feature namespace."""
@@ -121,7 +118,7 @@ def show(
 @app.command("reset")
 def reset(
     state: StateOpt = None,
-    key: KeyOpt = None,
+    key: RouterStateKeyOption = None,
     namespace: Annotated[
         str | None, typer.Option("--namespace", help="Only this feature namespace.")
     ] = None,
@@ -168,7 +165,7 @@ def _reset(
 @app.command("export")
 def export(
     state: StateOpt = None,
-    key: KeyOpt = None,
+    key: RouterStateKeyOption = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write here instead of stdout (`-`: stdout)."),

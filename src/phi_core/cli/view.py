@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ..routing.state import is_redis, state_location
+from ..routing.state import state_location
 from ..view import DEFAULT_PORT, ViewData, is_loopback, serve
 from ._common import EXIT_INTERRUPTED, usage_error, warn
-from ._options import RouterStateKeyOption
+from ._options import RouterStateKeyOption, warn_key_without_redis
 
 __all__ = ["command"]
 
@@ -48,8 +48,7 @@ def command(
             f"--host {host} serves every logged prompt and answer to the network, without "
             "authentication; use 127.0.0.1 unless that is what you want."
         )
-    if state_key is not None and not is_redis(state_location(state)):
-        warn("--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored.")
+    warn_key_without_redis(state_key, state_location(state))
     data = ViewData(log, state, state_key)
 
     def ready(url: str) -> None:
