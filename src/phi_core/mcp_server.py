@@ -61,7 +61,7 @@ from .providers.keys import stored_keys
 from .providers.local import BUNDLED_MODELS
 from .providers.registry import model_listing, split_model_settings
 from .providers.retry import RetryPolicy
-from .race import BanditOptions, BanditRaceResult
+from .race import BanditOptions, BanditRaceResult, route_scope
 from .runlog import RunLog, RunRecorder
 
 if TYPE_CHECKING:
@@ -394,7 +394,8 @@ class RaceTools:
         max_cost_usd: float | None = None,
     ) -> RacePlan:
         """The checked plan of one call (see :func:`~phi_core.config.plan_race`)."""
-        spec = self.profile(profile).spec
+        chosen = self.profile(profile)
+        spec = chosen.spec
         named = spec.branches or []
         for text in [*(models or []), *([judge] if judge else [])]:
             self.check_model(text, named)
@@ -409,7 +410,9 @@ class RaceTools:
             strategy=strategy,
             max_tokens=max_tokens,
             budget=Budget(max_cost_usd=cap),
-            bandit=BanditOptions(state=self.state) if bandit else None,
+            bandit=BanditOptions(state=self.state, scope=route_scope(chosen.name))
+            if bandit
+            else None,
             providers=self.providers,
         )
         return plan if self.retry is None else plan.with_retry(self.retry)

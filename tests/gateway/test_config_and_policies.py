@@ -21,6 +21,10 @@ from phi_core.gateway import (
     parse_chat_request,
 )
 from phi_core.gateway import _service as gateway_service
+from phi_core.race import BanditOptions, route_scope
+from phi_core.routing.bandits import ArmStats
+from phi_core.routing.features import HashedFeatures
+from phi_core.routing.stores import open_state_store
 from phi_core.runlog import RunLog
 
 from ..providers.fakes import FakeServer
@@ -229,17 +233,11 @@ async def test_health_readiness_and_metrics(strict_loop: Any, upstream: FakeServ
 async def test_a_sure_router_skips_the_race_and_counts_it(
     strict_loop: Any, upstream: FakeServer, tmp_path: Path
 ) -> None:
-    from phi_core.routing.bandits import ArmStats
-    from phi_core.routing.features import HashedFeatures
-    from phi_core.routing.stores import open_state_store
-
     state = str(tmp_path / "router.sqlite")
     query = "which arm?"
-    features = HashedFeatures(64, length_scale=2000)  # the bandit options' defaults
-    store = open_state_store(state)
-    x = features(query)
-    store.add(features.schema, "alpha", ArmStats.of(x, 1.0, weight=500))
-    store.add(features.schema, "beta", ArmStats.of(x, 0.0, weight=500))
+    store, namespace, x = route_state(state, "duo", query)
+    store.add(namespace, "alpha", ArmStats.of(x, 1.0, weight=500))
+    store.add(namespace, "beta", ArmStats.of(x, 0.0, weight=500))
     body = {"model": "route:duo", "messages": [{"role": "user", "content": query}]}
     async with (
         live_gateway(gateway_config(upstream.url, state=state)) as url,
@@ -250,6 +248,48 @@ async def test_a_sure_router_skips_the_race_and_counts_it(
     assert reply.headers["x-phi-action"] == "sure" and reply.headers["x-phi-winner"] == "alpha"
     assert 'phi_gateway_races_skipped_total{profile="duo"} 1' in metrics
     assert upstream.requests[0].json["model"] == "alpha"  # the first call answers: no preview race
+
+
+def route_state(state: str, profile: str, query: str) -> tuple[Any, str, Any]:
+    """The router state file ``state``, the namespace of ``route:PROFILE`` in it (the bandit
+    options' default features) and ``query``'s features."""
+    features = HashedFeatures(64, length_scale=2000)  # the bandit options' defaults
+    namespace = BanditOptions(scope=route_scope(profile)).namespace(features)
+    return open_state_store(state), namespace, features(query)
+
+
+async def test_route_profiles_whose_branches_share_a_name_learn_apart(
+    strict_loop: Any, upstream: FakeServer, tmp_path: Path
+) -> None:
+    alpha = f"openai-compat:alpha@{upstream.url}/v1"
+    beta = f"openai-compat:beta@{upstream.url}/v1"
+    config = GatewayConfig.model_validate(
+        {"gateway": {"retries": 0, "state": str(tmp_path / "router.sqlite")},
+         "profiles": {
+             "one": {"strategy": "judge", "branches": [
+                 {"name": "fast", "model": alpha}, {"name": "slow", "model": beta}]},
+             "two": {"strategy": "judge", "branches": [
+                 {"name": "fast", "model": beta}, {"name": "slow", "model": alpha}]},
+         }}
+    )  # fmt: skip
+    query = "which arm?"
+    store, one, x = route_state(str(tmp_path / "router.sqlite"), "one", query)
+    store.add(one, "fast", ArmStats.of(x, 1.0, weight=500))  # route:one is sure of its `fast`
+    store.add(one, "slow", ArmStats.of(x, 0.0, weight=500))
+    body = {"messages": [{"role": "user", "content": query}]}
+    async with live_gateway(config) as url, httpx.AsyncClient(base_url=url) as client:
+        first = await client.post("/v1/chat/completions", json={**body, "model": "route:one"})
+        second = await client.post("/v1/chat/completions", json={**body, "model": "route:two"})
+    assert first.headers["x-phi-action"] == "sure" and first.headers["x-phi-winner"] == "fast"
+    assert upstream.requests[0].json["model"] == "alpha"
+    # route:two's `fast` (beta) learned nothing from route:one's `fast` (alpha): not sure of it
+    assert second.status_code == 200 and second.headers["x-phi-action"] != "sure"
+    _, two, _ = route_state(str(tmp_path / "router.sqlite"), "two", query)
+    assert one != two and set(store.namespaces()) == {one, two}
+    # each learned from its own answers only: route:one from its sure answer (one more), the
+    # previews and answer of route:two in its own namespace
+    assert {arm: s.n for arm, s in store.load(one).items()} == {"fast": 501, "slow": 500}
+    assert store.load(two) and all(s.n < 2 for s in store.load(two).values())
 
 
 def test_serving_beyond_loopback_without_keys_is_warned(monkeypatch: pytest.MonkeyPatch) -> None:

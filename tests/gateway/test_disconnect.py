@@ -187,9 +187,14 @@ async def test_a_race_whose_client_goes_away_is_logged_once_as_a_race_with_its_b
                 request.cancel()
                 await asyncio.gather(request, return_exceptions=True)
         await until(lambda: all(r.ended_at is not None for r in upstream.requests))
+        # the request is counted when its handler ends, which may come after the upstream's end
+        cancelled = 'phi_gateway_requests_total{kind="race",route="chat",status="499"} 1'
         async with httpx.AsyncClient() as client:
-            metrics = (await client.get(f"{url}/metrics")).text
-    assert 'phi_gateway_requests_total{kind="race",route="chat",status="499"} 1' in metrics
+            for _ in range(500):
+                if cancelled in (metrics := (await client.get(f"{url}/metrics")).text):
+                    break
+                await asyncio.sleep(0.01)
+    assert cancelled in metrics
     [record] = run_log.list_runs()  # one record per run
     assert run_log.list_runs(RunQuery(kind="race")) == [record]
     assert record.kind == "race" and record.strategy == "judge" and record.status == "cancelled"

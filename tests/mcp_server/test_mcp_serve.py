@@ -251,6 +251,8 @@ async def test_http_race_route_and_learning(setup: Setup, strict_loop: list[Any]
     learned = after.structured_content
     assert learned is not None
     assert sum(a["n"] for a in learned["arms"]) > 0
+    # the profile learns apart, in the namespace `phi serve` gives the same profile's route
+    assert learned["namespace"] == "hashed-v1:dim=64:len=2000|route=capitals"
     assert bad.is_error and "max_cost_usd" in text_of(bad)
 
 

@@ -100,6 +100,4 @@ def warn_key_without_redis(key: str | None, location: str | None) -> None:
     """Warn that ``--router-state-key`` was given for router state that is not in Redis (a key
     prefix means nothing to a SQLite or JSON file), so the user knows it had no effect."""
     if key is not None and not (location is not None and is_redis(location)):
-        warn(
-            "--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored."
-        )
+        warn("--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis; ignored.")

@@ -40,7 +40,7 @@ from ..providers.call import ModelCall
 from ..providers.local import BUNDLED_MODELS
 from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
-from ..race import Arm, BanditOptions, BanditRace
+from ..race import Arm, BanditOptions, BanditRace, route_scope
 from ..routing.state import is_redis, open_route_state, state_location
 from ..routing.stores import LinkStore, MemoryPreviewCache, RouterStateStore
 from ..runlog import RunLog, RunRecord, RunRecorder
@@ -284,7 +284,7 @@ class Gateway:
                 plan = plan_race(
                     spec,
                     strategy="bandit",
-                    bandit=BanditOptions(state=self.state),
+                    bandit=BanditOptions(state=self.state, scope=route_scope(name)),
                     providers=self.providers,
                 )
             except UserError as exc:

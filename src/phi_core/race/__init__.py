@@ -12,6 +12,7 @@ one location by ``routing.open_route_state``. Builds on ``loop/``, ``parallel/``
 from .entry import (
     BanditOptions,
     build_bandit_race,
+    route_scope,
     run_bandit_race,
     verifier_from_spec,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "RaceSettings",
     "Verifier",
     "build_bandit_race",
+    "route_scope",
     "run_bandit_race",
     "verifier_from_spec",
 ]

@@ -31,6 +31,7 @@ from .pipeline import Arm, BanditRace, BanditRaceResult, RaceSettings, Verifier
 __all__ = [
     "BanditOptions",
     "build_bandit_race",
+    "route_scope",
     "run_bandit_race",
     "verifier_from_spec",
 ]
@@ -77,6 +78,20 @@ class BanditOptions:
     default prefix."""
     verify: str | None = None
     """A check of each full answer (see :func:`verifier_from_spec`); None: no check."""
+    scope: str | None = None
+    """Who learns apart: the router statistics and latency history are kept under the
+    features' schema plus this scope (``{schema}|{scope}``), so two routers whose arms share a
+    name (a branch ``fast`` on different models) never mix what they learned. The gateway and
+    ``phi mcp`` give each route profile its own (``route=PROFILE``). None: the schema alone,
+    which every race with the same features and arm names shares (the command line's)."""
+
+    def namespace(self, features: FeatureExtractor) -> str:
+        """The router state's namespace for ``features`` (see :attr:`scope`)."""
+        if self.scope is None:
+            return features.schema
+        if not self.scope.strip():
+            raise UserError("BanditOptions.scope must not be empty; leave it out (None) instead.")
+        return f"{features.schema}|{self.scope}"
 
     def budget(self) -> Budget | None:
         """The race's :class:`Budget` from the four limit options (``None``: none set).
@@ -120,6 +135,12 @@ def verifier_from_spec(spec: str) -> Verifier:
         f"Unknown verify check {spec!r}. Use 'python' (the answer must contain runnable Python) "
         "or 'regex:PATTERN' (the answer must match PATTERN, e.g. 'regex:^[A-D]$')."
     )
+
+
+def route_scope(profile: str) -> str:
+    """The :attr:`BanditOptions.scope` of a served route profile (``phi serve``, ``phi mcp``):
+    each profile learns apart, and the gateway and the MCP server serving one file share it."""
+    return f"route={profile}"
 
 
 def _features(options: BanditOptions) -> FeatureExtractor:
@@ -195,7 +216,7 @@ def build_bandit_race(
     if verify is runnable_python:
         default_sandbox().check()  # refuse before the race when model code could not be contained
     router = LinUCBRouter(features.dim, alpha=options.alpha, ridge=options.ridge)
-    namespace = features.schema
+    namespace = options.namespace(features)
     cache = None
     tracker = LatencyTracker(namespace=namespace)
     preview_tracker = LatencyTracker(namespace=f"{namespace}:preview")
