@@ -110,6 +110,7 @@ __all__ = [
     "UserError",
     "ViewNotFoundError",
     "redact",
+    "redact_tree",
     "register_environment_secrets",
     "register_secret",
     "registered_secrets",
@@ -188,6 +189,18 @@ def redact(text: str) -> str:
         else:
             text = pattern.sub("[REDACTED]", text)
     return text
+
+
+def redact_tree(value: Any) -> Any:
+    """``value`` with :func:`redact` applied to every string in it, keys too (JSON-like trees:
+    dicts, lists, tuples; other values as they are)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_tree(v) for v in value]
+    return value
 
 
 class PhiError(Exception):

@@ -52,7 +52,7 @@ from .config import (
     parse_branch,
     plan_race,
 )
-from .errors import RunError, UserError, redact
+from .errors import RunError, UserError, redact, redact_tree
 from .events import AgentEnd
 from .metering import Budget
 from .parallel import ParallelLoopResult
@@ -394,6 +394,11 @@ class RaceTools:
         max_cost_usd: float | None = None,
     ) -> RacePlan:
         """The checked plan of one call (see :func:`~phi_core.config.plan_race`)."""
+        if models is not None and len(models) > MAX_MODELS:
+            raise UserError(
+                f"`models` names {len(models)} models; a call may race at most {MAX_MODELS}. "
+                "Name fewer, or put them in a profile of the server's config."
+            )
         chosen = self.profile(profile)
         spec = chosen.spec
         named = spec.branches or []
@@ -619,7 +624,7 @@ class RaceTools:
         try:
             stored = set(stored_keys())
         except UserError as exc:  # an unreadable keys file: say so, list the models anyway
-            warnings.append(redact(str(exc)))
+            warnings.append(str(exc))
             stored = set()
         caller = _CALLER.get()
         allowed = caller.key.models if caller is not None and caller.key is not None else None
@@ -634,7 +639,11 @@ class RaceTools:
             if (self.passthrough or row["model"] in self.offered)
             and (allowed is None or row["model"] in allowed)
         ]
-        return {"profiles": profiles, "models": rows, "warnings": warnings}
+        # an endpoint's URL may carry a token (`…/v1?api_key=…`): the listing never shows it
+        listing: dict[str, Any] = redact_tree(
+            {"profiles": profiles, "models": rows, "warnings": warnings}
+        )
+        return listing
 
 
 def _spent(result: ParallelLoopResult | BanditRaceResult) -> float:
@@ -755,6 +764,10 @@ def mcp_server(tools: RaceTools) -> MCPServer:
     return server
 
 
+MAX_MODELS = 16
+"""The most models one ``race`` or ``route`` call may name: each is a full model call (and the
+judge reads every answer), so a caller cannot start hundreds with one call."""
+
 _TOOL_ARGS: dict[str, dict[str, str]] = {
     "race": {
         "prompt": "text", "profile": "name", "models": "models", "strategy": "name",
@@ -771,7 +784,7 @@ _TOOL_ARGS: dict[str, dict[str, str]] = {
 _ACCEPTS = {
     "text": "a string",
     "name": "a string",
-    "models": "a list of model strings (`provider:model` or branch names)",
+    "models": f"a list of up to {MAX_MODELS} model strings (`provider:model` or branch names)",
     "tokens": f"a whole number from 1 to {MAX_TOKENS_LIMIT:,}",
     "dollars": "a finite number of dollars > 0",
     "flag": "true or false",
@@ -829,7 +842,11 @@ def _accepts(kind: str, value: Any) -> bool:
     if kind == "name":
         return isinstance(value, str)
     if kind == "models":
-        return isinstance(value, list) and all(isinstance(m, str) for m in value)
+        return (
+            isinstance(value, list)
+            and len(value) <= MAX_MODELS
+            and all(isinstance(m, str) for m in value)
+        )
     if kind == "flag":
         return isinstance(value, bool)
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -70,6 +71,26 @@ def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> No
         Gateway(config, run_log=None)
 
 
+WRONG_SHAPED_MESSAGES: dict[str, list[Any]] = {
+    "an image url as a string": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": "data:image/png;base64,A"}]}
+    ],
+    "tool calls as a number": [
+        {"role": "assistant", "tool_calls": 5},
+        {"role": "user", "content": "x"},
+    ],
+    "a tool call without an id": [
+        {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f"}}]},
+        {"role": "tool", "content": "r"},
+    ],
+    "arguments as a number": [
+        {"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": 5}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ],
+}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -120,7 +141,15 @@ def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> No
                 ("prediction", {"type": "content", "content": "x"}),
                 ("reasoning_effort", "extreme"),
                 ("frequency_penalty", 3),
+                ("n", True),
+                ("stream_options", {"include_usage": "no"}),
+                ("tools", [{"type": "function", "function": {"name": "f", "parameters": "zzz"}}]),
+                ("response_format", {"type": "json_schema", "json_schema": {"schema": "x"}}),
             ]
+        ],
+        *[
+            ({"model": "m", "messages": messages}, "messages")
+            for messages in WRONG_SHAPED_MESSAGES.values()
         ],
     ],
 )
@@ -128,6 +157,45 @@ def test_bad_requests_name_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(GatewayError) as caught:
         parse_chat_request(body)
     assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_tool_call_arguments_sent_as_an_object_are_passed_on_as_json() -> None:
+    request = parse_chat_request(
+        {"model": "m", "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ]}
+    )  # fmt: skip
+    [call] = request.messages[1].content  # type: ignore[union-attr]
+    assert call.raw_arguments == '{"city": "Paris"}' and call.arguments == {"city": "Paris"}
+
+
+async def test_wrong_shaped_fields_are_400s_and_the_connection_serves_on(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    model = f"openai-compat:alpha@{upstream.url}/v1"
+    async with (
+        live_gateway(gateway_config(upstream.url)) as url,
+        httpx.AsyncClient(base_url=url) as client,  # one keep-alive connection for every call
+    ):
+        for name, messages in WRONG_SHAPED_MESSAGES.items():
+            refused = await client.post(
+                "/v1/chat/completions", json={"model": model, "messages": messages}
+            )
+            assert refused.status_code == 400, (name, refused.text)
+            assert refused.json()["error"]["param"] == "messages", name
+        served = await client.post(
+            "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        metrics = (await client.get("/metrics")).text
+    assert served.status_code == 200
+    count = len(WRONG_SHAPED_MESSAGES)
+    assert (
+        f'phi_gateway_requests_total{{kind="unknown",route="chat",status="400"}} {count}' in metrics
+    )
 
 
 def test_default_values_of_unsupported_fields_pass_and_settings_are_read() -> None:
@@ -500,3 +568,90 @@ def test_a_client_cannot_make_the_gateway_open_local_files() -> None:
         assert "root" not in str(refused.value) and "exist" not in str(refused.value)
     assert answers[0] == answers[1]
     assert gateway.resolve("local:smollm2") == ("passthrough", "local:smollm2")
+
+
+class _DownCounters:
+    """Per-key counters whose store is down (Redis unreachable): every read raises."""
+
+    async def hit(self, key: str, window: str, ttl_s: float) -> int:
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+
+    async def spend(self, key: str, window: str, usd: float, ttl_s: float) -> float:
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+
+
+@pytest.mark.parametrize("limit", [{"requests_per_minute": 5}, {"daily_usd": 1.0}])
+async def test_a_key_whose_limits_cannot_be_counted_gets_a_503_to_retry(
+    strict_loop: Any, upstream: FakeServer, limit: dict[str, Any]
+) -> None:
+    keys = [{"name": "team", "key": "sk-team-0123456789", **limit}]
+    gateway = Gateway(gateway_config(upstream.url, keys=keys), run_log=None)
+    body = {"model": "race:duo", "messages": [{"role": "user", "content": "hi"}]}
+    async with (
+        live_gateway(gateway) as url,
+        httpx.AsyncClient(
+            base_url=url, headers={"Authorization": "Bearer sk-team-0123456789"}
+        ) as client,
+    ):
+        gateway.counters = _DownCounters()  # type: ignore[assignment]
+        refused = await client.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 503 and refused.headers["retry-after"]
+    error = refused.json()["error"]
+    assert error["code"] == "limits_store_unavailable" and "'team'" in error["message"]
+    assert "ConnectionError" in error["message"] and "Retry later" in error["message"]
+    assert upstream.requests == []  # nothing was sent unchecked
+
+
+async def test_a_secret_in_a_listed_models_url_is_never_shown_and_its_shown_name_calls_it(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    secret = "hunter2hunter2"
+    model = f"openai-compat:alpha@{upstream.url}/v1?api_key={secret}"
+    keys = [{"name": "team", "key": "sk-team-0123456789"}]
+    config = GatewayConfig.model_validate(
+        {"gateway": {"retries": 0, "models": [model], "keys": keys}, "profiles": {}}
+    )
+    headers = {"Authorization": "Bearer sk-team-0123456789"}
+    async with (
+        live_gateway(config) as url,
+        httpx.AsyncClient(base_url=url, headers=headers) as client,
+    ):
+        listing = await client.get("/v1/models")
+        [shown] = [m["id"] for m in listing.json()["data"] if m["id"].startswith("openai-compat:")]
+        one = await client.get(f"/v1/models/{quote(shown, safe=':@/')}")
+        called = await client.post(
+            "/v1/chat/completions",
+            json={"model": shown, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        unknown = await client.post(
+            "/v1/chat/completions",
+            json={"model": "openai-compat:nope", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert secret not in listing.text and "[REDACTED]" in shown
+    assert one.status_code == 200 and secret not in one.text
+    assert called.status_code == 200, called.text
+    assert secret not in called.text and secret not in str(called.headers)
+    assert upstream.requests[-1].json["model"] == "alpha"  # the configured endpoint answered
+    assert unknown.status_code == 404 and secret not in unknown.text
+
+
+async def test_a_key_limited_to_some_models_sees_and_is_told_of_only_those(
+    strict_loop: Any, upstream: FakeServer
+) -> None:
+    keys = [{"name": "team", "key": "sk-team-0123456789", "models": ["race:first"]}]
+    headers = {"Authorization": "Bearer sk-team-0123456789"}
+    async with (
+        live_gateway(gateway_config(upstream.url, keys=keys)) as url,
+        httpx.AsyncClient(base_url=url, headers=headers) as client,
+    ):
+        mine = await client.get("/v1/models/race:first")
+        other = await client.get("/v1/models/race:duo")
+        unknown = await client.post(
+            "/v1/chat/completions",
+            json={"model": "race:nope", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert mine.status_code == 200
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+    message = unknown.json()["error"]["message"]
+    assert unknown.status_code == 404 and message.endswith("Known models: race:first.")
+    assert "race:duo" not in message and upstream.url not in message

@@ -224,3 +224,19 @@ async def test_gateway_retries_apply_to_every_branch_and_the_judge(
         assert (status["a"] == "ok") is a_answers, status
     with pytest.raises(UserError, match="retries must be a whole number"):
         RaceTools(retries=-1)
+
+
+def test_the_models_listing_never_shows_a_token_in_an_endpoint_url(tmp_path: Path) -> None:
+    secret = "hunter2hunter2"
+    model = f"openai-compat:alpha@http://127.0.0.1:9/v1?api_key={secret}"
+    path = write(
+        tmp_path, "gateway.toml", f'[profiles.p]\n[[profiles.p.branches]]\nmodel = "{model}"\n'
+    )
+    profiles, _ = load_profiles([path])
+    listing = RaceTools(profiles, models=[model], passthrough=False).models()
+    assert secret not in repr(listing) and "api_key=[REDACTED]" in repr(listing)
+
+
+def test_a_call_may_not_name_more_than_sixteen_models() -> None:
+    with pytest.raises(UserError, match="at most 16"):
+        RaceTools(providers=scripted()).plan(models=["scripted:a"] * 17)

@@ -110,6 +110,7 @@ async def test_argument_errors_name_the_argument_and_its_range(
         "zero_tokens": {"max_tokens": 0},
         "extra": {"extra_arg": 1},
         "models_type": {"models": "scripted:a"},
+        "too_many_models": {"models": ["scripted:a"] * 300},
     }
     async with Client(mcp_server(tools)) as client:
         results = {
@@ -132,7 +133,8 @@ async def test_argument_errors_name_the_argument_and_its_range(
     for name in ("huge_tokens", "zero_tokens"):
         assert "`max_tokens` must be a whole number from 1 to 1,000,000" in texts[name]
     assert "Unknown argument 'extra_arg'" in texts["extra"] and "`max_tokens`" in texts["extra"]
-    assert "`models` must be a list of model strings" in texts["models_type"]
+    for name in ("models_type", "too_many_models"):
+        assert "`models` must be a list of up to 16 model strings" in texts[name]
     assert number_prompt.is_error and "`prompt` must be a string" in text_of(number_prompt)
     assert listing.is_error and "`models` takes no arguments" in text_of(listing)
     # The profile's judge is not the caller's doing: no warning about it.

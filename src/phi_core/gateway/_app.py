@@ -350,11 +350,14 @@ def create_app(
         try:
             caller = gateway.authenticate(request.headers.get("authorization"))
             chat_request = parse_chat_request(await json_body(request))
-            kind, _ = gateway.resolve(chat_request.model)
+            kind, _ = gateway.resolve(chat_request.model, caller)
             gateway.authorize(caller, chat_request.model)
             # the request's meter: its budget is what is left of the key's daily dollars
             meter = await gateway.admit(caller)
-        except GatewayError as exc:
+        except Exception as exc:
+            if not isinstance(exc, GatewayError):  # a bug: logged, answered as OpenAI's 500
+                logger.error("the gateway failed to admit a request", exc_info=exc)
+                exc = _failed()
             metrics.inc("phi_gateway_requests_total", route="chat", kind=kind,
                         status=str(exc.status))  # fmt: skip
             return _error(exc)
@@ -558,8 +561,10 @@ def create_app(
         key is not set): what the model list leaves out is not offered here either."""
         name = request.path_params["model"]
         try:
-            gateway.authenticate(request.headers.get("authorization"))
-            kind, _ = gateway.resolve(name)
+            caller = gateway.authenticate(request.headers.get("authorization"))
+            kind, _ = gateway.resolve(name, caller)
+            if not gateway.may(caller, name):  # as the model list: not offered to this key
+                raise gateway.unknown(name, "", caller)
             if kind == "passthrough":
                 gateway.provider_for(name)
         except GatewayError as exc:

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_race_from_plan, plan_race
@@ -30,6 +30,7 @@ from ..errors import (
     ProviderError,
     StateStoreError,
     UserError,
+    redact,
 )
 from ..events import RouteDecision, RouteUpdate, tee
 from ..loop import AgentContext, AgentLoopConfig
@@ -70,6 +71,8 @@ from ._wire import (
 __all__ = ["Answer", "Caller", "Gateway", "model_owner"]
 
 logger = logging.getLogger("phi_core.gateway")
+
+_N = TypeVar("_N", int, float)
 
 Kind = Literal["race", "route", "passthrough"]
 """What answers a model name: a race, a route or the model itself."""
@@ -258,6 +261,9 @@ class Gateway:
         self._redis: Any = None
         self._state_store: RouterStateStore | None = None
         self._models: dict[str, ModelConfig] = {}
+        self._shown_as = {redact(m): m for m in self.settings.models if redact(m) != m}
+        """A listed model whose name holds a secret (``…/v1?api_key=…``) is shown with the secret
+        redacted, and that shown name calls it (the client never sees the secret)."""
         self._servable: list[str] | None = None
         self._unwritten: list[RunRecord] = []
         self._writer: asyncio.Task[None] | None = None
@@ -366,25 +372,37 @@ class Gateway:
 
     # ------------------------------------------------------------------ models
 
-    def model_ids(self) -> list[str]:
-        """The profiles' names (``race:…``, ``route:…``), then ``gateway.models``."""
+    def model_ids(self, caller: Caller | None = None) -> list[str]:
+        """The profiles' names (``race:…``, ``route:…``), then ``gateway.models`` (a secret
+        in a name redacted); with ``caller``, only those its key may call."""
         ids = [f"race:{p}" for p in self.race_plans] + [f"route:{p}" for p in self.routes]
-        return ids + list(self.settings.models)
+        return [n for n in ids + [redact(m) for m in self.settings.models] if self.may(caller, n)]
+
+    def may(self, caller: Caller | None, model: str) -> bool:
+        """Whether ``caller`` (None: anyone) may call ``model`` (a name as shown or as set)."""
+        allowed = caller.key.models if caller is not None and caller.key is not None else None
+        return allowed is None or model in allowed or self._real(model) in allowed
+
+    def _real(self, name: str) -> str:
+        """The configured name of a model shown with a secret redacted (else ``name``)."""
+        return self._shown_as.get(name, name)
 
     def listed_models(self, caller: Caller) -> list[str]:
         """What ``GET /v1/models`` shows ``caller``: :meth:`model_ids` and, with passthrough
         on, the catalogue models this process can serve now (their provider's key is set, or
         the embedded model is installed) — only those the caller's key may call."""
-        names = self.model_ids()
+        names = self.model_ids(caller)
         if self.settings.passthrough:
             if self._servable is None:
                 self._servable = servable_models()
-            names += [n for n in self._servable if n not in self.settings.models]
-        allowed = caller.key.models if caller.key is not None else None
-        return [n for n in names if allowed is None or n in allowed]
+            names += [
+                n for n in self._servable if n not in self.settings.models and self.may(caller, n)
+            ]
+        return names
 
-    def resolve(self, name: str) -> tuple[Kind, str]:
-        """``(kind, profile or model)``; an unknown name is a 404 listing the known ones."""
+    def resolve(self, name: str, caller: Caller | None = None) -> tuple[Kind, str]:
+        """``(kind, profile or model)``; an unknown name is a 404 listing the known ones (those
+        ``caller`` may call)."""
         if not name.isprintable() or not name.isascii():
             # it is echoed in headers (x-phi-model), which carry neither
             raise GatewayError(
@@ -401,8 +419,10 @@ class Gateway:
         if head == "route" and sep and rest in self.routes:
             return "route", rest
         if head == "route" and rest in self.route_problems:
-            raise self._unknown(name, f"the profile cannot be routed: {self.route_problems[rest]}")
-        listed = name in self.settings.models
+            raise self.unknown(
+                name, f"the profile cannot be routed: {self.route_problems[rest]}", caller
+            )
+        listed = self._real(name) in self.settings.models
         if head not in ("race", "route") and sep and rest and (self.settings.passthrough or listed):
             if "@" in rest and not listed:
                 # A client must not point the gateway (and the keys it holds) at any address.
@@ -426,11 +446,11 @@ class Gateway:
                     param="model",
                 )
             try:
-                self._model(name)
+                self._model(self._real(name))
             except UserError as exc:
-                raise self._unknown(name, str(exc)) from None
+                raise self.unknown(name, str(exc), caller) from None
             return "passthrough", name
-        raise self._unknown(name, "")
+        raise self.unknown(name, "", caller)
 
     def _model(self, name: str) -> ModelConfig:
         """``resolve_model(name)``, remembered (the catalog and environment do not change
@@ -442,9 +462,10 @@ class Gateway:
                 self._models[name] = model
         return model
 
-    def _unknown(self, name: str, why: str) -> GatewayError:
-        known = ", ".join(self.model_ids()) or "none configured"
-        passthrough = " or any `provider:model`" if self.settings.passthrough else ""
+    def unknown(self, name: str, why: str, caller: Caller | None) -> GatewayError:
+        known = ", ".join(self.model_ids(caller)) or "none configured"
+        anything = caller is None or caller.key is None or caller.key.models is None
+        passthrough = " or any `provider:model`" if self.settings.passthrough and anything else ""
         detail = f" ({why})" if why else ""
         return GatewayError(
             404,
@@ -463,12 +484,11 @@ class Gateway:
 
     def authorize(self, caller: Caller, model: str) -> None:
         """403 when the caller's key may not call ``model``."""
-        allowed = caller.key.models if caller.key is not None else None
-        if allowed is not None and model not in allowed:
+        if not self.may(caller, model):
             raise GatewayError(
                 403,
                 f"Key {caller.name!r} may not call {model!r}; it may call: "
-                f"{', '.join(allowed) or 'nothing'}.",
+                f"{', '.join(self.model_ids(caller)) or 'nothing'}.",
                 type_="permission_error",
                 code="model_not_allowed",
                 param="model",
@@ -489,7 +509,7 @@ class Gateway:
             return Meter()
         if key.requests_per_minute is not None:
             window, left = minute_window()
-            count = await self.counters.hit(key.name, window, 60)
+            count = await self._counted(key, self.counters.hit(key.name, window, 60))
             if count > key.requests_per_minute:
                 raise GatewayError(
                     429,
@@ -502,7 +522,7 @@ class Gateway:
         if key.daily_usd is None:
             return Meter()
         window, left = day_window()
-        spent = await self.counters.spend(key.name, window, 0.0, 86_400)
+        spent = await self._counted(key, self.counters.spend(key.name, window, 0.0, 86_400))
         if spent >= key.daily_usd:
             raise daily_spend_error(
                 key, f"Key {key.name!r} has spent its ${key.daily_usd:g} for today (${spent:.6f})."
@@ -513,6 +533,19 @@ class Gateway:
             held = self._held[slot] = _Held(_Allowance(key, key.daily_usd - spent))
         held.requests += 1
         return _Allowance(key, key.daily_usd - spent, shared=held.meter, slot=slot)
+
+    async def _counted(self, key: ApiKey, reading: Awaitable[_N]) -> _N:
+        """A key's counter read for admission; a counter store that cannot be used (Redis
+        down) refuses the request with a 503 to retry, rather than serving it unchecked."""
+        try:
+            return await reading
+        except Exception as exc:
+            logger.warning("the per-key counters cannot be read: %s", type(exc).__name__)
+            raise _retry_later(
+                f"Key {key.name!r} has limits, and the store that counts them cannot be used now "
+                f"({type(exc).__name__}); nothing was sent. Retry later.",
+                "limits_store_unavailable",
+            ) from None
 
     def release(self, meter: Meter) -> None:
         """The request of ``meter`` is over (charged): it no longer holds its key's shared
@@ -601,8 +634,8 @@ class Gateway:
         gateway's configuration, not the request, is at fault, and asking again will not help
         (``x-should-retry: false``) until it is fixed. The message names the environment
         variable to set, never a key."""
-        model = self._model(name)
-        provided = self.providers.get(name)
+        model = self._model(self._real(name))
+        provided = self.providers.get(self._real(name))
         if provided is not None:
             return provided
         no_retry = {"x-should-retry": "false"}
@@ -632,7 +665,7 @@ class Gateway:
     def passthrough_request(self, request: ChatRequest) -> tuple[Provider, StreamRequest]:
         """The provider and the upstream request of a passthrough ``request`` (see
         :meth:`provider_for` for the 503 of a model this gateway cannot call)."""
-        model = self._model(request.model)
+        model = self._model(self._real(request.model))
         provider = self.provider_for(request.model)
         return provider, StreamRequest(
             model=model,

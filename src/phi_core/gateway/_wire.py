@@ -147,8 +147,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_request("`stream_options` must be an object.", "stream_options")
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise bad_request(
+            f"`stream_options.include_usage` must be true or false, got {include_usage!r}.",
+            "stream_options",
+        )
     n = body.get("n")
-    if n is not None and n != 1:
+    if n is not None and (isinstance(n, bool) or n != 1):
         raise bad_request(f"Only `n` = 1 is supported, got {n!r}.", "n")
     max_tokens = _positive_int(body, "max_completion_tokens") or _positive_int(body, "max_tokens")
     seed = body.get("seed")
@@ -173,7 +179,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         messages=messages,
         system_prompt=system,
         stream=stream,
-        include_usage=bool(options.get("include_usage", False)),
+        include_usage=include_usage,
         tools=_tools(body.get("tools")),
         tool_choice=_tool_choice(body.get("tool_choice")),
         parallel_tool_calls=parallel,
@@ -270,11 +276,21 @@ def _tools(value: Any) -> list[ToolDefinition]:
         name = function.get("name")
         if not isinstance(name, str) or not name:
             raise bad_request(f"`tools[{i}].function.name` is required.", "tools")
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise bad_request(
+                f"`tools[{i}].function.parameters` must be a JSON Schema object, got "
+                f"{_shown(parameters)}.",
+                "tools",
+            )
+        description = function.get("description")
+        if description is not None and not isinstance(description, str):
+            raise bad_request(f"`tools[{i}].function.description` must be a string.", "tools")
         tools.append(
             ToolDefinition(
                 name=name,
-                description=str(function.get("description") or ""),
-                parameters=function.get("parameters") or {"type": "object", "properties": {}},
+                description=description or "",
+                parameters=parameters or {"type": "object", "properties": {}},
             )
         )
     return tools
@@ -290,6 +306,12 @@ def _response_format(value: Any) -> ResponseFormat | None:
         return ResponseFormat(type="json_object", strict=False)
     if kind == "json_schema" and isinstance(value.get("json_schema"), dict):
         spec = value["json_schema"]
+        if not isinstance(spec.get("schema"), dict | None):
+            raise bad_request(
+                "`response_format.json_schema.schema` must be a JSON Schema object, got "
+                f"{_shown(spec.get('schema'))}.",
+                "response_format",
+            )
         return ResponseFormat(
             type="json_schema",
             name=str(spec.get("name") or "response"),
@@ -300,6 +322,27 @@ def _response_format(value: Any) -> ResponseFormat | None:
         '`response_format` must be {"type": "text"}, {"type": "json_object"} or '
         '{"type": "json_schema", "json_schema": {"name": …, "schema": {…}}}.',
         "response_format",
+    )
+
+
+def _shown(value: Any) -> str:
+    """A client's value in an error message, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _arguments_text(value: Any, where: str) -> str:
+    """A tool call's ``arguments`` as JSON text: OpenAI sends a string; an object (some clients
+    send one) is serialised as JSON, never as a Python repr."""
+    if value is None:
+        return "{}"
+    if isinstance(value, str):
+        return value or "{}"
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    raise bad_request(
+        f"{where}.function.arguments must be a JSON string (or an object), got {_shown(value)}.",
+        "messages",
     )
 
 
@@ -330,7 +373,14 @@ def _user_content(content: Any, where: str) -> list[TextContent | ImageContent]:
         if kind == "text":
             out.append(TextContent(text=str(part.get("text", ""))))
         elif kind == "image_url":
-            url = str((part.get("image_url") or {}).get("url", ""))
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            if not isinstance(url, str):
+                raise bad_request(
+                    f'{where}: an image part is {{"type": "image_url", "image_url": {{"url": '
+                    '"data:<mime>;base64,…"}}.',
+                    "messages",
+                )
             head, _, data = url.partition(",")
             if not url.startswith("data:") or ";base64" not in head:
                 raise bad_request(
@@ -358,20 +408,30 @@ def _messages(raw: list[Any]) -> tuple[str | None, list[Message]]:
             text = _text_of(item.get("content"), where)
             if text:
                 content.append(TextContent(text=text))
-            for j, call in enumerate(item.get("tool_calls") or []):
+            calls = item.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise bad_request(f"{where}.tool_calls must be a list of tool calls.", "messages")
+            for j, call in enumerate(calls):
                 function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(function, dict) or not function.get("name"):
+                call_id = call.get("id") if isinstance(call, dict) else None
+                if (
+                    not isinstance(function, dict)
+                    or not isinstance(function.get("name"), str)
+                    or not function["name"]
+                    or not isinstance(call_id, str)
+                    or not call_id
+                ):
                     raise bad_request(
-                        f'{where}.tool_calls[{j}] must be {{"id": …, "type": "function", '
-                        '"function": {"name": …, "arguments": "…"}}.',
+                        f'{where}.tool_calls[{j}] must be {{"id": "…", "type": "function", '
+                        '"function": {"name": "…", "arguments": "…"}}.',
                         "messages",
                     )
-                raw_args = str(function.get("arguments") or "{}")
+                raw_args = _arguments_text(function.get("arguments"), f"{where}.tool_calls[{j}]")
                 try:
                     arguments = json.loads(raw_args)
                 except json.JSONDecodeError:
-                    arguments = {}
-                call_id, name = str(call.get("id", "")), str(function.get("name", ""))
+                    arguments = {}  # the model wrote them so; they are passed on as written
+                name = function["name"]
                 names[call_id] = name
                 content.append(
                     ToolCall(
@@ -383,8 +443,8 @@ def _messages(raw: list[Any]) -> tuple[str | None, list[Message]]:
                 )
             messages.append(AssistantMessage(content=content))
         elif role == "tool":
-            call_id = str(item.get("tool_call_id", ""))
-            if call_id not in names:
+            call_id = item.get("tool_call_id")
+            if not isinstance(call_id, str) or call_id not in names:
                 raise bad_request(
                     f"{where}: `tool_call_id` {call_id!r} answers no earlier assistant tool call.",
                     "messages",

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from .._paths import check_user_dir, user_path
 from .._sqlite import init_wal
-from ..errors import RunNotFoundError, UserError, redact
+from ..errors import RunNotFoundError, UserError, redact_tree
 from ..types import lone_surrogate
 from ._migrations import MIGRATIONS, applied_migrations, migrate
 from ._records import (
@@ -117,19 +117,8 @@ def set_logging_enabled(enabled: bool) -> None:
         marker.write_text("Runs are not logged; `phi logs on` removes this file.\n")
 
 
-def _redacted(value: Any) -> Any:
-    """``value`` with :func:`redact` applied to every string in it (JSON-like trees)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redact(str(k)): _redacted(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redacted(v) for v in value]
-    return value
-
-
 def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(_redacted(value), ensure_ascii=False)
+    return None if value is None else json.dumps(redact_tree(value), ensure_ascii=False)
 
 
 def _load(text: str | None) -> Any:
@@ -277,7 +266,7 @@ class RunLog:
             raise UserError(
                 f"The run log {str(self.path)!r} was opened read-only; it cannot store runs."
             )
-        stored = [RunRecord.model_validate(_redacted(r.model_dump(mode="json"))) for r in records]
+        stored = [RunRecord.model_validate(redact_tree(r.model_dump(mode="json"))) for r in records]
         marks = ", ".join("?" * len(_RUN_FIELDS))
         branch_marks = ", ".join("?" * (len(_BRANCH_COLUMNS) + 1))
         with self._lock, self._transaction():
