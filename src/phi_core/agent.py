@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from ._logging import get_logger
 from .cancel import CancelToken
 from .context.blocks import (
     BlockCompactionStrategy,
@@ -109,7 +109,7 @@ from .types import (
 
 __all__ = ["AgentBusyError", "BasicAgent"]
 
-logger = logging.getLogger("phi_core.agent")
+logger = get_logger("phi_core.agent")
 
 _MESSAGES = TypeAdapter(list[AgentMessage])
 _HOOK_NAMES = frozenset(f.name for f in dataclasses.fields(LoopHooks))

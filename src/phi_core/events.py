@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from contextvars import ContextVar
 from typing import Annotated, Any, Generic, Literal, TypeVar
@@ -28,6 +27,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from ._callables import is_async_callable
+from ._logging import get_logger
 from ._tasks import being_cancelled, is_real_cancellation
 from .types import (
     AgentMessage,
@@ -81,7 +81,7 @@ __all__ = [
     "tee",
 ]
 
-logger = logging.getLogger("phi_core.events")
+logger = get_logger("phi_core.events")
 
 ContinuationKind = Literal["initial", "default", "rerun", "branch", "compaction"]
 TurnTrigger = Literal["user", "sub_agent", "continuation", "branch"]

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import contextvars
 import ipaddress
-import logging
 import math
 import os
 import socket
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from ._logging import get_logger
 from ._net import DEFAULT_MAX_BODY_BYTES
 from .cancel import CancelToken
 from .config import (
@@ -90,7 +90,7 @@ __all__ = [
 Progress = Callable[[float, float | None, str], Awaitable[None]]
 """Told ``(calls ended, calls expected or None, message)`` as a race's model calls end."""
 
-logger = logging.getLogger("phi_core.mcp_server")
+logger = get_logger("phi_core.mcp_server")
 
 DEFAULT_PROFILE = "default"
 """The profile that races the default configurations when no file takes its name."""

@@ -136,6 +136,36 @@ async def test_a_toolchain_on_path_outside_the_system_still_runs(
     assert seen[str(host_dir / "diary.txt")] == "FileNotFoundError"
 
 
+async def test_a_user_bin_on_path_shows_its_libraries_not_the_users_histories_or_tokens(
+    tmp_path: Path, host_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/.local/bin`` (pip --user, pipx) and ``~/.cargo/bin`` on ``PATH`` make their parents
+    visible; the shell histories (passwords typed on command lines) and the registry token
+    cargo also reads from its config stay hidden."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    local, cargo = host_dir / ".local", host_dir / ".cargo"
+    for folder in (local / "bin", local / "lib", local / "share" / "fish", local / "state",
+                   cargo / "bin"):  # fmt: skip
+        folder.mkdir(parents=True)
+    (local / "lib" / "module.py").write_text("VALUE = 1\n")
+    history = local / "share" / "fish" / "fish_history"
+    history.write_text("- cmd: mysql -psecret-password\n")
+    (local / "state" / "less_history").write_text("secret-search\n")
+    (cargo / "config.toml").write_text('[registry]\ntoken = "cio-secret"\n')
+    monkeypatch.setenv("HOME", str(host_dir))
+    path = f"{local / 'bin'}{os.pathsep}{cargo / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)
+    bash = BashTool(workspace, BashSettings(isolate="filesystem"))
+    files = (local / "lib" / "module.py", history, local / "state" / "less_history",
+             cargo / "config.toml")  # fmt: skip
+    seen = await read_all(bash, workspace, *files)
+    assert seen[str(local / "lib" / "module.py")] == "VALUE = 1"
+    assert seen[str(history)] == "FileNotFoundError"
+    assert seen[str(local / "state" / "less_history")] == "FileNotFoundError"
+    assert seen[str(cargo / "config.toml")] == "PermissionError"  # blanked
+
+
 async def test_python_and_the_system_still_work(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -18,6 +18,7 @@ from phi_core.tools import (
     BashTool,
     ListFilesTool,
     ReadFileTool,
+    ReadSettings,
     SearchSettings,
     SearchTool,
 )
@@ -179,6 +180,48 @@ async def test_cancelling_the_call_kills_the_command(layout: Layout) -> None:
     except asyncio.CancelledError:
         pass
     assert await dies(int(pid_file.read_text()))
+
+
+async def test_a_sparse_file_of_one_endless_line_stops_at_the_read_budget(layout: Layout) -> None:
+    """8 KiB of text, then a 64 GiB hole: without a budget the skipped line is read for minutes
+    (and a cancelled call's thread would go on reading)."""
+    sparse = layout.workspace / "big.txt"
+    sparse.write_bytes(b"a" * 8192)
+    os.truncate(sparse, 64 * 1024 * MB)
+    read = ReadFileTool(layout.workspace, ReadSettings(timeout=0.2))
+    result = await run(read, path="big.txt", limit=1)
+    assert result.is_error and "read_file stopped after 0.2s in big.txt" in text(result)
+    assert "head -c 2000 big.txt" in text(result)
+
+
+async def test_a_cancelled_read_stops_its_thread(layout: Layout) -> None:
+    sparse = layout.workspace / "big.txt"
+    sparse.write_bytes(b"a" * 8192)
+    os.truncate(sparse, 64 * 1024 * MB)
+    context = ctx(args={})
+    context.cancel.cancel()  # the run was cancelled: the thread stops at its next check
+    result = await ReadFileTool(layout.workspace).run(
+        ReadFileTool.arguments(path="big.txt", limit=1), context
+    )
+    assert result.is_error and "Cancelled." in text(result)
+
+
+@pytest.mark.parametrize("isolate", ["filesystem", "processes", "never"])
+async def test_commands_run_under_process_and_file_size_limits(
+    layout: Layout, isolate: str
+) -> None:
+    settings = BashSettings(isolate=isolate, max_processes=64, max_file_bytes=MB)  # type: ignore[arg-type]
+    bash = BashTool(layout.workspace, settings)
+    result = await run(
+        bash, command="ulimit -u; ulimit -f; head -c 2000000 /dev/zero > big; echo wrote $?"
+    )
+    processes, file_blocks, wrote = text(result).split("STDOUT:\n")[1].splitlines()[:3]
+    # the process limit is set inside the isolation only (without it, it would count every
+    # process of the user); the kernel does not enforce it for root
+    assert (processes == "64") == (isolate != "never"), processes
+    assert file_blocks == "1024"  # bash counts 1 KiB blocks
+    assert (layout.workspace / "big").stat().st_size == MB  # the write stopped at the limit
+    assert wrote != "wrote 0" and "File size limit exceeded" in text(result)
 
 
 async def test_stdin_is_closed_and_background_jobs_do_not_hold_the_call(layout: Layout) -> None:

@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from .._logging import get_logger
 from ..sandbox import default_sandbox, set_default_sandbox
 
 __all__ = ["UNSAFE_EXEC_HELP", "use_sandbox"]
@@ -34,7 +35,7 @@ class _Notice(logging.Handler):
 def use_sandbox(ctx: typer.Context, unsafe_exec: bool) -> None:
     """Show the sandbox's notices on stderr, and with ``unsafe_exec`` allow running without a
     sandbox for the rest of this command (the previous default comes back when it ends)."""
-    logger = logging.getLogger("phi_core.sandbox")
+    logger = get_logger("phi_core.sandbox")
     if not any(isinstance(h, _Notice) for h in logger.handlers):
         logger.addHandler(_Notice(logging.INFO))
         logger.setLevel(logging.INFO)

@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._files import check_export_target
+from .._logging import get_logger
 from ..config import SelectSpec, load_select_spec
 from ..config._select import check_budget_limit
 from ..errors import PhiError, UserError, redact
@@ -207,7 +208,7 @@ def command(
     console = Console(stderr=True, highlight=False)
     # the run's warnings are printed below from the result, once: not by Python's last-resort
     # log handler as well
-    quiet = logging.getLogger("phi_core.select")
+    quiet = get_logger("phi_core.select")
     if not any(isinstance(h, logging.NullHandler) for h in quiet.handlers):
         quiet.addHandler(logging.NullHandler())
     limits = {

@@ -18,10 +18,10 @@ may call a model); :class:`DefaultBlockCompaction` is the rule above.
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from .._logging import get_logger
 from ..types import AgentMessage, CompactedSection, CompactionBlock, TurnRange
 from ._summary import focus_terms, split_turns, truncate_tool_outputs
 from .compaction import CompactionConfig, summarise_turns
@@ -34,7 +34,7 @@ __all__ = [
     "compacted_turn_range",
 ]
 
-logger = logging.getLogger("phi_core.context")
+logger = get_logger("phi_core.context")
 
 Turns = list[list[AgentMessage]]
 

@@ -26,13 +26,13 @@ Which counter runs by default (:func:`token_counter_for`):
 from __future__ import annotations
 
 import json
-import logging
 import math
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from .._logging import get_logger
 from ..errors import UserError
 from ..types import (
     AgentMessage,
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 
-logger = logging.getLogger("phi_core.context")
+logger = get_logger("phi_core.context")
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ from collections.abc import (
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
+from .._logging import get_logger
 from .._net import HostCheck, allowed_hosts, listening_socket
 from ..errors import ClientDisconnected, GatewayError, MissingExtraError, UserError
 from ..metering import Meter
@@ -59,7 +60,7 @@ except ImportError as exc:  # the `server` extra
 
 __all__ = ["CONFIG_ENV", "ClientDisconnected", "app_from_env", "create_app", "serve"]
 
-logger = logging.getLogger("phi_core.gateway")
+logger = get_logger("phi_core.gateway")
 
 CONFIG_ENV = "PHI_GATEWAY_CONFIG"
 """The config file of workers started by :func:`serve` (``--workers`` > 1 imports the app)."""

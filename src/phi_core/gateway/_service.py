@@ -15,12 +15,12 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
+from .._logging import get_logger
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_race_from_plan, plan_race
 from ..errors import (
@@ -70,7 +70,7 @@ from ._wire import (
 
 __all__ = ["Answer", "Caller", "Gateway", "model_owner"]
 
-logger = logging.getLogger("phi_core.gateway")
+logger = get_logger("phi_core.gateway")
 
 _N = TypeVar("_N", int, float)
 

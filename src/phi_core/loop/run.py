@@ -23,12 +23,12 @@ and no event at all); once started, an exception that escapes — ``SystemExit``
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._logging import get_logger
 from ..cancel import CancelToken
 from ..context.compaction import CompactionReport
 from ..context.limits import ExecutionTracker
@@ -40,6 +40,7 @@ from ..errors import (
     ContextOverflowError,
     ProviderError,
     UserError,
+    redact,
 )
 from ..events import (
     AgentEnd,
@@ -105,7 +106,7 @@ __all__ = [
     "default_convert_to_llm",
 ]
 
-logger = logging.getLogger("phi_core.loop")
+logger = get_logger("phi_core.loop")
 
 _OBSERVER_HOOKS = frozenset(
     {
@@ -307,7 +308,9 @@ class _Run:
             except BaseException as exc:
                 # SystemExit/KeyboardInterrupt from a tool, a bug: end the run, then re-raise.
                 self.reason = "error"
-                self.error = f"{type(exc).__name__} raised during the run: {exc}".rstrip(": ")
+                self.error = redact(f"{type(exc).__name__} raised during the run: {exc}").rstrip(
+                    ": "
+                )
                 self._end()
                 raise
             self._end()
@@ -397,7 +400,7 @@ class _Run:
         context = self.context
         allowed, err = await self._hook("before_loop", True, (list(context.messages),))
         if err is not None:
-            self.reason, self.error = "error", f"The before_loop hook raised: {err}"
+            self.reason, self.error = "error", redact(f"The before_loop hook raised: {err}")
             self.error_kind = "hook"
             return
         if allowed is False:
@@ -435,7 +438,7 @@ class _Run:
         try:
             value = await maybe_await(fn(*args))
         except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
+            text = redact(f"{type(exc).__name__}: {exc}")
             logger.warning("hook %s raised %s", name, text, exc_info=True)
             if name in _OBSERVER_HOOKS and not self.ended:  # nothing follows AgentEnd: logged
                 self.emitter.emit(
@@ -461,7 +464,7 @@ class _Run:
             try:
                 verdict = await maybe_await(input_filter(text))
             except Exception as exc:
-                verdict_reason = f"input filter raised {type(exc).__name__}: {exc}"
+                verdict_reason = redact(f"input filter raised {type(exc).__name__}: {exc}")
                 self._reject(verdict_reason)
                 return None
             if verdict.action == "reject":
@@ -501,7 +504,7 @@ class _Run:
             try:
                 check_messages([message], "a queued message")
             except UserError as exc:
-                self.emitter.emit(Warning(loop_id=self.loop_id, message=f"dropped: {exc}"))
+                self.emitter.emit(Warning(loop_id=self.loop_id, message=redact(f"dropped: {exc}")))
                 continue
             valid.append(message)
         return valid
@@ -580,7 +583,7 @@ class _Run:
                         return
                 allowed, err = await self._hook("before_turn", True, (context.messages, turn))
                 if err is not None:
-                    self.reason, self.error = "error", f"The before_turn hook raised: {err}"
+                    self.reason, self.error = "error", redact(f"The before_turn hook raised: {err}")
                     self.error_kind = "hook"
                     return
                 if allowed is False:
@@ -742,7 +745,7 @@ class _Run:
     def _context_failed(self, exc: Exception) -> None:
         """Context management broke (a custom token counter or compaction strategy raised):
         say so and carry on without it for the rest of the run."""
-        text = f"{type(exc).__name__}: {exc}"
+        text = redact(f"{type(exc).__name__}: {exc}")
         logger.warning("context management failed: %s", text, exc_info=True)
         self.emitter.emit(
             Warning(
@@ -1032,7 +1035,7 @@ class _Run:
             stop_reason="error",
             model=self.model.id,
             provider=self.model.provider,
-            error_message=str(error),
+            error_message=redact(str(error)),  # an unclassified error may quote a key
             error_kind=error.kind if isinstance(error, ProviderError) else None,
             retry_after=error.retry_after if isinstance(error, ProviderError) else None,
             usage=self._partial_usage() if classified else Usage(),

@@ -29,12 +29,12 @@ ends that branch cleanly (reason ``cancelled``, partial usage kept).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from .._logging import get_logger
 from .._tasks import STOPS, is_real_cancellation
 from ..cancel import CancelToken
 from ..errors import UserError, redact
@@ -64,7 +64,7 @@ __all__ = [
     "is_real_cancellation",
 ]
 
-logger = logging.getLogger("phi_core.parallel")
+logger = get_logger("phi_core.parallel")
 
 _WALL = "wall-clock budget"
 """The reason the race's own token is cancelled with when its ``max_wall_s`` passes."""

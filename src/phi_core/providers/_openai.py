@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 import openai
 
+from .._logging import get_logger
 from ..errors import ProviderError
 from ..types import ImageContent, ResponseFormat, ToolCall
 from ._common import TRANSPORT_ERRORS, PerLoop, classify_error, malformed_stream, network_error
@@ -24,7 +24,7 @@ __all__ = [
     "request_timeout",
 ]
 
-logger = logging.getLogger("phi_core.providers")
+logger = get_logger("phi_core.providers")
 
 TIMEOUT = 600.0
 # The limiter caps calls in flight; the pool must not be a second, hidden cap below it. The

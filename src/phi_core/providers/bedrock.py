@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import logging
 import os
 import socket
 import threading
@@ -36,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
     raise MissingExtraError("AWS Bedrock models", "bedrock") from exc
 
+from .._logging import get_logger
 from ..errors import AuthError, ProviderError, register_secret
 from ..types import (
     AssistantMessage,
@@ -63,7 +63,7 @@ from .base import ModelConfig, StreamDone, StreamEvent, StreamRequest, cache_tar
 
 __all__ = ["BedrockProvider", "build_converse_params"]
 
-logger = logging.getLogger("phi_core.providers")
+logger = get_logger("phi_core.providers")
 
 _STOP: dict[str, StopReason] = {
     "end_turn": "stop",

@@ -32,11 +32,11 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
+from .._logging import get_logger
 from .._tasks import is_real_cancellation
 from ..errors import BudgetExceededError, ProviderError
 from ..metering import (
@@ -66,7 +66,7 @@ from .retry import DEFAULT_LIMITER, RetryPolicy, stream_with_retry
 
 __all__ = ["CachedResponse", "CallCache", "ModelCall", "request_key"]
 
-logger = logging.getLogger("phi_core.providers.call")
+logger = get_logger("phi_core.providers.call")
 
 
 def request_key(request: StreamRequest, sample: int = 0) -> str:

@@ -41,7 +41,6 @@ import contextlib
 import ctypes
 import importlib.util
 import json
-import logging
 import os
 import random
 import threading
@@ -52,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._logging import get_logger
 from ..errors import (
     BadRequestError,
     ContextOverflowError,
@@ -88,7 +88,7 @@ __all__ = [
     "pool_settings",
 ]
 
-logger = logging.getLogger("phi_core.providers.local")
+logger = get_logger("phi_core.providers.local")
 
 POOL_SIZE_ENV = "PHI_LOCAL_POOL_SIZE"
 THREADS_ENV = "PHI_LOCAL_THREADS"
@@ -273,7 +273,7 @@ def _import_llama_cpp() -> Any:
 
 _llama_log: Any = None
 """The ctypes callback llama.cpp logs through (kept alive here; set once)."""
-_llama_logger = logging.getLogger("phi_core.providers.local.llama_cpp")
+_llama_logger = get_logger("phi_core.providers.local.llama_cpp")
 
 
 def _log_llama_to_logging(llama_cpp: Any) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import random
 import time
@@ -22,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._logging import get_logger
 from ..errors import CallTimeoutError, DeadlineKind, ProviderError, RateLimitedError
 from .base import Provider, StreamDone, StreamEvent, StreamRequest
 from .deadlines import (
@@ -35,7 +35,7 @@ from .limiter import Limiter, LimiterSlot, default_limiter
 
 __all__ = ["DEFAULT_LIMITER", "RetryPolicy", "stream_with_retry"]
 
-logger = logging.getLogger("phi_core.providers.retry")
+logger = get_logger("phi_core.providers.retry")
 _T = TypeVar("_T")
 
 

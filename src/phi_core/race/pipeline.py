@@ -34,13 +34,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import logging
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._logging import get_logger
 from ..cancel import CancelToken
 from ..errors import StateStoreError, UserError, redact
 from ..events import BanditRaceEnd, Emitter, RouteDecision, RouteUpdate
@@ -70,7 +70,7 @@ __all__ = [
     "preview_token_limit",
 ]
 
-logger = logging.getLogger("phi_core.race")
+logger = get_logger("phi_core.race")
 
 Verifier = Callable[[str], "bool | Awaitable[bool]"]
 Action = Literal["race", "sure", "single", "baseline"]

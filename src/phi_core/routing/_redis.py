@@ -13,7 +13,6 @@ import contextlib
 import enum
 import hashlib
 import json
-import logging
 import os
 import re
 import threading
@@ -28,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from .._files import atomic_write, file_lock
+from .._logging import get_logger
 from .._paths import user_path
 from .._sqlite import quarantine
 from ..errors import MissingExtraError, StateCorruptError, StateStoreError, UserError
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 # the Redis store's messages keep the stores' logger name, which users' logging configs name
-logger = logging.getLogger("phi_core.routing.stores")
+logger = get_logger("phi_core.routing.stores")
 
 _ADD_LUA = """
 if redis.call('SET', KEYS[4], '1', 'NX', 'EX', ARGV[4]) == false then

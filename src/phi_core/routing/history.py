@@ -12,7 +12,6 @@ refinement of the reward, never a reason to fail a race.
 from __future__ import annotations
 
 import contextlib
-import logging
 import sqlite3
 import threading
 import time
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from .._logging import get_logger
 from .._sqlite import init_wal
 
 __all__ = [
@@ -30,7 +30,7 @@ __all__ = [
     "SQLiteLatencyHistory",
 ]
 
-logger = logging.getLogger("phi_core.routing.history")
+logger = get_logger("phi_core.routing.history")
 T = TypeVar("T")
 
 

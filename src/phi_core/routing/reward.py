@@ -25,7 +25,6 @@ Rewards are keyed by **arm name** (an outcome's ``config_id``), never by list po
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._logging import get_logger
 from ..errors import UserError
 from ..outcome import Outcome
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ArmReward", "LatencyTracker", "RewardPolicy"]
 
-logger = logging.getLogger("phi_core.routing")
+logger = get_logger("phi_core.routing")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import math
 import os
 import sqlite3
@@ -44,6 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._files import atomic_write, file_lock
+from .._logging import get_logger
 from .._sqlite import init_wal, quarantine, sqlite_failure
 from ..errors import StateCorruptError, StateStoreError, UserError
 from .bandits import ArmStats, stats_problem
@@ -64,7 +64,7 @@ __all__ = [
     "stats_from_json",
 ]
 
-logger = logging.getLogger("phi_core.routing.stores")
+logger = get_logger("phi_core.routing.stores")
 STATE_VERSION = 1
 
 

@@ -22,11 +22,11 @@ for): it keeps the error in :attr:`RunRecorder.error` and returns the record all
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._logging import get_logger
 from ..events import AgentEnd, ParallelLoopStart, RouteDecision, RouteUpdate, Warning
 from ..loop import AgentContext, LoopResult
 from ..parallel import ParallelLoopOutcome, ParallelLoopResult
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunRecorder", "plan_snapshot", "winner_history"]
 
-logger = logging.getLogger("phi_core.runlog")
+logger = get_logger("phi_core.runlog")
 
 
 def plan_snapshot(plan: RacePlan) -> dict[str, Any]:

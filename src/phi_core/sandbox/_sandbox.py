@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import logging
 import os
 import secrets
 import shlex
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._logging import get_logger
 from ..errors import SandboxUnavailableError, UserError
 from ._backends import (
     BACKENDS,
@@ -55,7 +55,7 @@ __all__ = [
     "set_default_sandbox",
 ]
 
-logger = logging.getLogger("phi_core.sandbox")
+logger = get_logger("phi_core.sandbox")
 
 _WORKER_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUTF8": "1"}
 _WORKER_FLAGS = ["-S", "-s", "-B"]

@@ -13,11 +13,11 @@ winner, evaluation usage) on every branch and evaluation loop.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._logging import get_logger
 from ..events import (
     AGENT_EVENT_ADAPTER,
     AgentEnd,
@@ -48,7 +48,7 @@ from ._model import (
 
 __all__ = ["SessionRecorder", "SessionRecorderConfig"]
 
-logger = logging.getLogger("phi_core.sessions")
+logger = get_logger("phi_core.sessions")
 
 
 @dataclass

@@ -31,6 +31,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import json
 import os
 import sqlite3
 import time
@@ -40,7 +41,7 @@ from typing import Protocol, runtime_checkable
 
 from .._files import atomic_write, file_lock
 from .._sqlite import init_wal
-from ..errors import SessionLockedError, SessionNotFoundError, UserError
+from ..errors import SessionLockedError, SessionNotFoundError, UserError, redact_tree
 from ..types import now_ms
 from ._model import LoopRecord, Session
 
@@ -163,6 +164,14 @@ class SessionStore(Protocol):
     async def list_ids(self) -> list[str]: ...
     async def delete(self, session_id: str) -> None: ...
     async def list_for_agent(self, agent_id: str) -> list[Session]: ...
+
+
+def stored_json(session: Session, indent: int | None = None) -> str:
+    """``session`` as a store writes it: JSON with every string redacted (see
+    :func:`~phi_core.errors.redact`), so a key a user pasted, a tool printed or an error quoted
+    is never kept on disk; resuming such a session sends ``[REDACTED]`` in its place."""
+    data = redact_tree(session.model_dump(mode="json"))
+    return json.dumps(data, indent=indent, ensure_ascii=False)
 
 
 def _check_id(session_id: str) -> None:
@@ -299,7 +308,7 @@ class JsonFileSessionStore(_ThreadedStore):
                 stored = None
             session = change(stored)
             if session is not None:
-                data = session.model_dump_json(indent=2)
+                data = stored_json(session, indent=2)
                 atomic_write(target, data.encode("utf-8"), dir_mode=0o755)
         return session
 
@@ -392,7 +401,7 @@ class SqliteSessionStore(_ThreadedStore):
                         "VALUES (?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
                         "agent_id=excluded.agent_id, updated_ns=excluded.updated_ns, "
                         "data=excluded.data",
-                        (session_id, session.agent_id, time.time_ns(), session.model_dump_json()),
+                        (session_id, session.agent_id, time.time_ns(), stored_json(session)),
                     )
             except BaseException:
                 conn.execute("ROLLBACK")

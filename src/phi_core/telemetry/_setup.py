@@ -21,7 +21,6 @@ Environment variables:
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._logging import get_logger
 from ..errors import MissingExtraError, PhiError, UserError
 from ..events import add_observer
 
@@ -51,7 +51,7 @@ __all__ = [
     "uninstrument",
 ]
 
-logger = logging.getLogger("phi_core.telemetry")
+logger = get_logger("phi_core.telemetry")
 
 Exporter = Literal["otlp", "console"]
 SWITCH_ENV = "PHI_OTEL"

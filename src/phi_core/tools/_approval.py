@@ -16,14 +16,15 @@ why. An approver that raises or returns something else also refuses, with the re
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from .._logging import get_logger
+
 __all__ = ["ApprovalDecision", "ApprovalRequest", "Approver", "ask_approval"]
 
-logger = logging.getLogger("phi_core.tools")
+logger = get_logger("phi_core.tools")
 
 
 @dataclass(frozen=True)

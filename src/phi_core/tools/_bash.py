@@ -23,17 +23,22 @@ import asyncio
 import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Awaitable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._logging import get_logger
 from ._files import looks_binary
 from ._isolation import isolation_prefix, toolchain_paths
 from ._settings import BashSettings
 from ._tool import WorkspaceTool
 from .base import ToolContext, ToolResult
+
+logger = get_logger("phi_core.tools")
+_warned_limits = False
 
 __all__ = ["BashTool"]
 
@@ -206,6 +211,28 @@ class BashTool(WorkspaceTool):
             return s.max_timeout, f"[timeout capped at {s.max_timeout:g}s]\n"
         return requested, ""
 
+    def _limits(self, isolation: str) -> tuple[str, ...]:
+        """util-linux ``prlimit`` with the command's rlimits, run inside the isolation (so the
+        process count is the command's own, in its user namespace); () when none apply or
+        ``prlimit`` is missing (logged once)."""
+        s = self.settings
+        limits = [f"--fsize={s.max_file_bytes}"] if s.max_file_bytes is not None else []
+        if s.max_processes is not None and isolation != "never":
+            limits.append(f"--nproc={s.max_processes}")
+        if not limits:
+            return ()
+        binary = shutil.which("prlimit")
+        if binary is None:
+            global _warned_limits
+            if not _warned_limits:
+                _warned_limits = True
+                logger.warning(
+                    "bash commands run without process and file-size limits: util-linux's "
+                    "`prlimit` is not installed"
+                )
+            return ()
+        return (binary, *limits, "--")
+
     async def _run(self, command: str, limit: float, note: str) -> ToolResult:
         s = self.settings
         half = max(s.max_output_bytes // 2, 512)
@@ -217,7 +244,7 @@ class BashTool(WorkspaceTool):
         isolation, prefix = await isolation_prefix(
             s.isolate, self.workspace.root, visible, network=s.network
         )
-        argv = (*prefix, "bash", "--noprofile", "--norc", "-c", command)
+        argv = (*prefix, *self._limits(isolation), "bash", "--noprofile", "--norc", "-c", command)
         if isolation == "filesystem":
             env["TMPDIR"] = "/tmp"  # the private one; the host's is read-only in there
         try:

@@ -14,13 +14,14 @@ import difflib
 import fnmatch
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..cancel import CancelToken
 from ..types import ImageContent, TextContent
+from ._results import is_image
 from ._settings import ListSettings, ReadSettings, WriteSettings
 from ._tool import WorkspaceTool
 from .base import ToolError, ToolResult
@@ -58,15 +59,23 @@ def looks_binary(sample: bytes) -> bool:
     return bad > max(len(sample) // 10, 2)
 
 
-def iter_lines(handle: IO[bytes], max_bytes: int) -> Iterator[tuple[bytes, int]]:
-    """Lines of at most ``max_bytes`` bytes, each with the number of bytes cut from its end."""
+def iter_lines(
+    handle: IO[bytes], max_bytes: int, check: Callable[[], None] | None = None
+) -> Iterator[tuple[bytes, int]]:
+    """Lines of at most ``max_bytes`` bytes, each with the number of bytes cut from its end.
+    ``check`` is called before every line and every chunk of a long line skipped (a sparse
+    file can hold one line of terabytes): it raises to stop the reading."""
     while True:
+        if check is not None:
+            check()
         raw = handle.readline(max_bytes)
         if not raw:
             return
         dropped = 0
         if len(raw) >= max_bytes and not raw.endswith(b"\n"):
             while more := handle.readline(_CHUNK):
+                if check is not None:
+                    check()
                 dropped += len(more)
                 if more.endswith(b"\n"):
                     dropped -= 1  # the line break is not part of the line
@@ -131,6 +140,9 @@ class ReadFileTool(WorkspaceTool):
         shown = self.workspace.relative(resolved.real)
         with os.fdopen(fd, "rb") as handle:
             mime = _IMAGE_TYPES.get(os.path.splitext(resolved.real)[1].lower())
+            if mime and not is_image(handle.read(16), mime):
+                mime = None  # named as an image, but its bytes are not one: read as any file
+            handle.seek(0)
             if mime:
                 if info.st_size > s.max_image_bytes:
                     raise ToolError(
@@ -172,9 +184,21 @@ class ReadFileTool(WorkspaceTool):
         used = 0
         number = 0
         stopped_by_bytes = more = False
-        for number, (raw, dropped) in enumerate(iter_lines(handle, s.max_line_chars * 4 + 4), 1):
-            if number % 4096 == 0 and cancel.cancelled:
+        deadline = time.monotonic() + s.timeout
+
+        def check() -> None:
+            if cancel.cancelled:
                 raise ToolError("Cancelled.")
+            if time.monotonic() > deadline:
+                raise ToolError(
+                    f"read_file stopped after {s.timeout:g}s in {shown} (it reached line "
+                    f"{number + 1}; a line may be gigabytes long). Look at it with bash, e.g. "
+                    f"`head -c 2000 {shown}` or `wc -l {shown}`."
+                )
+
+        for number, (raw, dropped) in enumerate(
+            iter_lines(handle, s.max_line_chars * 4 + 4, check), 1
+        ):
             if number < start:
                 continue
             if len(lines) >= wanted:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import shutil
 import stat
@@ -38,6 +37,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+from .._logging import get_logger
 from .._paths import user_dir
 from .base import ToolError
 
@@ -46,7 +46,7 @@ __all__ = ["Isolation", "isolation_prefix", "toolchain_paths"]
 Isolation = Literal["auto", "filesystem", "processes", "never"]
 UNSHARE_ARGS = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child")
 
-logger = logging.getLogger("phi_core.tools")
+logger = get_logger("phi_core.tools")
 _works: dict[tuple[str, ...], bool] = {}
 _warned = False
 
@@ -57,10 +57,13 @@ SYSTEM_DIRS = (
 )  # fmt: skip
 """Visible (read-only) to every command under ``filesystem`` isolation, where they exist."""
 _HOME_SECRETS = (
-    ".cargo/credentials", ".cargo/credentials.toml", ".local/share/keyrings",
-    ".local/share/python_keyring", ".local/share/gnome-keyring",
+    ".cargo/credentials", ".cargo/credentials.toml", ".cargo/config", ".cargo/config.toml",
+    ".local/share/keyrings", ".local/share/python_keyring", ".local/share/gnome-keyring",
+    ".local/share/fish", ".local/share/zsh", ".local/share/recently-used.xbel", ".local/state",
 )  # fmt: skip
-"""Credential stores inside toolchain folders that a ``PATH`` entry can make visible."""
+"""Credential stores, and shell histories (which hold the passwords typed on command lines),
+inside the folders a ``PATH`` entry can make visible (``~/.cargo``, ``~/.local``): hidden. A
+registry token may sit in cargo's config as in its credentials file."""
 _INSTALL_BINS = ("bin", "sbin", "shims")
 _ETC_WALK_LIMIT = 20_000
 

@@ -15,18 +15,24 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import math
 from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import MIN_SECRET, UserError, register_environment_secrets, registered_secrets
+from .._logging import get_logger
+from ..errors import (
+    MIN_SECRET,
+    UserError,
+    redact,
+    register_environment_secrets,
+    registered_secrets,
+)
 from ..providers.keys import stored_keys
 from ..types import Content, ImageContent, TextContent, scrub_surrogates
 from .base import ToolResult
 
-logger = logging.getLogger("phi_core.tools")
+logger = get_logger("phi_core.tools")
 
 __all__ = ["DEFAULT_MAX_RESULT_BYTES", "MAX_IMAGE_BYTES", "finish_result", "json_text"]
 
@@ -163,6 +169,44 @@ def _redact(text: str, secrets: list[str]) -> str:
     return "".join(out)
 
 
+_SIGNATURES: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+    "image/bmp": (b"BM",),
+}
+
+
+def is_image(head: bytes, mime: str) -> bool:
+    """Whether ``head`` (a file's first 16 bytes) starts as an image of type ``mime`` does (an
+    unknown type: no)."""
+    signatures = _SIGNATURES.get(mime, ())
+    if mime == "image/webp":
+        return head.startswith(b"RIFF") and head[8:12] == b"WEBP"
+    return any(head.startswith(signature) for signature in signatures)
+
+
+def _image_problem(block: ImageContent, secrets: list[str]) -> str | None:
+    """Why an image block may not be sent to the model: too big, not an image of its type
+    (text renamed ``.png`` would reach the model unredacted), or holding a secret's bytes."""
+    size = len(block.data) * 3 // 4
+    if size > MAX_IMAGE_BYTES:
+        return (
+            f"[An image of about {size} bytes was left out: the limit is {MAX_IMAGE_BYTES} bytes.]"
+        )
+    try:
+        raw = base64.b64decode(block.data, validate=True)
+    except ValueError:
+        return "[An image was left out: its data is not base64.]"
+    if not is_image(raw[:16], block.mime_type):
+        return f"[An image was left out: its bytes are not a {block.mime_type} image.]"
+    text = raw.decode("latin-1")  # the bytes as they are (a key is ASCII)
+    if any(secret in text for secret in secrets) or redact(text) != text:
+        return "[An image was left out: its bytes hold a secret (an API key or a password).]"
+    return None
+
+
 def finish_result(result: ToolResult, max_bytes: int | None) -> ToolResult:
     """The result as it is sent: valid Unicode, secrets removed, text capped at ``max_bytes``."""
     secrets = secret_values()
@@ -190,13 +234,8 @@ def finish_result(result: ToolResult, max_bytes: int | None) -> ToolResult:
                     budget = max(0, budget - len(text.encode("utf-8")))
             if text or not content:
                 content.append(TextContent(text=text))
-        elif isinstance(block, ImageContent) and len(block.data) * 3 // 4 > MAX_IMAGE_BYTES:
-            content.append(
-                TextContent(
-                    text=f"[An image of about {len(block.data) * 3 // 4} bytes was left out: "
-                    f"the limit is {MAX_IMAGE_BYTES} bytes.]"
-                )
-            )
+        elif isinstance(block, ImageContent) and (problem := _image_problem(block, secrets)):
+            content.append(TextContent(text=problem))
         else:
             content.append(block)
     if dropped:

@@ -68,6 +68,16 @@ class BashSettings(_Settings):
     exit_grace: float = Field(default=1.0, ge=0)
     """Seconds to wait for the output of background processes after the shell exits; then the
     command's process group is killed."""
+    max_processes: int | None = Field(default=512, ge=8)
+    """Processes and threads an isolated command may have at once (``RLIMIT_NPROC``, set inside
+    its own namespaces, where it counts only the command's own): a fork bomb fails instead of
+    filling the machine. Not applied without isolation (it would count every process of the
+    user), and the kernel does not enforce it for root. None: no limit."""
+    max_file_bytes: int | None = Field(default=8 * 1024 * MIB, ge=MIB)
+    """The largest file a command may write (``RLIMIT_FSIZE``): a write past it fails (``File
+    too large``) instead of filling the disk. None: no limit. Memory is not limited: an
+    address-space limit breaks runtimes that reserve large ranges up front (Node.js, the JVM,
+    Go); the command's time limit bounds it."""
 
 
 class ReadSettings(_Settings):
@@ -82,6 +92,9 @@ class ReadSettings(_Settings):
     max_image_bytes: int = Field(default=20 * MIB, ge=1)
     count_lines_up_to: int = Field(default=64 * MIB, ge=0)
     """Files up to this size have their total line count reported."""
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds one read may take (lines of a huge or sparse file are skipped, not loaded);
+    then it stops with a note of where it got to."""
 
 
 class WriteSettings(_Settings):

@@ -14,14 +14,15 @@ Unicode, no secret values, text capped at ``max_result_bytes``).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._logging import get_logger
 from .._tasks import being_cancelled, is_real_cancellation
 from ..cancel import CancelToken
 from ..context.limits import LimitsLeft
+from ..errors import redact
 from ..events import (
     Emitter,
     MessageEnd,
@@ -39,7 +40,7 @@ from .base import ToolContext, ToolResult, tool_timeout
 
 __all__ = ["ToolRunner"]
 
-logger = logging.getLogger("phi_core.tools")
+logger = get_logger("phi_core.tools")
 
 HookCaller = Callable[..., Awaitable[Any]]
 
@@ -320,6 +321,7 @@ class ToolRunner:
         pending_updates: list[asyncio.Task[None]] = []
 
         async def deliver_update(text: str) -> None:
+            text = redact(str(text))  # events, hooks and stored sessions never see a key
             allowed, _err = await self.call_hook(
                 "before_tool_execution_update", True, (tc.name, tc.id, text)
             )
@@ -338,7 +340,7 @@ class ToolRunner:
         def on_progress(text: str) -> None:
             emit(
                 ProgressMessage(
-                    loop_id=loop_id, tool_call_id=tc.id, tool_name=tc.name, text=str(text)
+                    loop_id=loop_id, tool_call_id=tc.id, tool_name=tc.name, text=redact(str(text))
                 )
             )
 

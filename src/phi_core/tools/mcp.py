@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import logging
 import re
 import shlex
 import weakref
@@ -43,6 +42,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._logging import get_logger
 from ..errors import McpConnectionError, McpError, McpTimeoutError, UserError
 from .mcp_connection import Connection
 from .mcp_servers import McpHttpServer, McpReconnect, McpServer, McpStdioServer
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MCP_TIMEOUT", "McpClient", "http_headers", "mcp_tools", "parse_header"]
 
-logger = logging.getLogger("phi_core.tools.mcp")
+logger = get_logger("phi_core.tools.mcp")
 
 DEFAULT_MCP_TIMEOUT = 30.0
 """Seconds a request to an MCP server may take before it is cancelled (the book's default)."""

@@ -12,11 +12,11 @@ import asyncio
 import collections
 import contextlib
 import importlib.metadata
-import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._logging import get_logger
 from ..errors import McpConnectionError, McpError, UserError, redact
 from .mcp_servers import McpHttpServer, McpServer, McpStdioServer, sdk
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Connection"]
 
-logger = logging.getLogger("phi_core.tools.mcp")
+logger = get_logger("phi_core.tools.mcp")
 
 _STDERR_LINES = 20
 
