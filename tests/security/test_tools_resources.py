@@ -284,3 +284,14 @@ def test_a_key_cut_by_the_result_cap_is_redacted_not_half_sent(
         assert "tool result truncated" in text
         kept = text.split("\n[... tool result truncated")[0]
         assert not any(key[i : i + 8] in kept for i in range(len(key) - 8)), cut
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a command run by root can plant setuid root")
+async def test_run_by_root_a_command_leaves_no_setuid_program_behind(layout: Layout) -> None:
+    bash = BashTool(layout.workspace, BashSettings(isolate="never"))
+    result = await run(bash, command="cp /bin/true mine && chmod 4755 mine && mkdir -p d && "
+                       "cp /bin/true d/group && chmod 2755 d/group")  # fmt: skip
+    for name in ("mine", "d/group"):
+        mode = (layout.workspace / name).stat().st_mode
+        assert not mode & (0o4000 | 0o2000) and mode & 0o755 == 0o755, (name, oct(mode))
+    assert "the setuid/setgid bits of" in text(result) and "mine" in text(result)

@@ -25,6 +25,7 @@ import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 from collections.abc import Awaitable
 
@@ -41,6 +42,54 @@ logger = get_logger("phi_core.tools")
 _warned_limits = False
 
 __all__ = ["BashTool"]
+
+
+_SET_ID = stat.S_ISUID | stat.S_ISGID
+_STRIP_WALK_LIMIT = 200_000
+
+
+def strip_set_id_bits(root: str) -> list[str]:
+    """Remove the setuid and setgid bits of the regular files under ``root`` (links not
+    followed, other file systems not entered, at most :data:`_STRIP_WALK_LIMIT` entries);
+    the paths changed, relative to ``root``."""
+    changed: list[str] = []
+    device = os.lstat(root).st_dev
+    pending, seen = [root], 0
+    while pending and seen < _STRIP_WALK_LIMIT:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_dev != device:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(entry.path)
+            elif stat.S_ISREG(info.st_mode) and info.st_mode & _SET_ID and _strip(entry.path):
+                changed.append(os.path.relpath(entry.path, root))
+    return changed
+
+
+def _strip(path: str) -> bool:
+    """Clear the set-id bits of the regular file at ``path`` through a descriptor opened
+    without following links (the name could have become a link to a system program)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # gone or replaced meanwhile
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not info.st_mode & _SET_ID:
+            return False
+        os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~_SET_ID)
+        return True
+    finally:
+        os.close(fd)
 
 
 class _Args(BaseModel):
@@ -262,6 +311,14 @@ class BashTool(WorkspaceTool):
         finally:
             _kill_group(transport.get_pid())
             transport.close()
+            # run by root, a command could leave a setuid-root copy of a program in the
+            # workspace, for any local user to run once it is over
+            unsafe = strip_set_id_bits(self.workspace.root) if os.geteuid() == 0 else []
+        if unsafe:
+            shown = ", ".join(unsafe[:5]) + (
+                f" and {len(unsafe) - 5} more" if len(unsafe) > 5 else ""
+            )
+            note += f"[the setuid/setgid bits of {shown} were removed]\n"
         code = transport.get_returncode()
         stdout, stderr = out.text(), err.text()
         body = f"{stdout}\nSTDERR:\n{stderr}" if stderr.strip() else stdout
