@@ -18,9 +18,10 @@ with a sync or async ``run(input)``, calling its models through the official SDK
 calls are intercepted, metered, priced (``model_prices`` first, in $ per million tokens), cached
 and limited by :class:`~phi_core.select.ModelSelector`. What changes for the better: ``"auto"``
 is phi-core's default algorithm; the dataset order is seeded and shuffled; failures score 0
-instead of being dropped; ties are broken by cost, then latency beyond timing noise, then name
-(so a seed reproduces the pick); the cache lives in ``$PHI_HOME``, not in the working directory;
-the best is always on the Pareto front; and the openai SDK's ``httpx2`` transport is metered too.
+instead of being dropped; ties are broken by cost (a model without a price never wins a tie on
+cost), then latency beyond timing noise, then name (so a seed reproduces the pick); the cache
+lives in ``$PHI_HOME``, not in the working directory; the best is always on the Pareto front; and
+the openai SDK's ``httpx2`` transport is metered too.
 
 Other differences an AgentOpt user may meet:
 
@@ -52,6 +53,7 @@ from typing import Any
 from ._files import export_target
 from .errors import UserError
 from .select._cache import ResponseCache
+from .select._cells import concurrency_split
 from .select._intercept import InterceptedCall, InterceptScope, attribute, intercepting
 from .select._intercept_wire import ModelPrices
 from .select._results import CombinationResult, SelectionResult
@@ -105,6 +107,8 @@ _RENAMES: dict[str, dict[str, str]] = {
     },
     "lm_proposal": {"proposer_model": "proposer"},
 }
+_CONFIG_FORMATS = ("litellm", "phi-race", "race", "toml")
+"""The formats :meth:`SelectionResults.export_config` writes (the last three are one)."""
 _SELECTOR_KEYS = {
     "model_prices",
     "tracker",
@@ -364,10 +368,33 @@ class SelectionResults:
     def export_config(
         self,
         path: str | Path,
-        api_key_env_vars: dict[str, str] | None = None,
-        format: str = "litellm",
+        api_key_env_vars: Mapping[str, str] | str | None = None,
+        format: str | None = None,
+        *,
+        step: str | None = None,
     ) -> str:
-        return self.native.export_config(path, format, api_key_env_vars=api_key_env_vars)
+        """Write the winner's config to ``path`` and return its text: AgentOpt's
+        ``export_config(path, api_key_env_vars=None)`` (a LiteLLM ``model_list``), or, with
+        ``format="phi-race"``, a ``phi race --config`` file racing the Pareto front's models
+        for ``step`` (needed when the agent has several steps). The format may also be given
+        second, as phi-core's own ``export_config(path, "phi-race", step=...)`` takes it."""
+        if isinstance(api_key_env_vars, str):
+            if api_key_env_vars not in _CONFIG_FORMATS:
+                raise UserError(
+                    f"export_config's second argument is `api_key_env_vars` (a dict of provider "
+                    f"-> environment variable) or a format, got {api_key_env_vars!r}; formats: "
+                    f"{', '.join(map(repr, _CONFIG_FORMATS))}."
+                )
+            if format is not None and format != api_key_env_vars:
+                raise UserError(
+                    f"export_config got two formats, {api_key_env_vars!r} and "
+                    f"format={format!r}; give one."
+                )
+            format, api_key_env_vars = api_key_env_vars, None
+        keys = dict(api_key_env_vars) if api_key_env_vars is not None else None
+        return self.native.export_config(
+            path, format or "litellm", step=step, api_key_env_vars=keys
+        )
 
     def plot_pareto(self, path: str | Path | None = None) -> Any:
         return self.native.plot_pareto(path)
@@ -450,9 +477,9 @@ class ModelSelector:
     def select_best(self, parallel: bool = False, max_concurrent: int = 20) -> SelectionResults:
         """Run the selection (blocking): ``max_concurrent`` agent runs in flight with
         ``parallel=True``, one at a time otherwise."""
+        if parallel:
+            concurrency_split(max_concurrent, 1)  # a whole number >= 1, or a clear UserError
         self._native.max_concurrent = max_concurrent if parallel else 1
-        if self._native.max_concurrent < 1:
-            raise UserError(f"max_concurrent must be >= 1, got {max_concurrent!r}.")
         result = _run_blocking(self._native)
         scope = self._native.last_scope
         if scope is not None:
@@ -540,23 +567,60 @@ async def _select_on_own_loop(selector: _NativeSelector) -> SelectionResult:
 
 
 def _run_blocking(selector: _NativeSelector) -> SelectionResult:
+    """Run the selection to its end and return its result, blocking the caller.
+
+    Outside an event loop it runs on a loop of its own here. Called from a running loop (a
+    notebook cell, sync code inside ``async def``) it runs on a loop of its own in a worker
+    thread while this thread waits, and stays stoppable: a ``KeyboardInterrupt`` (Ctrl-C)
+    arriving during the wait, or a cancellation of the task that called it (the first Ctrl-C
+    under ``asyncio.run`` cancels the main task, which can only notice once this returns),
+    cancels the run and waits for it to wind down (:data:`_STOP_WAIT_S` at most), then is
+    raised: the run spends nothing more once it has returned."""
     try:
-        asyncio.get_running_loop()
+        caller = asyncio.current_task()
     except RuntimeError:
         return asyncio.run(_select_on_own_loop(selector))
-    # Called from a running loop (a notebook): run on a private loop in a worker thread.
     box: dict[str, Any] = {}
+    started = threading.Event()
+
+    async def main() -> SelectionResult:
+        box["loop"], box["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        started.set()
+        return await _select_on_own_loop(selector)
 
     def target() -> None:
         try:
-            box["result"] = asyncio.run(_select_on_own_loop(selector))
+            box["result"] = asyncio.run(main())
         except BaseException as error:  # handed to the caller's thread below
             box["error"] = error
+        finally:
+            started.set()
 
-    worker = threading.Thread(target=target, name="phi-agentopt")
+    worker = threading.Thread(target=target, name="phi-agentopt", daemon=True)
     worker.start()
-    worker.join()
+    cancelling = caller.cancelling() if caller is not None else 0
+    try:
+        # in slices, so that a cancellation of the calling task is seen while the run goes on
+        while worker.is_alive():
+            worker.join(_POLL_S)
+            if caller is not None and caller.cancelling() > cancelling:
+                raise asyncio.CancelledError
+    except BaseException:
+        started.wait(_STOP_WAIT_S)
+        loop, task = box.get("loop"), box.get("task")
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the run has just ended: nothing to stop
+                loop.call_soon_threadsafe(task.cancel)
+        worker.join(_STOP_WAIT_S)
+        raise
     if "error" in box:
         raise box["error"]
     result: SelectionResult = box["result"]
     return result
+
+
+_POLL_S = 0.1
+"""How often a blocking run called from a running loop checks whether its caller was cancelled."""
+_STOP_WAIT_S = 10.0
+"""How long an interrupted blocking run is waited for to stop (its sync agents' threads cannot
+be stopped; the model calls they make after that are refused)."""

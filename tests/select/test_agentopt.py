@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import csv
 import json
+import os
 import runpy
+import signal
 import threading
 import time
 from pathlib import Path
@@ -447,3 +450,132 @@ def test_a_tracker_with_cache_dir_none_keeps_its_cache_in_memory(
     assert asyncio.run(main()) == 2  # each tracker's repeat came from its own memory
     assert not (tmp_path / "home").exists() or not list((tmp_path / "home").rglob("*.sqlite*"))
     assert LLMTracker().cache_setting() is True  # left out: the file in $PHI_HOME
+
+
+class _Blocked:
+    """An agent whose runs wait until `release` is set; `started` counts the runs begun."""
+
+    started: list[int]
+    first: threading.Event
+    release: threading.Event
+
+    @classmethod
+    def fresh(cls) -> type[_Blocked]:
+        return type("Blocked", (cls,), {
+            "started": [], "first": threading.Event(), "release": threading.Event()
+        })  # fmt: skip
+
+    def __init__(self, models: dict[str, str]) -> None:
+        del models
+
+    def run(self, x: int) -> int:
+        self.started.append(x)
+        self.first.set()
+        self.release.wait(10)
+        return x
+
+
+def _interrupt_once_running(agent: type[_Blocked], how: Any) -> threading.Thread:
+    def interrupt() -> None:
+        if agent.first.wait(10):
+            how()
+
+    thread = threading.Thread(target=interrupt)
+    thread.start()
+    return thread
+
+
+def _runs_begun_after_release(agent: type[_Blocked]) -> int:
+    """Let the blocked runs finish, wait for the selection's threads, count the runs begun."""
+    agent.release.set()
+    for thread in threading.enumerate():
+        if thread.name.startswith(("phi-select", "phi-agentopt")):
+            thread.join(10)
+    return len(agent.started)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("outer", ["notebook", "asyncio.run"])
+def test_ctrl_c_stops_a_blocking_selection_called_inside_a_running_loop(outer: str) -> None:
+    """Sync `select_best()` inside `async def` runs on a loop of its own in a thread. Ctrl-C
+    stops that run at once, not after the whole grid: in a notebook (a KeyboardInterrupt in the
+    waiting thread) and under `asyncio.run` (whose first Ctrl-C cancels the main task)."""
+    agent = _Blocked.fresh()
+    selector = ModelSelector(
+        agent,
+        {"solver": ["a", "b"]},
+        lambda e, a: 1.0,
+        [(i, i) for i in range(10)],
+        method="brute_force",
+        tracker=LLMTracker(cache=False),
+    )
+
+    async def cell() -> SelectionResults:
+        return selector.select_best(parallel=True, max_concurrent=2)
+
+    if outer == "notebook":  # ipykernel: a running loop, Python's own SIGINT handler
+        interrupter = _interrupt_once_running(agent, _thread.interrupt_main)
+        loop = asyncio.new_event_loop()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                loop.run_until_complete(cell())
+        finally:
+            loop.close()
+    else:
+        interrupter = _interrupt_once_running(agent, lambda: os.kill(os.getpid(), signal.SIGINT))
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(cell())
+    interrupter.join()
+    assert agent.first.is_set() and not agent.release.is_set()  # interrupted mid-run
+    assert not [t for t in threading.enumerate() if t.name == "phi-agentopt" and t.is_alive()]
+    assert _runs_begun_after_release(agent) == 2  # the two running then; nothing after
+
+
+def _two_step_results() -> SelectionResults:
+    return ModelSelector(
+        lambda models, x: x,
+        {"planner": ["gpt-4o-mini"], "solver": ["gpt-4o", "gpt-4o-mini"]},
+        lambda e, a: float(e == a),
+        [(1, 1), (2, 2)],
+        method="brute_force",
+        tracker=LLMTracker(cache=False),
+    ).select_best()
+
+
+def test_export_config_takes_agentopts_call_and_writes_a_phi_race_config_for_a_step(
+    tmp_path: Path,
+) -> None:
+    """AgentOpt's `export_config(path, api_key_env_vars)` still writes LiteLLM YAML; the
+    `phi race` config is asked for with `format=` or second (as the error message says), with
+    `step=` for an agent of several steps."""
+    results = _two_step_results()
+    litellm = yaml.safe_load(results.export_config(tmp_path / "a.yaml", {"openai": "MY_KEY"}))
+    assert litellm["model_list"][0]["litellm_params"]["api_key"] == "os.environ/MY_KEY"
+    with pytest.raises(UserError, match="say which one to race") as raised:
+        results.export_config(tmp_path / "r.toml", format="phi-race")
+    assert "export_config(path, 'phi-race', step='...')" in str(raised.value)
+    # the call the message suggests works, and so does its keyword form
+    for text in (
+        results.export_config(tmp_path / "r1.toml", "phi-race", step="solver"),
+        results.export_config(tmp_path / "r2.toml", format="phi-race", step="solver"),
+    ):
+        assert "[[branches]]" in text and "step 'solver'" in text
+    assert (tmp_path / "r1.toml").read_text() == (tmp_path / "r2.toml").read_text()
+    with pytest.raises(UserError, match=r"`api_key_env_vars`.*'litellm', 'phi-race'"):
+        results.export_config(tmp_path / "x", "yaml")
+    with pytest.raises(UserError, match="two formats"):
+        results.export_config(tmp_path / "x", "phi-race", format="litellm")
+
+
+@pytest.mark.parametrize("bad", [None, 0, 2.5, "4"])
+def test_a_bad_max_concurrent_is_a_usage_error_that_says_what_is_wanted(bad: Any) -> None:
+    selector = ModelSelector(
+        lambda models, x: x,
+        {"solver": ["a"]},
+        lambda e, a: 1.0,
+        [(1, 1)],
+        method="brute_force",
+        tracker=LLMTracker(cache=False),
+    )
+    with pytest.raises(UserError, match=f"max_concurrent must be .*>= 1, got {bad!r}"):
+        selector.select_best(parallel=True, max_concurrent=bad)

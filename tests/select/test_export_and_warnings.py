@@ -55,7 +55,7 @@ async def brute(
     space: SearchSpace, cells: Cells, unpriced: Sequence[str] = (), n: int = 4
 ) -> tuple[SelectionResult, Arena]:
     names = [space.name(k) for k in range(len(space))]
-    arena = Arena(len(space), n, cells, seed=0, names=names)
+    arena = Arena(len(space), n, cells, seed=0, names=names, unpriced=lambda: unpriced)
     await arena.evaluate_prefix(range(len(space)), n)
     result = build_result(
         arena, space, arena.best(), algorithm="brute_force", params={}, pool=None, spent=0.0,
@@ -112,6 +112,26 @@ async def test_models_the_catalog_does_not_know_are_exported_with_a_guessed_prov
     assert [b.model for b in load_race_spec(tmp_path / "race2.toml").branches] == ["openai:model-a"]
 
 
+async def test_control_characters_in_names_leave_the_exported_configs_readable(
+    tmp_path: Path,
+) -> None:
+    """A line break or another control character in a step or model name stays inside its
+    comment line (escaped) or its quoted value: both files still load, with the names intact."""
+    space = SearchSpace({"sol\nver": ["gpt-4o\n- model_name: evil", "odd\x1bname\u2028x"]})
+    cells = Cells([1.0, 0.5], [0.001, 0.001], [0.5, 0.5], ["openai:gpt-4o", "openai:odd"])
+    result, _ = await brute(space, cells)
+    text = result.export_config(tmp_path / "litellm.yaml")
+    config = yaml.safe_load(text)
+    [entry] = config["model_list"]
+    assert entry["model_name"] == "sol\nver"
+    header = text.split("model_list:")[0].splitlines()
+    assert header and all(line.startswith("#") for line in header), header
+    race = result.export_config(tmp_path / "race.toml", "phi-race")
+    assert all(line.startswith("#") for line in race.split("[[branches]]")[0].splitlines() if line)
+    branches = load_race_spec(tmp_path / "race.toml").branches
+    assert [b.name for b in branches] == ["gpt-4o\n- model_name: evil"]
+
+
 # --------------------------------------------------------------------------- 2. unknown cost
 
 
@@ -144,6 +164,23 @@ async def test_an_unpriced_combination_shows_na_and_never_wins_the_front_on_cost
         SearchSpace({"solver": ["model-a", "model-x"]}), worse, ["openai:model-x"]
     )
     assert [c.name for c in result.pareto_front()] == ["solver=model-a"]
+
+
+async def test_an_unpriced_combination_never_wins_a_tie_on_cost() -> None:
+    """Ties go to the cheaper combination, and an unknown cost is not cheaper than a known
+    one: the priced model wins at equal accuracy and latency, in the algorithms' pick
+    (`Arena.best`), the ranking and the result. Between unknown costs, latency and the name
+    decide."""
+    space = SearchSpace({"solver": ["model-a", "my-finetune"]})
+    cells = Cells([1.0, 1.0], [0.001, 0.0], [0.5, 0.5], ["openai:model-a", "openai:my-finetune"])
+    result, arena = await brute(space, cells, unpriced=["openai:my-finetune"])
+    assert arena.cost_unknown(1) and not arena.cost_unknown(0)
+    assert arena.best() == 0 and sorted(range(2), key=arena.rank_key) == [0, 1]
+    assert result.best.name == "solver=model-a"
+    assert [c.name for c in result.evaluated()] == ["solver=model-a", "solver=my-finetune"]
+    both = ["openai:model-a", "openai:my-finetune"]
+    result, arena = await brute(space, Cells([1.0, 1.0], [0.001, 0.0], [0.5, 0.1], both), both)
+    assert arena.best() == 1 and result.best.name == "solver=my-finetune"  # clearly faster
 
 
 async def test_when_every_combination_is_unpriced_the_front_is_on_accuracy_and_latency() -> None:

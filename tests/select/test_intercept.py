@@ -24,7 +24,7 @@ from phi_core.metering import Budget, Meter, metering
 from phi_core.providers.limiter import Limiter, default_limiter, set_default_limiter
 from phi_core.select import ModelSelector, ResponseCache
 from phi_core.select._intercept import InterceptScope, attribute, intercepting
-from tests.select.llm_server import LlmServer, answer, usage_of
+from tests.select.llm_server import LlmServer, _unit, answer, usage_of
 
 PRICES = {
     "model-a": {"input_price": 3.0, "output_price": 15.0},
@@ -689,3 +689,182 @@ async def test_an_abandoned_stream_is_metered_estimated_releases_its_slot_and_is
     first, second = meter.calls
     assert first.estimated and not second.estimated
     assert len(cache) == 1  # only the whole answer was cached
+
+
+@pytest.mark.timeout(30)
+async def test_a_sync_stream_closed_on_the_loops_own_thread_frees_its_slot_without_waiting() -> (
+    None
+):
+    """A garbage collection on the event loop's thread may close a sync stream an agent left
+    open: its limiter slot is handed back to that same loop, which must not wait for itself."""
+    limiter = Limiter(per_model=1)
+    async with LlmServer() as server:
+        client = server.openai_sync(api_key="k", max_retries=0)
+
+        def first_chunk_only() -> Any:
+            stream = client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "q1"}], stream=True
+            )
+            next(iter(stream))
+            return stream  # neither read to its end nor closed
+
+        with intercepting(InterceptScope(limiter=limiter)), metering(Meter()) as meter:
+            stream = await asyncio.to_thread(first_chunk_only)
+            stream.close()  # here, on the loop's thread, as a collection there would
+            # the one slot is free again: a second call (from a worker thread) goes through
+            await asyncio.to_thread(
+                client.chat.completions.create,
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": "q2"}],
+            )
+    first, second = meter.calls
+    assert first.estimated and not second.estimated
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_stream_an_agent_leaves_open_is_metered_in_its_cell_and_frees_its_slot(
+    kind: str,
+) -> None:
+    """`for chunk in stream: return ...` leaves the stream neither read to its end nor closed;
+    when the cell ends the call is settled with what had arrived (estimated, in that cell) and
+    its limiter slot is freed, so the next cell's call is not kept waiting for it."""
+    previous = default_limiter()
+    set_default_limiter(Limiter(per_model=1))
+    left_open: list[Any] = []  # never closed during the run (not even by a collection)
+    try:
+        async with LlmServer() as server:
+            sync_client = server.openai_sync(api_key="k", max_retries=0)
+            async_client = server.openai(api_key="k", max_retries=0)
+            messages = lambda q: [{"role": "user", "content": q}]  # noqa: E731
+
+            class SyncAgent:
+                def __init__(self, models: dict[str, str]) -> None:
+                    self.model = models["solver"]
+
+                def run(self, question: str) -> str:
+                    stream = sync_client.chat.completions.create(
+                        model=self.model, messages=messages(question), stream=True
+                    )
+                    left_open.append(stream)
+                    for chunk in stream:
+                        if chunk.choices and chunk.choices[0].delta.content:
+                            return str(chunk.choices[0].delta.content)
+                    return ""
+
+            class AsyncAgent:
+                def __init__(self, models: dict[str, str]) -> None:
+                    self.model = models["solver"]
+
+                async def run(self, question: str) -> str:
+                    stream = await async_client.chat.completions.create(
+                        model=self.model, messages=messages(question), stream=True
+                    )
+                    left_open.append(stream)
+                    async for chunk in stream:
+                        if chunk.choices and chunk.choices[0].delta.content:
+                            return str(chunk.choices[0].delta.content)
+                    return ""
+
+            agent = SyncAgent if kind == "sync" else AsyncAgent
+            result = await brute_force(agent, datapoints=4, models={"solver": ["gpt-4o-mini"]})
+            for stream in left_open:
+                closed = stream.close()
+                if asyncio.iscoroutine(closed):
+                    await closed
+    finally:
+        set_default_limiter(previous)
+    assert len(server.reported) == 4
+    assert [row.calls for row in result.datapoints] == [1] * 4
+    assert all(row.input_tokens > 0 for row in result.datapoints)  # estimated from the prompt
+    assert result.metered_calls == 4
+    assert not any("No model call was metered" in w for w in result.warnings)
+    assert any("estimated" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("concurrent", [True, False])
+async def test_a_cached_call_counts_its_original_latency_once_along_the_runs_critical_path(
+    concurrent: bool,
+) -> None:
+    """A cache hit answers at once; the run's latency counts the hit's original latency where
+    it lay on the run's path: beside a concurrent call it overlaps (not on top of it), after a
+    call it waited for in full. So the latency does not depend on what the cache answered, and
+    a fully cached rerun reports the first run's."""
+    delay = 0.1  # the server answers in delay * (1 + _unit(prompt, model)) seconds: 0.1 to 0.2
+    async with LlmServer(delay=delay) as server:
+        client = server.openai(api_key="k")
+
+        class PlanAndSolve:
+            def __init__(self, models: dict[str, str]) -> None:
+                self.models = models
+
+            async def run(self, question: str) -> str:
+                ask = lambda step: client.chat.completions.create(  # noqa: E731
+                    model=self.models[step], messages=[{"role": "user", "content": question}]
+                )
+                if concurrent:
+                    await asyncio.gather(ask("planner"), ask("solver"))
+                else:
+                    await ask("planner")
+                    await ask("solver")
+                return "right"
+
+        # one at a time: the second combination's planner call is answered from the cache
+        models = {"planner": ["model-c"], "solver": ["model-a", "model-b"]}
+        cache = ResponseCache()
+        first = await brute_force(PlanAndSolve, 1, models, 1, cache=cache)
+        rerun = await brute_force(PlanAndSolve, 1, models, 1, cache=cache)  # all from the cache
+    assert len(server.requests) == 3
+    question = DATASET[0][0]
+    took = {m: delay * (1 + _unit(question, m)) for m in ("model-a", "model-b", "model-c")}
+    for result in (first, rerun):
+        for row in result.datapoints:
+            solver = row.combination.split("solver=")[1]
+            pair = (took["model-c"], took[solver])
+            expected = max(pair) if concurrent else sum(pair)
+            # the server's time plus the client's and the loop's own (a few ms, more when busy)
+            assert expected <= row.latency_s <= expected + min(pair) / 2, (row, took)
+
+
+async def test_a_thread_pool_made_during_one_run_and_kept_serves_later_runs_in_their_cells() -> (
+    None
+):
+    """A lazily made `multiprocessing.pool.ThreadPool` starts its threads inside the first cell
+    and keeps them: the work later cells give it still runs (and is metered) in theirs."""
+    from multiprocessing.pool import ThreadPool
+
+    pools: list[ThreadPool] = []
+    async with LlmServer(delay=0.002) as server:
+        client = server.openai_sync(api_key="k", max_retries=0)
+
+        def ask(model: str, prompt: str) -> str:
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": prompt}]
+            )
+            return reply.choices[0].message.content or ""
+
+        class PooledAgent:
+            def __init__(self, models: dict[str, str]) -> None:
+                self.models = models
+
+            def run(self, question: str) -> str:
+                if not pools:
+                    pools.append(ThreadPool(2))  # made inside the first cell, kept after it
+                pool = pools[0]
+                pool.apply_async(ask, (self.models["planner"], f"Plan: {question}")).get()
+                drafts = pool.map(lambda i: ask(self.models["solver"], f"D{i}: {question}"), [1])
+                fixes = list(
+                    pool.imap(lambda i: ask(self.models["solver"], f"F{i}: {question}"), [1])
+                )
+                return drafts[0] if fixes else ""
+
+        result = await brute_force(PooledAgent, datapoints=3, max_concurrent=1)
+    for pool in pools:
+        pool.terminate()
+        pool.join()
+    assert not [row.error for row in result.datapoints if row.error]
+    assert_rows_billed(
+        result,
+        lambda p, s, q: [(p, f"Plan: {q}"), (s, f"D1: {q}"), (s, f"F1: {q}")],
+    )
+    assert result.metered_calls == len(server.reported) == 4 * 3 * 3

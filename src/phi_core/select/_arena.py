@@ -259,6 +259,8 @@ class Arena:
             datapoints per combination so the budget is checked between slices.
         on_batch: called after every batch with the arena (progress reporting).
         objective: what the algorithms maximise (:attr:`scores`); the score alone by default.
+        unpriced: the models called so far that have no price (read after every batch): a
+            combination that called one has an unknown cost (:meth:`cost_unknown`).
     """
 
     def __init__(
@@ -275,6 +277,7 @@ class Arena:
         on_batch: Callable[[Arena], None] | None = None,
         shuffle: bool = True,
         objective: Objective | None = None,
+        unpriced: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         if max_evaluations is not None and max_evaluations < 1:
             raise UserError(f"max_evaluations must be >= 1, got {max_evaluations!r}.")
@@ -324,6 +327,10 @@ class Arena:
         self.cells: dict[tuple[int, int], Evaluation] = {}
         """Every recorded evaluation by ``(combination, position)``."""
         self.batches = 0
+        self._unpriced_of = unpriced
+        self.unpriced: set[str] = set()
+        """The models without a price called so far (their calls count as $0)."""
+        self._models: list[set[str]] = [set() for _ in range(n_combos)]
 
     # ------------------------------------------------------------------ evaluation
 
@@ -429,6 +436,9 @@ class Arena:
                 self.output_tokens[k, p] = ev.output_tokens
                 if failed:
                     self.errors[(k, p)] = ev.error or ev.status
+                self._models[k].update(m for m, used in ev.model_usage.items() if used.total)
+        if self._unpriced_of is not None:
+            self.unpriced = set(self._unpriced_of())
         self._apply_objective()
         self.batches += 1
         if self.on_batch is not None:
@@ -472,30 +482,42 @@ class Arena:
             return float("nan")
         return float(np.std(self.scores[k][self.observed[k]], ddof=1))
 
-    def rank_key(self, k: int) -> tuple[float, float, float, str]:
-        """Deterministic order: higher accuracy, then lower cost, lower latency, then name.
+    def cost_unknown(self, k: int) -> bool:
+        """Whether combination ``k`` called a model without a price (its cost is not known: those
+        calls count as $0 in :attr:`costs`)."""
+        return not self._models[k].isdisjoint(self.unpriced)
+
+    def rank_key(self, k: int) -> tuple[float, float, float, float, str]:
+        """Deterministic order: higher accuracy, then lower cost (an unknown cost after every
+        known one, see :meth:`cost_unknown`), lower latency, then name.
 
         Latency is compared in bands (see :func:`latency_band`) so that timing noise between two
         otherwise identical combinations does not decide the pick; the name does.
         """
         n = self.count(k)
         if n == 0:
-            return (math.inf, math.inf, math.inf, self.names[k])
+            return (math.inf, math.inf, math.inf, math.inf, self.names[k])
         mask = self.observed[k]
+        unknown = self.cost_unknown(k)
         return (
             -float(self.scores[k][mask].mean()),
-            float(self.costs[k][mask].mean()),
+            float(unknown),
+            0.0 if unknown else float(self.costs[k][mask].mean()),
             float(latency_band(float(self.latencies[k][mask].mean()))),
             self.names[k],
         )
 
-    def best(self, combos: Iterable[int] | None = None) -> int:
+    def best(
+        self, combos: Iterable[int] | None = None, cost_unknown: Container[int] | None = None
+    ) -> int:
         """The best evaluated combination among ``combos`` (all by default).
 
-        The top score (objective); among equal scores the cheapest; among equally cheap ones,
-        those not clearly slower than the fastest (:func:`clearly_faster`: timing noise never
-        decides); then the name. No combination of the pool with at least as much evidence
-        dominates the result (see :meth:`dominates`).
+        The top score (objective); among equal scores the cheapest, an unknown cost (a model
+        without a price, see :meth:`cost_unknown`; ``cost_unknown`` overrides which combinations
+        have one) counting as dearer than any known cost, and unknown costs as equal; among
+        equally cheap ones, those not clearly slower than the fastest (:func:`clearly_faster`:
+        timing noise never decides); then the name. No combination of the pool with at least as
+        much evidence dominates the result (see :meth:`dominates`).
         """
         pool = np.arange(self.n_combos) if combos is None else np.fromiter(combos, dtype=np.int64)
         if pool.size == 0:
@@ -510,9 +532,17 @@ class Arena:
         latency = (self.latencies[pool] * mask).sum(axis=1) / safe
         keep = mean >= mean.max() - 1e-12
         pool, cost, latency = pool[keep], cost[keep], latency[keep]
-        cheapest = float(cost.min())
-        keep = np.array([not _cheaper(cheapest, float(c)) for c in cost])
-        pool, latency = pool[keep], latency[keep]
+        unknown = np.array(
+            [
+                self.cost_unknown(int(k)) if cost_unknown is None else int(k) in cost_unknown
+                for k in pool
+            ]
+        )
+        if not unknown.all():  # a known cost beats an unknown one; unknown ones tie on cost
+            pool, cost, latency = pool[~unknown], cost[~unknown], latency[~unknown]
+            cheapest = float(cost.min())
+            keep = np.array([not _cheaper(cheapest, float(c)) for c in cost])
+            pool, latency = pool[keep], latency[keep]
         fastest = float(latency.min())
         if self.objective is None or self.objective.latency_weight == 0:
             keep = np.array([not clearly_faster(fastest, float(t)) for t in latency])

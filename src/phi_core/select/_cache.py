@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sqlite3
 import threading
 from pathlib import Path
 
+from .._logging import get_logger
 from .._sqlite import init_wal, quarantine, sqlite_failure
 from ..providers.call import CachedResponse
 from ..types import AssistantMessage
 
-logger = logging.getLogger("phi_core.select.cache")
+logger = get_logger("phi_core.select.cache")
 
 __all__ = ["ResponseCache"]
 

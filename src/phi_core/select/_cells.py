@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import inspect
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -169,6 +170,7 @@ class CellRunner:
         name = self.space.name(k)
         inputs, expected = self.datapoint(i)
         meter = Meter(seed=self.seed)
+        meter.calls = timeline = _Timeline()
         error: str | None = None
         kind: str | None = None  # the classified kind of `error`: it decides the status
         score = 0.0
@@ -186,7 +188,8 @@ class CellRunner:
                 answered = True
             if clock.expired():  # also when the agent swallowed the cancellation and answered
                 error, answered, kind = clock.message(), False, "timeout"
-        wall = time.perf_counter() - (clock.ran_at or started)
+        ended = time.perf_counter()
+        latency = timeline.latency(clock.ran_at or started, ended)
         scoring = Meter(seed=self.seed)
         if answered:  # intercepted judge calls belong to the datapoint, not to a combination
             judging = _RunClock(self.timeout, "scorer")
@@ -204,8 +207,6 @@ class CellRunner:
             if judging.expired():
                 error, score, kind = f"scorer raised {judging.message()}", 0.0, "timeout"
         calls = list(meter.calls)
-        # a cache hit answers instantly; count the original call's latency so cached runs compare fairly
-        latency = wall + sum(c.latency_s for c in calls if c.cached)
         refused = next((c for c in [*calls, *scoring.calls] if c.error_kind == "budget"), None)
         per_model: dict[str, Usage] = {}
         for c in calls:
@@ -276,6 +277,70 @@ class CellRunner:
         if inspect.isawaitable(result):
             return await result
         return result
+
+
+_last_call: contextvars.ContextVar[tuple[object, int] | None] = contextvars.ContextVar(
+    "phi_select_last_call", default=None
+)
+"""The last call that ended in this context: ``(its timeline's token, its index there)``."""
+
+
+class _Timeline(list[CallRecord]):
+    """A cell meter's list of calls that also notes when each call was recorded (when it
+    ended; a cache hit when it was answered) and which call had ended last in the context that
+    made it, to tell the run's latency as if no call had been answered from the cache
+    (:meth:`latency`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[float] = []
+        self.before: list[int | None] = []
+        self._token = object()
+        self._lock = threading.Lock()
+
+    def append(self, call: CallRecord) -> None:
+        last = _last_call.get()
+        with self._lock:
+            self.ends.append(time.perf_counter())
+            self.before.append(last[1] if last is not None and last[0] is self._token else None)
+            super().append(call)
+            index = len(self) - 1
+        _last_call.set((self._token, index))
+
+    def latency(self, start: float, end: float) -> float:
+        """The latency of a run from ``start`` to ``end`` (``time.perf_counter()``), had every
+        cache hit taken as long as its original call did.
+
+        A cache hit answers at once. Adding every hit's original latency to the wall time would
+        count twice the time of calls made concurrently (two identical combinations would differ
+        by what the cache answered, and a fully cached rerun would look slower than the first
+        run). Instead the run is replayed with each hit at its original duration:
+
+        - a call depends on the last call that had ended, before it began, in the context that
+          made it (the same task or thread, or the one that started its task or thread: the
+          context is inherited), and begins after it by the time the agent really took in
+          between (its own work);
+        - concurrent calls (``asyncio.gather``, a thread pool) depend on none of each other;
+        - the run ends when its slowest call ends in the replay, plus the time the agent really
+          took after its last call ended, and never before its wall time.
+
+        Without cache hits this is the wall time, exactly; a fully cached rerun is about the
+        first run's latency. A join is not seen (a call made after ``gather`` of cached calls
+        depends on the call before the ``gather``), so then the estimate is a little low."""
+        with self._lock:
+            ends, before, calls = list(self.ends), list(self.before), list(self)
+        wall = end - start
+        if not any(call.cached for call in calls):
+            return wall
+        replayed: list[float] = []  # when each call ends in the replay (from `start`)
+        for i, call in enumerate(calls):
+            began = ends[i] if call.cached else max(start, ends[i] - call.latency_s)
+            p = before[i]
+            while p is not None and ends[p] > began:  # overlapped it: not what it waited for
+                p = before[p]
+            at = replayed[p] + (began - ends[p]) if p is not None else began - start
+            replayed.append(at + call.latency_s)
+        return max(wall, max(replayed) + (end - max(ends)))
 
 
 def _failure(exc: BaseException) -> str:

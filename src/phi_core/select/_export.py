@@ -128,8 +128,18 @@ def race_model(label: str) -> ExportedModel:
     return ExportedModel(vendor, f"{vendor}:{model}", settings, why)
 
 
+def _one_line(text: str) -> str:
+    """``text`` fit for a comment line of YAML or TOML: whitespace runs (line breaks included)
+    become one space and other control characters are escaped (``\\x1b``), so a step or model
+    name cannot end the comment nor make the file unreadable."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+        for c in " ".join(text.split())
+    )
+
+
 def _comment(text: str) -> str:
-    return "# " + " ".join(text.split())
+    return "# " + _one_line(text)
 
 
 def litellm_config(result: SelectionResult, api_key_env_vars: dict[str, str] | None = None) -> str:
@@ -167,9 +177,12 @@ def litellm_config(result: SelectionResult, api_key_env_vars: dict[str, str] | N
                 + ")"
             )
         notes.append(_comment(note))
-        mapping.append("#   " + " ".join(f"{step} -> {label}".split()))
+        mapping.append("#   " + _one_line(f"{step} -> {label}"))
     header = (
-        f"# Selected by phi-core ({result.algorithm}, seed {result.seed}): {result.best.name}\n"
+        _comment(
+            f"Selected by phi-core ({result.algorithm}, seed {result.seed}): {result.best.name}"
+        )
+        + "\n"
         f"# accuracy {_pct(result.best.accuracy)} on {result.best.evaluations} datapoints\n"
         "# each model_name is a step; step -> model:\n" + "".join(m + "\n" for m in mapping)
     )
@@ -200,8 +213,8 @@ def race_config(result: SelectionResult, step: str | None = None) -> str:
     if step not in result.best.models:
         raise UserError(f"No step {step!r} in this selection; steps: {steps!r}.")
     lines = [
-        f"# phi race --config <this file>: the Pareto front of step {step!r}, selected by",
-        f"# phi-core ({result.algorithm}, seed {result.seed}); winner: {result.best.name}",
+        _comment(f"phi race --config <this file>: the Pareto front of step {step!r}, selected by"),
+        _comment(f"phi-core ({result.algorithm}, seed {result.seed}); winner: {result.best.name}"),
         "",
     ]
     seen: set[str] = set()

@@ -29,6 +29,9 @@ the agent starts itself inside a cell inherit that cell too: while a scope is op
 ``threading.Thread.start`` and ``ThreadPoolExecutor.submit`` called from a scope's context carry
 the caller's context into the new thread or work item (a plain thread would start in an empty
 one), so an agent that fans its calls out over a thread pool is metered like one that does not.
+Work given to a ``multiprocessing.pool.ThreadPool`` (``apply_async``, ``map``, ``imap``...)
+runs in its submitter's context too, even on worker threads a pool created during an earlier
+run keeps.
 
 The patches (the clients' ``send`` methods, ``requests``' adapter, the two thread entry points)
 are installed when the first scope opens and removed when the last one closes; outside a scope's
@@ -44,6 +47,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import hashlib
 import importlib
 import json
@@ -57,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from .._logging import get_logger
 from ..errors import BudgetExceededError, RunError, register_secret
 from ..metering import (
     CallRecord,
@@ -84,6 +89,10 @@ from ._intercept_wire import (
 )
 
 __all__ = ["InterceptScope", "InterceptedCall", "attribute", "intercepting"]
+
+logger = get_logger("phi_core.select.intercept")
+_settling = threading.Lock()
+"""Makes settling a call happen once when a reader and the end of its cell race."""
 
 
 _SECRET_PARAMS = {
@@ -153,6 +162,10 @@ class _Cell:
     pending: set[concurrent.futures.Future[Any]] = field(default_factory=set)
     """Calls a worker thread handed to the event loop (:func:`on_close`), cancelled when the
     block ends."""
+    streams: dict[int, _Pending] = field(default_factory=dict)
+    """Streamed calls whose body has been neither read to its end nor closed: those still open
+    when the block ends (an agent that stopped reading a stream and never closed it) are settled
+    then (:meth:`_Pending.abandon`)."""
 
     def occurrence(self, key: str) -> int:
         with self.lock:
@@ -178,8 +191,14 @@ def attribute(combination: str | None, datapoint: Any) -> Iterator[None]:
         with cell.lock:
             cell.closed = True
             pending, cell.pending = cell.pending, set()
+            streams, cell.streams = list(cell.streams.values()), {}
         for future in list(pending):  # what a thread left running stops; its usage is metered
             future.cancel()
+        for call in streams:  # a stream left unread and unclosed: metered with what arrived
+            try:
+                call.abandon()
+            except Exception:  # one call's settling must not hide the block's own outcome
+                logger.warning("settling an abandoned stream failed", exc_info=True)
         _cell.reset(token)
 
 
@@ -203,8 +222,12 @@ def check_open() -> None:
     if cell is not None and cell.closed:
         raise RunError(
             f"A model call for {cell.combination or 'the scorer'} on dataset item "
-            f"{cell.datapoint!r} came after that run had ended (a sync agent past its timeout "
-            "runs on in its thread); it was refused, not sent."
+            f"{cell.datapoint!r} came after that run had ended, from a thread still in that "
+            "run's context: a sync agent past its timeout (it runs on in its thread), or a "
+            "thread the agent started during that run and kept (work handed to it other than "
+            "through `ThreadPoolExecutor.submit` or a `ThreadPool`'s `apply_async`/`map`/"
+            "`imap` runs in that run's context). It was refused, not sent. Start long-lived "
+            "threads outside the agent's run, or hand them work through their pool."
         )
 
 
@@ -236,12 +259,13 @@ class InterceptScope:
         self._lock = threading.Lock()
         self._outside = _Cell(None, None)
         self._open = 0
+        self._unpriced: set[str] = set()
 
     @property
     def unpriced(self) -> set[str]:
         """Models called that have no price (their dollars count as 0)."""
         with self._lock:
-            return {c.model for c in self.calls if not c.priced and c.usage.total}
+            return set(self._unpriced)
 
     @property
     def estimated(self) -> list[InterceptedCall]:
@@ -252,6 +276,8 @@ class InterceptScope:
     def _log(self, call: InterceptedCall) -> None:
         with self._lock:
             self.calls.append(call)
+            if not call.priced and call.usage.total:
+                self._unpriced.add(call.model)
 
     # ------------------------------------------------------------------ one call
 
@@ -288,6 +314,37 @@ class _Pending:
     finished: bool = False
     status: int = 0
     content_type: str = "application/json"
+    parts: list[bytes] = field(default_factory=list)
+    """The streamed body as it has arrived so far."""
+    release: Callable[[], None] | None = None
+    """Frees what a streamed call holds until it is settled (its limiter slot); run (from any
+    thread, never blocking on the event loop) when :meth:`abandon` settles it."""
+
+    def _claim(self) -> bool:
+        """Whether this caller settles the call (the first one to ask does)."""
+        with _settling:
+            if self.finished:
+                return False
+            self.finished = True
+        self.cell.streams.pop(id(self), None)
+        return True
+
+    def streaming(self) -> None:
+        """The response is streamed to the agent: settle it when its cell ends unless the body
+        has been read to its end or closed by then (:meth:`abandon`)."""
+        with self.cell.lock:
+            if not self.finished and not self.cell.closed:
+                self.cell.streams[id(self)] = self
+
+    def abandon(self) -> None:
+        """Settle a streamed call the agent stopped reading and never closed (a ``for chunk in
+        stream: return ...``) with what had arrived by now: metered (its usage estimated from
+        the text when the stream had not reported it yet), never cached; its limiter slot is
+        freed."""
+        self.finish(self.status, b"".join(self.parts), complete=False)
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
     @property
     def key(self) -> str:
@@ -340,10 +397,10 @@ class _Pending:
         return None
 
     def finish(self, status: int, body: bytes | None, *, complete: bool) -> CachedResponse | None:
-        """Settle the call with what the response reported; what to cache (``None``: nothing)."""
-        if self.finished:
+        """Settle the call with what the response reported; what to cache (``None``: nothing,
+        also when the call was already settled)."""
+        if not self._claim():
             return None
-        self.finished = True
         latency = time.perf_counter() - self.started
         usage: Usage | None = None
         text = ""
@@ -386,9 +443,8 @@ class _Pending:
 
     def fail(self, error: BaseException) -> None:
         """The request raised before a response (network error, cancellation)."""
-        if self.finished:
+        if not self._claim():
             return
-        self.finished = True
         latency = time.perf_counter() - self.started
         kind = "cancelled" if isinstance(error, asyncio.CancelledError) else "network"
         record = CallRecord(
@@ -564,12 +620,65 @@ def _patch_threads() -> Callable[[], None]:
 
     threading.Thread.start = start_in_context  # type: ignore[method-assign]
     ThreadPoolExecutor.submit = submit_in_context  # type: ignore[method-assign, assignment]
+    restore_pool = _patch_thread_pool()
 
     def restore() -> None:
         threading.Thread.start = start  # type: ignore[method-assign]
         ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+        restore_pool()
 
     return restore
+
+
+# The methods of `multiprocessing.pool.ThreadPool` that take work (`apply`, `map` and `starmap`
+# go through `apply_async` or `_map_async`, private; so their public callers are patched).
+_POOL_ENTRIES = (
+    "apply_async", "map", "map_async", "starmap", "starmap_async", "imap", "imap_unordered",
+)  # fmt: skip
+
+
+def _patch_thread_pool() -> Callable[[], None]:
+    """Make the work given to a ``multiprocessing.pool.ThreadPool`` from a scope's context run
+    in a copy of the submitter's context, like :meth:`ThreadPoolExecutor.submit` (its worker
+    threads, started once and kept, would otherwise run every later task in the context of the
+    run that started them). Only ``ThreadPool`` is patched: a process pool pickles its work."""
+    from multiprocessing.pool import ThreadPool
+
+    saved = {name: ThreadPool.__dict__.get(name) for name in _POOL_ENTRIES}
+
+    def entry(name: str) -> Callable[..., Any]:
+        original = getattr(ThreadPool, name)
+
+        @functools.wraps(original)
+        def in_context(self: Any, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+            if _scope.get() is None:
+                return original(self, func, *args, **kwargs)
+            return original(self, _in_copy_of(contextvars.copy_context(), func), *args, **kwargs)
+
+        return in_context
+
+    patched = {name: entry(name) for name in _POOL_ENTRIES}
+    for name, method in patched.items():
+        setattr(ThreadPool, name, method)
+
+    def restore() -> None:
+        for name, method in saved.items():
+            if method is None:
+                delattr(ThreadPool, name)
+            else:
+                setattr(ThreadPool, name, method)
+
+    return restore
+
+
+def _in_copy_of(context: contextvars.Context, func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` run in a fresh copy of ``context`` at every call (a map's items run in several
+    threads at once, and one context cannot be entered twice)."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return context.copy().run(func, *args, **kwargs)
+
+    return run
 
 
 def _uninstall() -> None:

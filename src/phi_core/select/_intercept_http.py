@@ -15,13 +15,14 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib
-import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextvars import ContextVar
 from types import ModuleType
 from typing import Any, TypeVar
 
+from .._logging import get_logger
 from ..errors import BudgetExceededError
 from ..providers.call import CachedResponse, CallCache
 from ..providers.limiter import LimiterSlot
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-logger = logging.getLogger("phi_core.select.intercept")
+logger = get_logger("phi_core.select.intercept")
 
 _inside: ContextVar[bool] = ContextVar("phi_intercept_inside", default=False)
 """True while an intercepted request is being sent (a client nested in a transport passes)."""
@@ -188,10 +189,13 @@ def settle_sync(
     outcome: Callable[[LimiterSlot], None] | None,
 ) -> None:
     """Settle a sync client's call once its body has been read (or given up): meter it, release
-    its limiter slot and cache a whole answer. A call already settled is left alone."""
-    if pending.finished:
-        return
+    its limiter slot and cache a whole answer. A call already settled (its cell ended first, see
+    :meth:`~._intercept._Pending.abandon`) only has its slot released, if that is still held.
+
+    Safe from any thread, the event loop's own included (a garbage collection there may close
+    an abandoned stream): nothing here waits for the loop from its own thread."""
     entry = pending.finish(pending.status, body, complete=complete)
+    pending.release = None
     slot.release(outcome)
     _cache_put_sync(pending, entry)
 
@@ -227,7 +231,9 @@ class SyncBody:
         self.pending = pending
         self.slot = slot
         self.outcome = outcome
-        self.parts: list[bytes] = []
+        self.parts: list[bytes] = pending.parts
+        pending.release = functools.partial(slot.release, outcome)
+        pending.streaming()  # settled when its cell ends, if the agent never reads or closes it
 
     def settle(self, *, complete: bool) -> None:
         body = b"".join(self.parts)
@@ -286,6 +292,7 @@ class SyncSlot:
         self._release: asyncio.Event | None = None
         self._done: Any = None
         self._outcome: Callable[[LimiterSlot], None] | None = None
+        self._lock = threading.Lock()
         loop = scope.loop
         limiter = scope.limiter
         if limiter is None or loop is None or not loop.is_running() or _on_loop_thread(loop):
@@ -307,15 +314,28 @@ class SyncSlot:
             self._done.result()  # raises what stopped the acquisition
 
     def release(self, outcome: Callable[[LimiterSlot], None] | None) -> None:
-        if self._done is None:
+        """Give the slot back (once; later calls do nothing), reporting ``outcome`` to it.
+
+        From a worker thread this waits until the loop has taken the slot back, so the thread's
+        next call finds it free. From the loop's own thread (a stream closed by a garbage
+        collection there, or settled when its cell ended) it only asks the loop to take it
+        back: waiting would wait for itself, forever."""
+        with self._lock:
+            done, self._done = self._done, None
+        if done is None:
             return
         self._outcome = outcome
+        loop = self._loop
         release = self._release
-        if release is not None:
-            self._loop.call_soon_threadsafe(release.set)
+        try:
+            if release is not None:
+                loop.call_soon_threadsafe(release.set)
+        except RuntimeError:  # the loop has closed: its limiter went with it
+            return
+        if _on_loop_thread(loop) or not loop.is_running():
+            return
         with contextlib.suppress(Exception):
-            self._done.result(timeout=30)
-        self._done = None
+            done.result(timeout=30)
 
 
 # --------------------------------------------------------------------------- async
@@ -366,8 +386,32 @@ async def _send_async(
         await stack.aclose()
         await _cache_put(scope.cache, pending.key, entry)
         return response
+    pending.release = functools.partial(_close_soon, asyncio.get_running_loop(), stack)
+    pending.streaming()
     response.stream = tee(response.stream, pending, stack)
     return response
+
+
+_closing: set[asyncio.Future[Any]] = set()
+"""Limiter slots of abandoned async streams being given back (kept referenced until done)."""
+
+
+def _close_soon(loop: asyncio.AbstractEventLoop, stack: contextlib.AsyncExitStack) -> None:
+    """Close ``stack`` (an async stream's limiter slot) on ``loop``, from any thread, without
+    waiting for it; nothing to do once the loop has closed."""
+
+    def start() -> None:
+        task = asyncio.ensure_future(stack.aclose())
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
+    if loop.is_closed():
+        return
+    if _on_loop_thread(loop):
+        start()
+        return
+    with contextlib.suppress(RuntimeError):  # closed in the meantime
+        loop.call_soon_threadsafe(start)
 
 
 # --------------------------------------------------------------------------- sync
@@ -430,7 +474,7 @@ def _tees(module: ModuleType) -> tuple[type, type]:
             self._inner = inner
             self._pending = pending
             self._stack = stack
-            self._parts: list[bytes] = []
+            self._parts: list[bytes] = pending.parts
             self._complete = False
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -447,10 +491,10 @@ def _tees(module: ModuleType) -> tuple[type, type]:
                 await self._finish()
 
         async def _finish(self) -> None:
-            if self._pending.finished:
-                return
             pending = self._pending
+            # None when the call was settled already (its cell ended before it was closed)
             entry = pending.finish(pending.status, b"".join(self._parts), complete=self._complete)
+            pending.release = None
             await self._stack.aclose()
             await _cache_put(pending.scope.cache, pending.key, entry)
 

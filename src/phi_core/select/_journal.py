@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -23,13 +22,14 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from .._logging import get_logger
 from .._paths import user_path
 from .._sqlite import init_wal, quarantine
 from ._arena import Evaluation
 
 __all__ = ["RunJournal", "default_journal_path", "run_fingerprint"]
 
-logger = logging.getLogger("phi_core.select.journal")
+logger = get_logger("phi_core.select.journal")
 _EVALUATION = TypeAdapter(Evaluation)
 
 

@@ -14,12 +14,12 @@ far, cheapest first) and the run records a warning saying so.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from .._logging import get_logger
 from ..errors import ProviderError, RunError, UserError
 from ..metering import Meter, metering
 from ..providers.base import ModelConfig, Provider
@@ -33,7 +33,7 @@ from ._space import SearchSpace
 
 __all__ = ["LMProposal", "parse_proposals"]
 
-logger = logging.getLogger("phi_core.select")
+logger = get_logger("phi_core.select")
 
 DEFAULT_OBJECTIVE = "maximize accuracy, then minimize cost and latency"
 _SYSTEM = (

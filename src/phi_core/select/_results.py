@@ -413,11 +413,11 @@ def build_result(
         better = [k for k in contenders if arena.dominates(k, best, unknown)]
         if not better:
             break
-        best = arena.best(better)
+        best = arena.best(better, unknown)
     contenders.add(best)
     above = arena.dominated_by(best, contenders, unknown) if unknown else []
     if above:  # a cycle through an unknown cost (see Arena.pareto): the front's best above it
-        best = arena.best(above)
+        best = arena.best(above, unknown)
     front = set(arena.pareto(contenders, unknown))
     weighted = arena.objective is not None
     combos: list[CombinationResult] = []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import math
 import time
 import uuid
@@ -16,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._callables import accepts_positional
+from .._logging import get_logger
 from .._paths import user_path
 from ..errors import BudgetExhausted, StateStoreError, UserError, redact
 from ..events import Emitter, SelectionEnd, SelectionEvaluation, SelectionStart, Warning
@@ -51,7 +51,7 @@ __all__ = [
     "step_labels",
 ]
 
-logger = logging.getLogger("phi_core.select")
+logger = get_logger("phi_core.select")
 
 Candidate = str | ModelConfig | MeteredModel
 ProgressCallback = Callable[[Arena], None]
@@ -582,6 +582,7 @@ class ModelSelector:
                 max_evaluations=self.max_evaluations,
                 on_batch=on_progress,
                 objective=self.objective,
+                unpriced=lambda: scope.unpriced | evaluator.unpriced,
             )
             exhausted = False
             with intercepting(scope), metering(run_meter):
