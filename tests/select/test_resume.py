@@ -88,7 +88,8 @@ async def test_a_finished_run_resumes_for_free_and_other_settings_start_over(
     assert fresh.resumed == 0 and len(other_seed.runs) == fresh.evaluations
     # a resume that finds nothing says so (a changed setting starts over)
     (warning,) = [w for w in fresh.warnings if "Nothing was resumed" in w]
-    assert "same combinations, dataset, agent, scorer, seed" in warning
+    assert "same combinations (the same models and endpoints behind their names)" in warning
+    assert "agent and scorer (code and prompts included), seed" in warning
 
 
 async def test_resume_needs_the_journal() -> None:
@@ -129,3 +130,33 @@ async def test_resuming_from_a_journal_that_cannot_be_read_stops_before_running_
     with pytest.raises(StateStoreError, match=r"Cannot resume: the run journal .*runs\.sqlite"):
         await selector(agent, journal=blocker / "runs.sqlite").select_best(resume=True)
     assert agent.runs == []
+
+
+def run_id(agent: Any, models: dict[str, list[Any]], journal: Path) -> str:
+    """The identity a selection's journal keeps its cells under."""
+    from phi_core.select import make_algorithm
+
+    chosen = ModelSelector(agent, models, DATASET, exact, seed=3, cache=False, journal=journal)
+    opened = chosen._journal(make_algorithm("brute_force"))
+    assert opened is not None
+    return opened.run
+
+
+def test_a_run_is_another_run_when_its_prompts_or_a_models_endpoint_change(
+    tmp_path: Path,
+) -> None:
+    from phi_core.config import prompt_chain
+    from phi_core.select import MeteredModel
+
+    journal = tmp_path / "runs.sqlite"
+    ask = prompt_chain({"solver": "Answer: {input}"})
+    models = {"solver": ["openai-compat:m@http://127.0.0.1:9/v1"]}
+    same = run_id(prompt_chain({"solver": "Answer: {input}"}), models, journal)
+    assert run_id(ask, models, journal) == same  # the same spec resumes
+    assert run_id(prompt_chain({"solver": "Reply: {input}"}), models, journal) != same
+    # one name ("fast", as an alias gives) for a model at another endpoint
+    here = MeteredModel("openai-compat:m@http://127.0.0.1:9/v1", name="fast")
+    there = MeteredModel("openai-compat:m@http://127.0.0.1:8/v1", name="fast")
+    assert run_id(ask, {"solver": [here]}, journal) != run_id(ask, {"solver": [there]}, journal)
+    cooler = MeteredModel("openai-compat:m@http://127.0.0.1:9/v1", name="fast", temperature=0.1)
+    assert run_id(ask, {"solver": [here]}, journal) != run_id(ask, {"solver": [cooler]}, journal)

@@ -1071,3 +1071,27 @@ async def test_a_sync_agent_past_its_timeout_calls_no_model_after_its_run_ended(
     assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     await asyncio.sleep(0.3)  # the threads had time to try again
     assert provider.calls == calls and made_after == []
+
+
+async def test_a_missing_api_key_is_refused_before_any_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHI_HOME", str(tmp_path / "home"))  # no stored key either
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    ran: list[Any] = []
+
+    async def agent(models: dict[str, Any], question: str) -> str:
+        ran.append(question)
+        return await models["solver"].complete(question)
+
+    chosen = ModelSelector(
+        agent,
+        {"solver": ["openai:gpt-4o-mini", "scripted:a"]},
+        [("q", "a")],
+        lambda expected, actual: float(expected == actual),
+        cache=False,
+        journal=False,
+    )
+    with pytest.raises(UserError, match="OPENAI_API_KEY"):
+        await chosen.select_best()
+    assert ran == []  # refused before the agent ran, as a race refuses before any call

@@ -286,12 +286,24 @@ def command(
             highlight=False,
             soft_wrap=True,
         )
+    # nothing measured: the "best" would be a name tie-break among zeros
+    nothing = bool(result.evaluations) and len(result.failures) >= result.evaluations
     if as_json:
         typer.echo(_json_line(result, **ids))
     else:
         out = Console()
         print_table(out, result_table(result))
-        out.print(f"best: [bold]{result.best.name}[/bold]", highlight=False)
+        if not nothing:
+            out.print(f"best: [bold]{result.best.name}[/bold]", highlight=False)
+    if nothing:
+        # as a race whose every branch failed has no winner
+        first = result.failures[0].error
+        _error(
+            console,
+            f"Every evaluation failed ({len(result.failures)} of {result.evaluations}), so no "
+            f"combination can be recommended. The first error: {first}",
+        )
+        raise typer.Exit(EXIT_FAILED)
     if failed:
         raise usage_error(UserError(f"{'; '.join(failed)} (The selection itself finished.)"))
 

@@ -350,6 +350,8 @@ def prompt_chain(prompts: Mapping[str, str]) -> Callable[..., Any]:
             values[step] = reply
         return reply
 
+    # what a resumed run must match (the prompts are the agent: see run_fingerprint)
+    chain.fingerprint = json.dumps(dict(prompts), sort_keys=True)  # type: ignore[attr-defined]
     return chain
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import sqlite3
 import threading
@@ -44,6 +45,25 @@ def _name(obj: Any) -> str:
     return f"{getattr(target, '__module__', '?')}.{target.__qualname__}"
 
 
+def identity(obj: Any) -> str:
+    """What a callable (an agent, a scorer) is, for a run's identity: its ``module.qualname``,
+    the digest of its source code when Python can read it (an edited agent is another agent),
+    and its own ``fingerprint`` when it has one (a spec's prompt chain: its prompts)."""
+    parts = [_name(obj)]
+    target = obj if hasattr(obj, "__qualname__") else type(obj)
+    target = getattr(target, "__func__", target)  # a bound method: its function
+    try:
+        source = inspect.getsource(target)
+    except (OSError, TypeError):  # built in, or typed at a prompt: the name must do
+        source = ""
+    if source:
+        parts.append(hashlib.sha256(source.encode()).hexdigest()[:16])
+    own = getattr(obj, "fingerprint", None)
+    if isinstance(own, str):
+        parts.append(own)
+    return "|".join(parts)
+
+
 def run_fingerprint(
     *,
     combinations: Sequence[str],
@@ -55,13 +75,18 @@ def run_fingerprint(
     params: dict[str, Any],
     objective: tuple[float, float],
     timeout: float | None = None,
+    models: Sequence[str] = (),
 ) -> str:
-    """The identity of a run: a SHA-256 over what decides its cells and its path."""
+    """The identity of a run: a SHA-256 over what decides its cells and its path — the
+    combinations' names and, in ``models``, what each candidate is (provider, model, endpoint,
+    settings: an alias pointed elsewhere is another model), the agent and scorer (code
+    included), the dataset and the search's settings."""
     digest = hashlib.sha256()
     head: dict[str, Any] = {
         "combinations": list(combinations),
-        "agent": _name(agent),
-        "scorer": _name(scorer),
+        "models": list(models),
+        "agent": identity(agent),
+        "scorer": identity(scorer),
         "seed": seed,
         "algorithm": algorithm,
         "params": params,

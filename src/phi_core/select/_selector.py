@@ -431,8 +431,26 @@ class ModelSelector:
             params=algorithm.params(),
             objective=(self.objective.cost_weight, self.objective.latency_weight),
             timeout=self.timeout,
+            models=self._model_identities(),
         )
         return RunJournal(path, run)
+
+    def _model_identities(self) -> list[str]:
+        """What each candidate of each step is, beyond its label: the resolved provider, model
+        and endpoint and the settings of a model handle (another object: its type)."""
+        rows = []
+        for step, candidates in self._candidates.items():
+            for label, value in candidates.items():
+                if isinstance(value, MeteredModel):
+                    config = value.config
+                    what = (
+                        f"{config.spec}@{config.base_url or ''} t={value.temperature} "
+                        f"p={value.top_p} s={value.seed} m={value.max_tokens}"
+                    )
+                else:
+                    what = type(value).__name__
+                rows.append(f"{step}={label}:{what}")
+        return rows
 
     async def select_best(
         self,
@@ -543,6 +561,11 @@ class ModelSelector:
     ) -> SelectionResult:
         self._run_meter = self.last_evaluator = None
         algorithm = make_algorithm(self._algorithm, **self._algorithm_params)
+        for handles in self._handles.values():
+            for h in handles.values():
+                # a missing API key (named with its variable) or extra is refused now, before
+                # any model call is paid for, as a race refuses it
+                h.provider  # noqa: B018
         loop = asyncio.get_running_loop()
         stores: list[tuple[str, ResponseCache | RunJournal | None]] = []
         if self.cache is None:
@@ -704,8 +727,9 @@ _CLOCK_SLACK_S = 0.05
 
 NOTHING_TO_RESUME = (
     "Nothing was resumed: the run journal holds no finished evaluation of a run with these "
-    "settings, so this one ran from the start. A run resumes only with the same combinations, "
-    "dataset, agent, scorer, seed, algorithm (and its parameters) and objective."
+    "settings, so this one ran from the start. A run resumes only with the same combinations "
+    "(the same models and endpoints behind their names), dataset, agent and scorer (code and "
+    "prompts included), seed, algorithm (and its parameters) and objective."
 )
 
 
