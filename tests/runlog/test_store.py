@@ -19,6 +19,7 @@ from phi_core.runlog import (
     RunRecord,
     check_count,
     end_of_day,
+    find_continuation,
     logging_enabled,
     new_run_id,
     parse_count,
@@ -189,6 +190,16 @@ def test_conversation_runs_come_in_order_and_the_last_conversation_is_known(
     assert log.last_conversation_id() == "conv-9"
     last = log.last_run()
     assert last is not None and last.messages is not None
+    # a selection answers nothing to continue from: -c continues the last race or run
+    selection = race_record(
+        "phi select", conversation_id="conv-s", created_at="2025-01-02T00:00:00.000Z"
+    )
+    log.write(
+        RunRecord.model_validate({**selection.model_dump(), "kind": "select", "messages": None})
+    )
+    assert log.last_conversation_id() == "conv-9"
+    with pytest.raises(RunNotFoundError, match="is a model selection"):
+        find_continuation(log, "conv-s")
 
 
 def test_logging_is_on_by_default_and_off_by_env_or_by_phi_logs_off(

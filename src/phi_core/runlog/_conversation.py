@@ -81,6 +81,12 @@ def find_continuation(log: RunLog, conversation_id: str | None = None) -> Contin
     for run in reversed(runs):
         if run.messages:
             return Continuation(cid, run, run.history(), last_race)
+    if all(run.kind == "select" for run in runs):
+        raise RunNotFoundError(
+            f"{cid!r} is a model selection (`phi select`): it answers no question, so there is "
+            "nothing to continue. Give the id of a race or run (`phi logs` lists them), or ask "
+            "again without -c."
+        )
     raise RunNotFoundError(
         f"No run of conversation {cid!r} produced an answer to continue from ({len(runs)} "
         "failed or were cancelled); ask again without -c."

@@ -200,6 +200,8 @@ class RunLog:
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False
     ) -> None:
+        if path is None:
+            check_user_dir()  # PHI_HOME is a file: that, not "File exists", is what to fix
         self.path = Path(path) if path is not None else default_log_path()
         self.read_only = read_only
         self._lock = threading.Lock()
@@ -434,11 +436,12 @@ class RunLog:
             return [self._record(row, with_messages=True) for row in rows]
 
     def last_conversation_id(self) -> str | None:
-        """The conversation of the newest run that has one."""
+        """The conversation of the newest run that has one and can be continued (a model
+        selection, ``phi select``, answers nothing to continue from)."""
         with self._reading():
             row = self._conn.execute(
                 "SELECT conversation_id FROM runs WHERE conversation_id IS NOT NULL "
-                "ORDER BY created_at DESC, rowid DESC LIMIT 1"
+                "AND kind != 'select' ORDER BY created_at DESC, rowid DESC LIMIT 1"
             ).fetchone()
         return row[0] if row else None
 
