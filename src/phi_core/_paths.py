@@ -39,11 +39,15 @@ def check_user_dir() -> Path:
     """The user directory, checked to be a folder (or missing: made when first needed).
 
     Raises:
-        UserError: it exists but is not a folder (names it and says what to do).
+        UserError: it exists but is not a folder, or lies below a file (names it and says what
+            to do).
     """
     path = user_dir()
-    if path.exists() and not path.is_dir():
-        raise UserError(_not_a_folder(path))
+    for folder in (path, *path.parents):  # PHI_HOME itself, or a folder above it, is a file
+        if folder.exists():
+            if not folder.is_dir():
+                raise UserError(_not_a_folder(path))
+            break
     return path
 
 

@@ -4,6 +4,7 @@ that the provider registry finds — the environment winning — and that are ne
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from phi_core.config import plan_race
 from phi_core.errors import MissingApiKeyError, UserError
 from phi_core.providers._common import api_key_for
 from phi_core.providers.aliases import aliases_path
-from phi_core.providers.keys import keys_path
+from phi_core.providers.keys import keys_path, stored_keys
 from phi_core.providers.registry import get_provider, qualify_model_name, resolve_model
 
 KEY = "sk-stored-0123456789abcdefABCDEF"
@@ -167,3 +168,89 @@ def test_a_provider_client_follows_the_key_in_effect(monkeypatch: pytest.MonkeyP
     phi("keys", "remove", "openai")
     with pytest.raises(MissingApiKeyError, match="phi keys set openai"):
         get_provider(model)  # no key any more: not a client built with the old one
+
+
+# --------------------------------------------------------------------------- PHI_HOME, keys.json
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "hi", "-m", "openai-compat:m1@http://127.0.0.1:1/v1"),
+        ("race", "hi", "-m", "openai-compat:m1@http://127.0.0.1:1/v1", "-m",
+         "openai-compat:m2@http://127.0.0.1:1/v1"),
+        ("keys", "list"),
+        ("aliases", "set", "q", "openai-compat:m1@http://127.0.0.1:1/v1"),
+        ("aliases", "list"),
+    ],
+    ids=["run", "race", "keys", "aliases-set", "aliases-list"],
+)  # fmt: skip
+def test_phi_home_that_is_a_file_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    home = tmp_path / "phi-home"
+    home.write_text("not a folder\n")
+    monkeypatch.setenv("PHI_HOME", str(home))
+    result = phi(*args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    err = " ".join(result.stderr.split())
+    assert err.count("is not a folder") == 1, err  # said once, not as a warning and an error
+    assert f"PHI_HOME ('{home}') is not a folder" in err and "Point PHI_HOME at a folder" in err
+    assert home.read_text() == "not a folder\n"  # nothing written over it
+
+
+def test_a_phi_home_below_a_file_is_the_same_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("PHI_HOME", str(tmp_path / "file" / "phi"))
+    with pytest.raises(UserError, match=r"is not a folder; .* Point PHI_HOME at a folder"):
+        api_key_for(resolve_model("openai:gpt-4o-mini"), "OPENAI_API_KEY")
+
+
+def test_a_broken_keys_file_fails_only_a_run_that_needs_a_stored_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keys_path().parent.mkdir(parents=True, exist_ok=True)
+    keys_path().write_text("{not json")
+    compat = resolve_model("openai-compat:m1@http://127.0.0.1:1/v1")
+    with caplog.at_level("WARNING", logger="phi_core.providers.keys"):
+        assert api_key_for(compat, "OPENAI_COMPAT_API_KEY") is None  # no key needed: none
+        assert api_key_for(compat, "OPENAI_COMPAT_API_KEY") is None
+    warned = [r.getMessage() for r in caplog.records if "keys.json" in r.getMessage()]
+    assert len(warned) == 1 and "fix the file or delete it" in warned[0]  # once per process
+    with pytest.raises(UserError, match=r"keys\.json.*fix the file or delete it"):
+        api_key_for(resolve_model("openai:gpt-4o-mini"), "OPENAI_API_KEY")  # needs one
+    with pytest.raises(UserError, match=r"keys\.json"):
+        api_key_for(compat, "OPENAI_COMPAT_API_KEY", required=True)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes")
+def test_a_keys_file_others_can_read_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert phi("keys", "set", "openai", input=KEY).exit_code == 0
+    path = keys_path()
+    with caplog.at_level("WARNING", logger="phi_core.providers.keys"):
+        stored_keys()
+        assert not caplog.records  # written 0600: nothing to say
+        path.chmod(0o644)
+        assert stored_keys() == {"openai": KEY}  # still used
+        stored_keys()
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        f"{path} can be read by other users (mode 0644); your API keys are in it. "
+        f"Run `chmod 600 {path}`."
+    ]
+
+
+def test_a_stored_value_that_is_not_a_key_is_warned_about_not_silently_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keys_path().parent.mkdir(parents=True, exist_ok=True)
+    keys_path().write_text(json.dumps({"openai": KEY, "xai": 5}))
+    keys_path().chmod(0o600)
+    with caplog.at_level("WARNING", logger="phi_core.providers.keys"):
+        assert stored_keys() == {"openai": KEY}
+    assert any("no key string for 'xai'" in r.getMessage() for r in caplog.records)

@@ -204,3 +204,92 @@ def test_an_empty_race_file_is_refused_instead_of_racing_the_defaults(fmt: str) 
 def test_a_malformed_setting_after_at_says_so(model: str, message: str) -> None:
     with pytest.raises(UserError, match=message):
         parse_branch(model)
+
+
+_BRANCHES = """[[branches]]
+name = "a"
+model = "scripted:a"
+
+[[branches]]
+name = "b"
+model = "scripted:b"
+{bad}
+
+[[branches]]
+name = "c"
+model = "scripted:c"
+temperature = 0.5
+max_tokens = 10
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        # the report's file: a later branch sets the same key to a good value
+        (_BRANCHES.format(bad='temperature = "hot"'), 8, "branches[1].temperature"),
+        # no later branch sets it, and an earlier one does not either
+        (_BRANCHES.format(bad="top_p = -5"), 8, "branches[1].top_p"),
+        # the last branch's key, with every earlier branch leaving it out
+        (
+            _BRANCHES.format(bad="").replace("max_tokens = 10", "max_tokens = -5"),
+            14,
+            "branches[2].max_tokens",
+        ),
+        # a missing key is placed at its own branch's header
+        (
+            '[[branches]]\nmodel = "scripted:a"\n\n[[branches]]\nname = "b"\n',
+            4,
+            "branches[1].model",
+        ),
+        # an inline array of inline tables over several lines
+        (
+            'branches = [\n  { model = "scripted:a" },  # first\n\n'
+            '  { model = "scripted:b", temperature = "hot" },\n]\n',
+            4,
+            "branches[1].temperature",
+        ),
+        # a table after the branches
+        (
+            '[[branches]]\nmodel = "scripted:a"\ntemperature = 0.1\n[[branches]]\n'
+            'model = "scripted:b"\n[judge]\nmodel = "scripted:j"\ntemperature = "hot"\n',
+            8,
+            "judge.temperature",
+        ),
+        # dotted keys
+        (
+            'judge.model = "scripted:j"\njudge.temperature = "hot"\n',
+            2,
+            "judge.temperature",
+        ),
+    ],
+    ids=[
+        "later-good-value",
+        "only-one",
+        "last-branch",
+        "missing",
+        "inline-array",
+        "table-after",
+        "dotted",
+    ],
+)
+def test_an_error_in_a_branch_names_that_branchs_own_line(text: str, line: int, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_race_spec(text, file="race.toml")
+    assert (info.value.line, info.value.key) == (line, key)
+
+
+def test_an_error_in_a_gateway_files_profile_branch_names_its_line(tmp_path: Path) -> None:
+    from phi_core.gateway import load_gateway_config
+
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        '[gateway]\nmodels = ["scripted:a"]\n\n[profiles.p]\nstrategy = "vote"\n'
+        '[[profiles.p.branches]]\nmodel = "scripted:a"\n'
+        '[[profiles.p.branches]]\nmodel = "scripted:b"\nmax_tokens = "lots"\n'
+        '[[profiles.p.branches]]\nmodel = "scripted:c"\nmax_tokens = 5\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_gateway_config(path)
+    assert (info.value.file, info.value.line) == (str(path), 10)
+    assert info.value.key == "profiles.p.branches[1].max_tokens"

@@ -163,3 +163,24 @@ def test_yaml_and_json_specs_are_read_too(tmp_path: Path, suffix: str) -> None:
     data["max_concurrent"] = 2
     path.write_text(json.dumps(data, indent=2))
     assert load_select_spec(path).selector().max_concurrent == 2
+
+
+def test_a_wrong_value_of_a_union_key_names_the_key_as_written(tmp_path: Path) -> None:
+    """`cache` is a bool or a path: the error names `cache`, not pydantic's `cache.bool`."""
+    path = write(tmp_path, SPEC.replace("cache = false", "cache = 5"))
+    with pytest.raises(ConfigError) as info:
+        load_select_spec(path)
+    assert (info.value.line, info.value.key) == (4, "cache")
+    assert "cache.bool" not in str(info.value) and "(got 5)" in str(info.value)
+
+
+def test_an_error_in_a_nested_table_after_inline_arrays_names_its_line(tmp_path: Path) -> None:
+    spec = SPEC.replace(
+        "cache = false", 'cache = false\n[budget]\nmax_evaluations = "many"'
+    ).replace('solver = ["scripted:a", "scripted:b"]', 'solver = [\n  "scripted:a",\n  5,\n]')
+    with pytest.raises(ConfigError) as element:
+        load_select_spec(write(tmp_path, spec))
+    assert (element.value.line, element.value.key) == (12, "steps.solver[1]")
+    with pytest.raises(ConfigError) as info:
+        load_select_spec(write(tmp_path, spec.replace("  5,", '  "scripted:b",')))
+    assert (info.value.line, info.value.key) == (6, "budget.max_evaluations")

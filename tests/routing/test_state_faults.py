@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
-from phi_core.errors import StateStoreError
+from phi_core.errors import ConfigError, StateStoreError, UserError
 from phi_core.loop import AgentLoopConfig
 from phi_core.providers.base import ModelConfig
 from phi_core.race import Arm, BanditRace
@@ -32,7 +32,8 @@ from phi_core.routing import (
     SQLitePreviewCache,
     SQLiteStateStore,
 )
-from phi_core.routing.state import open_route_state
+from phi_core.routing.state import clear_previews, open_route_state
+from phi_core.routing.stores import open_state_store
 from phi_core.testing import ScriptedProvider
 
 from .test_stores import running_redis
@@ -259,3 +260,52 @@ def test_route_export_to_dash_writes_stdout_not_a_file(
     assert not (tmp_path / "-").exists()
     code, plain, _ = invoke("route", "export", "--state", str(state))
     assert code == 0 and json.loads(plain) == json.loads(out)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://127.0.0.1:abc/0", "Port could not be cast to integer value as 'abc'"),
+        ("redis://[::1", "Invalid IPv6 URL"),
+        ("redis://127.0.0.1:6379/0?socket_timeout=soon", "socket_timeout"),
+    ],
+)
+def test_every_way_of_opening_a_malformed_redis_state_is_a_user_error(url: str, why: str):
+    """One check where router state is opened: every caller (race, parallel-agents, serve,
+    view, MCP) gets the URL, what is wrong and the form to write, never redis-py's ValueError."""
+    openers = [
+        lambda: open_route_state(url),
+        lambda: open_state_store(url),
+        lambda: open_state_store(url, read_only=True),
+        lambda: RedisPreviewCache(url),
+        lambda: clear_previews(url),
+    ]
+    for opener in openers:
+        with pytest.raises(UserError) as caught:
+            opener()
+        message = str(caught.value)
+        assert f"{url} is not a valid Redis URL" in message and why in message
+        assert "redis://[:password@]host:port/db" in message
+
+
+def test_a_malformed_redis_url_hides_its_password():
+    with pytest.raises(UserError) as caught:
+        open_route_state("redis://:hunter2@127.0.0.1:abc/0")
+    assert "hunter2" not in str(caught.value)
+    assert "redis://:***@127.0.0.1:abc/0 is not a valid Redis URL" in str(caught.value)
+
+
+def test_a_gateway_refuses_a_malformed_redis_state_before_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from phi_core.gateway import Gateway, GatewayConfig, load_gateway_config
+
+    path = tmp_path / "gateway.toml"
+    path.write_text('[gateway]\nlog_content = false\nstate = "redis://127.0.0.1:abc"\n')
+    with pytest.raises(ConfigError) as located:
+        load_gateway_config(path)
+    assert (located.value.line, located.value.key) == (3, "gateway.state")
+    assert "not a valid Redis URL" in str(located.value)
+    monkeypatch.setenv("PHI_ROUTER_STATE", "redis://[::1")  # the state from the environment
+    with pytest.raises(UserError, match=r"redis://\[::1 is not a valid Redis URL"):
+        Gateway(GatewayConfig(), run_log=None)

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from phi_core.cli import app
-from phi_core.errors import StateCorruptError, StateStoreError
+from phi_core.errors import StateCorruptError, StateStoreError, UserError
 from phi_core.routing import ArmStats, JsonFileStateStore, SQLiteStateStore, open_state_store
 
 GOOD_ARM = ArmStats.of(np.array([1.0, 2.0]), 1.0).to_json()
@@ -38,6 +38,8 @@ JSON_SHAPES = {
     "a count that is text": {"version": 1, "namespaces": {"ns": {"a": {**GOOD_ARM, "n": "3"}}}},
     "an unrelated document": {"name": "my-app", "dependencies": {}},
 }
+FOREIGN = {"an unrelated document"}
+"""Shapes that are not a damaged router state but someone else's file: reported, never moved."""
 
 
 def _snapshot(path: Path) -> tuple[bytes, int, list[str]]:
@@ -65,7 +67,7 @@ def test_a_json_state_of_the_wrong_shape_is_reported_read_only_and_left_alone(
     assert _snapshot(path) == before, "read-only opening moved, changed or created a file"
 
 
-@pytest.mark.parametrize("shape", sorted(JSON_SHAPES))
+@pytest.mark.parametrize("shape", sorted(set(JSON_SHAPES) - FOREIGN))
 def test_a_json_state_of_the_wrong_shape_is_quarantined_by_a_writer(
     tmp_path: Path, shape: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -267,3 +269,61 @@ def test_phi_route_show_on_an_unreachable_redis_says_so_instead_of_showing_nothi
     result = CliRunner().invoke(app, ["route", "show", "--state", f"redis://127.0.0.1:{port}/0"])
     assert result.exit_code == 1, result.output
     assert "cannot be reached" in result.output and "Traceback" not in result.output
+
+
+def _another_programs_database(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE questions (id INTEGER, text TEXT)")
+
+
+FOREIGN_FILES = {
+    "race.toml": b'strategy = "judge"\n[[branches]]\nmodel = "openai:gpt-4o-mini"\n',
+    "questions.jsonl": b'{"input": "2+2", "expected": "4"}\n{"input": "3+3", "expected": "6"}\n',
+    "package.json": b'{"name": "my-app", "dependencies": {}}',
+    "items.json": b'[{"input": "2+2"}]',
+    "notes": b"[]",
+    "data.db": _another_programs_database,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOREIGN_FILES))
+def test_a_writer_refuses_a_file_that_is_not_a_router_state_and_leaves_it_alone(
+    tmp_path: Path, name: str
+) -> None:
+    """A --state naming the wrong file (a race file, a dataset, another program's JSON or
+    database) is refused, naming it; it is never moved aside and replaced by a state."""
+    path = tmp_path / name
+    content = FOREIGN_FILES[name]
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        content(path)
+    before = _snapshot(path)
+    with pytest.raises(UserError) as caught:
+        store = open_state_store(path)
+        store.add("ns", "a", ArmStats.of(np.ones(2), 1.0))
+    assert not isinstance(caught.value, StateStoreError)
+    assert f"{path} is not a router state (it " in str(caught.value)
+    assert "left unchanged" in str(caught.value)
+    assert _snapshot(path) == before, "the file was moved, changed, or something made beside it"
+
+
+@pytest.mark.parametrize("name", ["race.toml", "questions.jsonl"])
+def test_phi_race_and_route_reset_refuse_a_state_that_is_someone_elses_file(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / name
+    content = FOREIGN_FILES[name]
+    assert isinstance(content, bytes)
+    path.write_bytes(content)
+    before = _snapshot(path)
+    race = [
+        "race", "Q?", "-m", "scripted:a", "-m", "scripted:b", "--strategy", "bandit",
+        "--state", str(path),
+    ]  # fmt: skip
+    for args in (race, ["route", "reset", "-y", "--state", str(path)]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        assert f"{path} is not a router state" in " ".join(result.stderr.split())
+        assert _snapshot(path) == before, f"{args[0]} moved, changed or made a file"

@@ -72,6 +72,15 @@ def _damaged_inside(path: Path) -> Path:
     return path
 
 
+def _dropped(path: Path, table: str = "runs") -> Path:
+    """A log whose ``table`` was dropped after the migrations made it (by hand, another tool)."""
+    _fill(path, runs=3)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"DROP TABLE {table}")
+    conn.close()
+    return path
+
+
 def _says_what_to_do(message: str, path: Path) -> None:
     assert str(path) in message
     assert "is not a readable phi run log" in message
@@ -81,13 +90,15 @@ def _says_what_to_do(message: str, path: Path) -> None:
 # ---------------------------------------------------------------- a corrupt logs.db
 
 
-@pytest.mark.parametrize("make", ["garbage", "truncated", "damaged inside"])
+@pytest.mark.parametrize("make", ["garbage", "truncated", "damaged inside", "a dropped table"])
 def test_a_corrupt_log_is_a_clear_error_naming_the_file(tmp_path: Path, make: str) -> None:
     path = tmp_path / "logs.db"
     if make == "garbage":
         path.write_bytes(GARBAGE)
     elif make == "truncated":
         _truncated(path)
+    elif make == "a dropped table":
+        _dropped(path)
     else:
         _damaged_inside(path)
     with pytest.raises(UserError) as caught, open_run_log(path) as log:
@@ -125,7 +136,7 @@ def test_log_status_of_a_garbage_log_says_it_is_not_a_run_log(tmp_path: Path) ->
     ("make", "command"),
     [
         (make, command)
-        for make in ("garbage", "truncated", "damaged inside")
+        for make in ("garbage", "truncated", "damaged inside", "a dropped table")
         for command in ([], ["-q", "question"], ["show"], ["status"])
         # status counts the runs through an index: it cannot see a damaged table
         if (make, command) != ("damaged inside", ["status"])
@@ -140,6 +151,8 @@ def test_phi_logs_on_a_corrupt_log_exits_2_with_one_clear_line(
         path.write_bytes(GARBAGE)
     elif make == "truncated":
         _truncated(path)
+    elif make == "a dropped table":
+        _dropped(path)
     else:
         _damaged_inside(path)
     result = phi("logs", *command)
@@ -147,6 +160,47 @@ def test_phi_logs_on_a_corrupt_log_exits_2_with_one_clear_line(
     assert isinstance(result.exception, SystemExit)  # not a traceback
     assert result.output.startswith("Error: ")
     _says_what_to_do(" ".join(result.output.split()), path)
+
+
+@pytest.mark.parametrize("table", ["runs", "branches", "route_events"])
+def test_a_log_missing_a_table_says_so_once_on_opening_and_is_left_alone(
+    tmp_path: Path, table: str
+) -> None:
+    path = _dropped(tmp_path / "logs.db", table)
+    before = path.read_bytes()
+    with pytest.raises(sqlite3.DatabaseError, match=f"no such table: {table}"):
+        RunLog(path)  # a writer: `phi run` warns once and runs unlogged
+    with pytest.raises(UserError) as caught:
+        RunLog(path, read_only=True)  # the web view
+    _says_what_to_do(str(caught.value), path)
+    assert path.read_bytes() == before  # the user's record: nothing moved or recreated
+
+
+def test_a_table_dropped_while_the_log_is_open_is_a_clear_error_on_reading(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "logs.db"
+    _fill(path, runs=2)
+    with RunLog(path) as log:
+        with sqlite3.connect(path) as other:
+            other.execute("DROP TABLE runs")
+        other.close()
+        for read in (lambda: log.list_runs(RunQuery()), log.last_run):
+            with pytest.raises(UserError) as caught:
+                read()
+            _says_what_to_do(str(caught.value), path)
+
+
+def test_a_run_on_a_log_missing_a_table_warns_once_and_answers(tmp_path: Path) -> None:
+    path = _dropped(default_log_path())
+    script = tmp_path / "script.json"
+    script.write_text('{"scripted:a": {"default": "Paris."}}')
+    result = CliRunner().invoke(app, ["run", "hi", "-m", "scripted:a", "--script", str(script)])
+    assert result.exit_code == 0, result.output
+    assert "Paris." in result.stdout
+    assert result.stderr.count("no such table") == 1, result.stderr
+    assert "this run is not logged" in result.stderr
+    assert "Traceback" not in result.output and path.is_file()
 
 
 # ---------------------------------------------------------------- NUL and invalid Unicode

@@ -64,7 +64,7 @@ def validate(model: type[M], data: object, source: ConfigSource) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _located(exc, source, model) from None
+        raise _located(exc, source, model, data) from None
 
 
 def parse_config(
@@ -108,11 +108,13 @@ def parse_config_auto(text: str, **kwargs: Any) -> AgentConfig:
     )
 
 
-def _located(exc: ValidationError, source: ConfigSource, root: type[BaseModel]) -> ConfigError:
+def _located(
+    exc: ValidationError, source: ConfigSource, root: type[BaseModel], data: object = None
+) -> ConfigError:
     errors = exc.errors()
     # A misspelt key also leaves its real key missing: report the misspelling, which explains both.
     error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    path = tuple(p for p in error["loc"] if isinstance(p, str | int))
+    path = _as_written(tuple(p for p in error["loc"] if isinstance(p, str | int)), data)
     kind = error["type"]
     if kind == "extra_forbidden":
         parent_path, key = path[:-1], str(path[-1])
@@ -144,6 +146,32 @@ def _located(exc: ValidationError, source: ConfigSource, root: type[BaseModel]) 
         keys = ", ".join(sorted(table.model_fields))
         return source.error(f"expected a table with the keys {keys}{shown}.", path)
     return source.error(f"{message}{shown}.", path)
+
+
+_ABSENT = object()
+
+
+def _as_written(path: tuple[str | int, ...], data: object) -> tuple[str | int, ...]:
+    """``path`` without the names pydantic gives the members of a union (``cache.bool`` for
+    ``cache = 5`` where ``cache: bool | str``): the key path as the file writes it. A part that
+    is not in the data is kept only as the last one (a missing or unknown key)."""
+    written: list[str | int] = []
+    node = data
+    for number, part in enumerate(path):
+        last = number == len(path) - 1
+        child: object = _ABSENT
+        if isinstance(node, dict):
+            child = node.get(part, _ABSENT)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            child = node[part]
+        if child is not _ABSENT:
+            node = child
+        elif isinstance(node, dict) and last:
+            pass  # the key the error is about: missing, or not one the table allows
+        else:
+            continue  # a union member's name, not a key of the file
+        written.append(part)
+    return tuple(written) if written else path
 
 
 def _model_at(root: type[BaseModel], path: tuple[str | int, ...]) -> type[BaseModel] | None:

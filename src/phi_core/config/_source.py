@@ -3,6 +3,7 @@ of a key path so that every error can say file, line, key and what was expected.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -201,31 +202,203 @@ class ConfigSource:
         return line
 
     def _scan_line(self, path: Sequence[str | int]) -> int | None:
-        lines = self.text.splitlines()
-        position = 0
-        found: int | None = None
-        occurrence = 1
-        for part in path:
-            if isinstance(part, int):
-                occurrence = part + 1
-                continue
-            key = re.escape(part)
-            if self.fmt == "json":
-                pattern = re.compile(rf'"{key}"\s*:')
-            elif self.fmt == "toml":
-                pattern = re.compile(
-                    rf'^\s*\[\[?\s*(?:[^\]]*\.)?"?{key}"?\s*[\].]'
-                    rf'|^\s*"?{key}"?\s*[=.]'
-                    rf'|[{{,]\s*"?{key}"?\s*='
-                )
+        """The line of ``path`` from a walk of the TOML or JSON text (the deepest part of the
+        path that is written: a missing key is placed at the table it belongs in)."""
+        if self.fmt == "yaml":
+            return None
+        lines = _KeyLines(self.text, self.fmt).lines
+        for end in range(len(path), 0, -1):
+            found = lines.get(tuple(path[:end]))
+            if found is not None:
+                return found
+        return None
+
+
+class _KeyLines:
+    """Where each key path of a TOML or JSON text is written: ``{("branches", 1,
+    "temperature"): 8, ...}``. Array indices are counted per array (``[[branches]]`` headers,
+    inline arrays, arrays of tables inside an element of another), so ``branches[1]`` is the
+    second branch whatever keys the first one sets. Text that does not scan keeps the lines
+    found before it."""
+
+    def __init__(self, text: str, fmt: ConfigFormat) -> None:
+        self.text = text
+        self.at = 0
+        self.lines: dict[tuple[str | int, ...], int] = {}
+        self._starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self._tables: dict[tuple[str | int, ...], int] = {}  # elements per array of tables
+        try:
+            if fmt == "json":
+                self._skip(newlines=True)
+                self._value(())
             else:
-                pattern = re.compile(rf'^\s*(?:-\s+)?"?{key}"?\s*:')
-            seen = 0
-            for index in range(position, len(lines)):
-                if pattern.search(lines[index]):
-                    seen += 1
-                    if seen == occurrence:
-                        position, found = index, index + 1
-                        break
-            occurrence = 1
-        return found
+                self._document()
+        except (IndexError, ValueError):
+            pass
+
+    # -- positions --------------------------------------------------------------------
+
+    def _line(self) -> int:
+        return bisect.bisect_right(self._starts, self.at)
+
+    def _mark(self, path: tuple[str | int, ...], line: int) -> None:
+        for end in range(1, len(path) + 1):
+            self.lines.setdefault(path[:end], line)
+
+    def _peek(self, count: int = 1) -> str:
+        return self.text[self.at : self.at + count]
+
+    def _skip(self, *, newlines: bool) -> None:
+        text = self.text
+        while self.at < len(text):
+            char = text[self.at]
+            if char in " \t\r" or (newlines and char == "\n"):
+                self.at += 1
+            elif char == "#":
+                end = text.find("\n", self.at)
+                self.at = len(text) if end < 0 else end
+            else:
+                return
+
+    # -- TOML structure ------------------------------------------------------------------
+
+    def _document(self) -> None:
+        table: tuple[str | int, ...] = ()
+        while True:
+            self._skip(newlines=True)
+            if self.at >= len(self.text):
+                return
+            line = self._line()
+            if self._peek(2) == "[[":
+                self.at += 2
+                keys = self._keys("]")
+                self.at += 2
+                array = (*self._resolve(keys[:-1]), keys[-1])
+                index = self._tables.get(array, 0)
+                self._tables[array] = index + 1
+                table = (*array, index)
+                self._mark(table, line)
+            elif self._peek() == "[":
+                self.at += 1
+                keys = self._keys("]")
+                self.at += 1
+                table = self._resolve(keys)
+                self._mark(table, line)
+            else:
+                keys = self._keys("=")
+                self.at += 1
+                self._mark((*table, *keys), line)
+                self._value((*table, *keys))
+            self._skip(newlines=False)
+
+    def _resolve(self, keys: list[str]) -> tuple[str | int, ...]:
+        """A header's keys with each array of tables among them at its latest element."""
+        path: tuple[str | int, ...] = ()
+        for key in keys:
+            path = (*path, key)
+            count = self._tables.get(path)
+            if count:
+                path = (*path, count - 1)
+        return path
+
+    def _keys(self, end: str) -> list[str]:
+        """A dotted key, up to (not past) ``end`` (or the ``:`` of a JSON object)."""
+        keys: list[str] = []
+        while True:
+            self._skip(newlines=False)
+            if self._peek() in ('"', "'"):
+                keys.append(self._string())
+            else:
+                match = _BARE_KEY.match(self.text, self.at)
+                if match is None:
+                    raise ValueError(self.at)
+                keys.append(match.group())
+                self.at = match.end()
+            self._skip(newlines=False)
+            if self._peek() == ".":
+                self.at += 1
+            elif self._peek() in (end, ":"):
+                return keys
+            else:
+                raise ValueError(self.at)
+
+    # -- values --------------------------------------------------------------------------
+
+    def _value(self, path: tuple[str | int, ...]) -> None:
+        self._skip(newlines=False)
+        char = self._peek()
+        if char == "{":
+            self.at += 1
+            while True:
+                self._skip(newlines=True)
+                if self._peek() == "}":
+                    self.at += 1
+                    return
+                if self._peek() == ",":
+                    self.at += 1
+                    continue
+                line = self._line()
+                keys = self._keys("=")
+                self.at += 1
+                self._mark((*path, *keys), line)
+                self._value((*path, *keys))
+        elif char == "[":
+            self.at += 1
+            index = 0
+            while True:
+                self._skip(newlines=True)
+                if self._peek() == "]":
+                    self.at += 1
+                    return
+                if self._peek() == ",":
+                    self.at += 1
+                    continue
+                self._mark((*path, index), self._line())
+                self._value((*path, index))
+                index += 1
+        elif char in ('"', "'"):
+            self._string()
+        else:
+            match = _SCALAR.match(self.text, self.at)
+            if match is None or not match.group().strip():
+                raise ValueError(self.at)
+            self.at = match.end()
+
+    def _string(self) -> str:
+        text, quote = self.text, self.text[self.at]
+        if text.startswith(quote * 3, self.at):  # multi-line: up to five quotes may close it
+            end = self._closing(quote * 3, self.at + 3)
+            while text.startswith(quote, end + 3):
+                end += 1
+            value = text[self.at + 3 : end]
+            self.at = end + 3
+            return value
+        end = self._closing(quote, self.at + 1)
+        raw = text[self.at : end + 1]
+        self.at = end + 1
+        if quote == "'":
+            return raw[1:-1]
+        try:
+            decoded = json.loads(raw)
+        except json.JSONDecodeError:  # a TOML-only escape (\e, \U0001F600): keep it as written
+            return raw[1:-1]
+        return decoded if isinstance(decoded, str) else raw[1:-1]
+
+    def _closing(self, quote: str, start: int) -> int:
+        """Where the string's closing ``quote`` is (a basic string's may be escaped)."""
+        end = self.text.index(quote, start)
+        while quote[0] == '"' and _escaped(self.text, end):
+            end = self.text.index(quote, end + 1)
+        return end
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SCALAR = re.compile(r"[^,\]}\n#]+")
+
+
+def _escaped(text: str, at: int) -> bool:
+    """Whether the character at ``at`` follows an odd number of backslashes."""
+    count = 0
+    while at - count - 1 >= 0 and text[at - count - 1] == "\\":
+        count += 1
+    return count % 2 == 1

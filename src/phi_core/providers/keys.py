@@ -10,15 +10,20 @@ one provider also serves another API of the same vendor that reads the same vari
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-from .._paths import user_path
+from .._logging import get_logger
+from .._paths import check_user_dir, user_path
 from .._userfile import read_json, write_json
 from ..errors import UserError, register_secret
 
 __all__ = ["KEYS_FILE", "keys_path", "remove_key", "set_key", "stored_key", "stored_keys"]
 
 KEYS_FILE = "keys.json"
+
+logger = get_logger("phi_core.providers.keys")
 
 
 def keys_path() -> Path:
@@ -27,16 +32,55 @@ def keys_path() -> Path:
 
 
 def stored_keys() -> dict[str, str]:
-    """Every stored key by provider name (each registered as a secret)."""
-    keys = {k: v for k, v in read_json(keys_path()).items() if isinstance(v, str) and v}
+    """Every stored key by provider name (each registered as a secret).
+
+    A keys file other users can read, or one holding a value that is not a key, is warned
+    about once per process (naming the file and what to do).
+
+    Raises:
+        UserError: the file cannot be read or is not a JSON object (names it and what to do).
+    """
+    path = keys_path()
+    data = read_json(path)
+    keys = {k: v for k, v in data.items() if isinstance(v, str) and v}
     for value in keys.values():
         register_secret(value)
+    if data:
+        _check_mode(path)
+    ignored = sorted(k for k in data if k not in keys)
+    if ignored:
+        _warn_once(
+            f"{path} holds no key string for {', '.join(map(repr, ignored))}; that entry is "
+            "ignored. Store the key again with `phi keys set PROVIDER`."
+        )
     return keys
 
 
-def stored_key(provider: str, env_var: str | None = None) -> str | None:
-    """The stored key of ``provider``, else of a provider that reads the same ``env_var``."""
-    keys = stored_keys()
+def stored_key(
+    provider: str, env_var: str | None = None, *, required: bool | None = None
+) -> str | None:
+    """The stored key of ``provider``, else of a provider that reads the same ``env_var``.
+
+    A keys file that cannot be read fails only a call that needs a key (``required``; by
+    default the vendors that always do, :data:`~phi_core.providers._common.KEY_REQUIRED`):
+    for any other it is a warning, once, and no key.
+
+    Raises:
+        UserError: the keys file cannot be read and a key is ``required``, or the user
+            directory (``PHI_HOME``) is a file.
+    """
+    try:
+        keys = stored_keys()
+    except UserError as exc:
+        check_user_dir()  # PHI_HOME being a file stops every run: nothing could be kept
+        if required is None:
+            from ._common import KEY_REQUIRED
+
+            required = provider in KEY_REQUIRED
+        if required:
+            raise
+        _warn_once(f"{exc} The stored API keys are not used until then.")
+        return None
     if provider in keys:
         return keys[provider]
     if env_var:
@@ -46,6 +90,31 @@ def stored_key(provider: str, env_var: str | None = None) -> str | None:
             if spec.key_env == env_var and spec.name in keys:
                 return keys[spec.name]
     return None
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning("%s", message)
+
+
+def _check_mode(path: Path) -> None:
+    """Warn (once) when other users may read the keys file: keys are written 0600, so a wider
+    mode was set by hand or by a copy."""
+    if os.name != "posix":
+        return
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return
+    if mode & 0o077:
+        _warn_once(
+            f"{path} can be read by other users (mode {mode:04o}); your API keys are in it. "
+            f"Run `chmod 600 {path}`."
+        )
 
 
 def _check_name(name: str) -> str:

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "RedisPreviewCache",
     "RedisStateStore",
+    "check_redis_url",
     "safe_url",
     "spool_path",
 ]
@@ -301,7 +302,8 @@ class RedisStateStore:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        self._client = client or redis.Redis.from_url(
+        self._client = client or _from_url(
+            redis,
             url,
             socket_connect_timeout=min(2.0, socket_timeout),
             socket_timeout=socket_timeout,
@@ -720,6 +722,49 @@ def safe_url(url: str) -> str:
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
+_REDIS_FORM = "redis://[:password@]host:port/db, e.g. redis://127.0.0.1:6379/0"
+
+
+def check_redis_url(url: str) -> None:
+    """Nothing when redis-py can open ``url``; else a :class:`UserError` naming it (its
+    password starred), what is wrong and the form expected: a port that is not a number, an
+    unclosed ``[`` of an IPv6 address, a location that is not ``redis://``, ``rediss://`` or
+    ``unix://`` at all (``--redis-url notaurl``)."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise UserError(
+            f"{safe_url(url)!r} is not a Redis URL; write it as {_REDIS_FORM} "
+            "(rediss:// for TLS, unix:///path/to/socket for a socket)."
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing it is the check (not a number, out of range)
+        with contextlib.suppress(ImportError):
+            from redis import connection
+
+            cast(Callable[[str], object], connection.parse_url)(url)  # its query options
+    except ValueError as exc:
+        raise _invalid_url(url, exc) from None
+
+
+def _invalid_url(url: str, exc: ValueError) -> UserError:
+    why = str(exc).rstrip(".")
+    password = re.search(r"//[^:/@]*:([^@/]*)@", url)
+    if password and password.group(1):
+        why = why.replace(password.group(1), "***")
+    return UserError(
+        f"{safe_url(url)} is not a valid Redis URL ({why}); write it as {_REDIS_FORM}."
+    )
+
+
+def _from_url(redis: Any, url: str, **options: Any) -> Any:
+    """A client for ``url``; a URL redis-py refuses is a :class:`UserError` saying why."""
+    check_redis_url(url)
+    try:
+        return redis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise _invalid_url(url, exc) from None
+
+
 _CLAIM_LUA = """
 local found = redis.call('GET', KEYS[1])
 if found then
@@ -742,8 +787,8 @@ class RedisPreviewCache:
         redis = _redis_module()
         self._redis = redis
         self._errors: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
-        self._client = client or redis.Redis.from_url(
-            url, socket_connect_timeout=2.0, socket_timeout=5.0
+        self._client = client or _from_url(
+            redis, url, socket_connect_timeout=2.0, socket_timeout=5.0
         )
         self.ttl_s = ttl_s
         self.url = url

@@ -28,6 +28,7 @@ from ._redis import (
     RedisPreviewCache,
     RedisStateStore,
     _SpoolDefault,
+    check_redis_url,
 )
 from .history import (
     LATENCY_PREFIX,
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_STATE",
     "PreviewCallCache",
     "RouteState",
+    "check_redis_url",
     "clear_previews",
     "is_redis",
     "open_route_state",

@@ -14,7 +14,9 @@ another's updates:
 
 A state of the wrong shape (garbage or truncated SQLite, JSON with ``[]``, ``null`` or a string
 where statistics belong) is moved aside with a warning by a store that writes, and learning
-restarts from empty statistics. Opened with ``read_only=True`` (``phi route show``) a store never
+restarts from empty statistics. A file that is no router state at all — a race file, a dataset,
+another program's JSON or SQLite database named by a mistaken ``--state`` — is never moved: a
+writer refuses it with a :class:`~phi_core.errors.UserError` naming it. Opened with ``read_only=True`` (``phi route show``) a store never
 creates, locks, moves or writes anything: SQLite is opened with ``mode=ro`` and a state of the
 wrong shape raises :class:`~phi_core.errors.StateCorruptError`. SQLite failures surface as
 :class:`~phi_core.errors.StateStoreError` naming the real cause (disk full, locked).
@@ -32,6 +34,7 @@ import errno
 import json
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -194,6 +197,53 @@ def _corrupt(path: Path, why: str) -> StateCorruptError:
     )
 
 
+def _not_ours(path: Path, what: str) -> UserError:
+    return UserError(
+        f"{path} is not a router state ({what}); it was left unchanged. Give the router state "
+        "a file of its own (a new .sqlite or .json name is created), or move this file aside "
+        "if it is a damaged router state."
+    )
+
+
+_OUR_JSON = re.compile(rb'\A\s*\{\s*"(?:version|namespaces)"')
+"""How every JSON state this module writes begins (a damaged one too, if not its start)."""
+
+
+def _refuse_foreign(path: Path, raw: bytes) -> None:
+    """A :class:`UserError` when the file at ``path`` holds something else than a router state,
+    damaged or not (a race file, a dataset, another program's JSON), which must never be moved
+    aside and replaced: a ``--state`` naming the wrong file. Damage that is ours to handle: an
+    empty file, anything that begins like a state, and, in a file named ``.json``, text that is
+    not JSON (garbage, truncated) or JSON with no content of its own (``[]``, ``null``, a
+    string)."""
+    if not raw.strip() or _OUR_JSON.match(raw):
+        return
+    named = path.suffix.lower() == ".json"
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        if named:
+            return
+        raise _not_ours(path, _what_text(raw)) from None
+    if isinstance(data, dict):
+        if data and "version" not in data and "namespaces" not in data:
+            keys = ", ".join(repr(k) for k in list(data)[:4]) + (", …" if len(data) > 4 else "")
+            raise _not_ours(path, f"it is a JSON object with other keys: {keys}")
+    elif isinstance(data, list) and data:
+        raise _not_ours(path, f"it is a JSON list of {len(data)} item(s)")
+    elif not named:
+        raise _not_ours(path, f"it holds a JSON {type(data).__name__}")
+
+
+def _what_text(raw: bytes) -> str:
+    first = next((line for line in raw.splitlines() if line.strip()), b"")
+    try:
+        json.loads(first.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return "it is not JSON"
+    return "it holds JSON Lines, one value a line, as a dataset does"
+
+
 # ---------------------------------------------------------------------------- JSON file
 
 
@@ -208,6 +258,9 @@ class JsonFileStateStore:
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        if not read_only:  # before a lock file or a cache is made beside someone else's file
+            with contextlib.suppress(OSError):  # missing: made by the first write
+                _refuse_foreign(self.path, self.path.read_bytes())
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -231,6 +284,7 @@ class JsonFileStateStore:
             why = str(exc) or type(exc).__name__
             if self.read_only:
                 raise _corrupt(self.path, why) from None
+            _refuse_foreign(self.path, raw)  # moved aside only when it is a damaged state
             quarantine(self.path, why, kind="a router state", log=logger)
             return {}
 
@@ -324,6 +378,8 @@ _SCHEMA = (
     " xx BLOB, xr BLOB, n REAL, reward_sum REAL, reward_sq REAL, updated_at REAL,"
     " PRIMARY KEY (namespace, arm))"
 )
+_OUR_TABLES = frozenset({"router_stats", "previews", "latency_samples"})
+"""The tables a router state's SQLite file holds (statistics, previews and links, latency)."""
 _COLUMNS = ("namespace", "arm", "dim", "xx", "xr", "n", "reward_sum", "reward_sq", "updated_at")
 
 
@@ -398,6 +454,12 @@ class SQLiteStateStore:
     def _check_shape(self) -> None:
         try:
             with self._connect() as conn:
+                tables = sorted(
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    ).fetchall()
+                )
                 columns = tuple(
                     r[1] for r in conn.execute("PRAGMA table_info(router_stats)").fetchall()
                 )
@@ -405,6 +467,10 @@ class SQLiteStateStore:
             raise sqlite_failure(exc, self.path, "open the router state") from None
         except sqlite3.DatabaseError as exc:
             raise _corrupt(self.path, str(exc)) from None
+        if tables and not set(tables) & _OUR_TABLES and not self.read_only:
+            # another program's database: a writer would add its tables to it
+            shown = ", ".join(tables[:4]) + (", …" if len(tables) > 4 else "")
+            raise _not_ours(self.path, f"it is a SQLite database with other tables: {shown}")
         if columns and columns != _COLUMNS:
             raise _corrupt(self.path, f"its router_stats table has columns {columns}")
 

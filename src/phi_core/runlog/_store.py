@@ -98,7 +98,8 @@ def _damaged(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` says the file is not a database or a damaged one (not a busy or locked
     database, a full disk or a query error: other ``OperationalError`` cases)."""
     if isinstance(exc, sqlite3.OperationalError):
-        return str(exc).startswith("Could not decode to UTF-8")  # a text cell holds garbage
+        # a text cell holds garbage, or a table the migrations made was dropped since
+        return str(exc).startswith(("Could not decode to UTF-8", "no such table"))
     return isinstance(exc, sqlite3.DatabaseError)
 
 
@@ -115,6 +116,10 @@ def set_logging_enabled(enabled: bool) -> None:
         marker.unlink(missing_ok=True)
     else:
         marker.write_text("Runs are not logged; `phi logs on` removes this file.\n")
+
+
+_TABLES = ("runs", "branches", "route_events")
+"""The tables every migrated run log holds (``runs_fts`` only where SQLite has FTS5)."""
 
 
 def _dump(value: Any) -> str | None:
@@ -190,8 +195,8 @@ class RunLog:
     is created, migrated or written, and a log whose schema is older than this version's is a
     :class:`~phi_core.errors.UserError` saying how to upgrade it.
 
-    A file that is not a SQLite database, or a damaged one (garbage, truncated), raises
-    SQLite's ``sqlite3.DatabaseError`` on opening (:func:`open_run_log` makes it a
+    A file that is not a SQLite database, or a damaged one (garbage, truncated, a table
+    dropped), raises SQLite's ``sqlite3.DatabaseError`` on opening (:func:`open_run_log` makes it a
     :class:`~phi_core.errors.UserError` saying what to do), and the reading methods raise such
     a ``UserError`` when the damage lies further in. Nothing is moved or deleted: the log is
     the user's record.
@@ -220,6 +225,13 @@ class RunLog:
                 self._conn.close()
                 raise
         self._fts = self._has_table("runs_fts")
+        missing = [table for table in _TABLES if not self._has_table(table)]
+        if missing:  # dropped after the migrations made them: a damaged log, said once here
+            self._conn.close()
+            why = f"no such table: {', '.join(missing)}"
+            if read_only:
+                raise _unreadable(self.path, why)
+            raise sqlite3.DatabaseError(why)
 
     def close(self) -> None:
         with self._lock:
