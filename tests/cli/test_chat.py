@@ -100,3 +100,22 @@ def test_a_usage_mistake_stops_before_the_first_prompt(script: str) -> None:
     done = chat("-m", "nope:x", "--script", script, input="hello\n")
     assert done.exit_code == 2 and "Unknown provider 'nope'" in done.stderr
     assert logged() == []
+
+
+def test_a_message_that_is_not_utf8_is_refused_naming_the_byte_and_the_chat_goes_on(
+    script: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers = iter([b"caf\xe9".decode("utf-8", "surrogateescape"), "fine"])
+
+    def fake_input(prompt: str = "") -> str:
+        try:
+            return next(answers)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr(builtins, "input", fake_input)
+    done = CliRunner().invoke(app, ["chat", "-m", "scripted:a", "--script", script])
+    assert done.exit_code == 0
+    assert "The message is not valid UTF-8 text (byte 0xe9 at position 3)" in done.stderr
+    assert "bytes.decode" not in done.output and "Python" not in done.output
+    assert [r["prompt"] for r in logged()] == ["fine"]

@@ -127,6 +127,66 @@ def test_ctrl_c_during_a_chat_turn_stops_that_turn_and_the_chat_goes_on(tmp_path
     assert runs[0]["conversation_id"] == runs[1]["conversation_id"]
 
 
+def logged_runs(env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    shown = subprocess.run(
+        [sys.executable, "-c", "from phi_core.cli import main; main()", "logs", "--json"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    return [json.loads(line) for line in shown.stdout.splitlines()]
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_ends_a_race_as_ctrl_c_does_and_it_is_logged_once(tmp_path: Path) -> None:
+    proc = start_phi(tmp_path, *ARGS)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("Racing 3 branches")
+    proc.send_signal(signal.SIGTERM)
+    rest, errors = proc.communicate(timeout=30)
+    assert proc.returncode == 130, errors  # not killed on the spot (-15)
+    assert "Interrupted: every branch was cancelled" in rest and "Traceback" not in errors
+    [run] = logged_runs()
+    assert run["kind"] == "race" and run["status"] == "cancelled"
+
+
+def start_chat(
+    tmp_path: Path, script: dict[str, Any]
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(script))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["PHI_SCRIPT"] = str(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from phi_core.cli import main; main()", "chat", "-m", "scripted:a"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    return proc, env
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_during_a_chat_turn_stops_the_turn_and_ends_the_chat(tmp_path: Path) -> None:
+    proc, env = start_chat(tmp_path, {"scripted:a": [{"hang": "partial"}, "second answer"]})
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("first\n")
+    proc.stdin.flush()
+    assert proc.stdout.read(len("partial")) == "partial"  # the turn is streaming
+    proc.send_signal(signal.SIGTERM)
+    rest, errors = proc.communicate("second\n", timeout=30)
+    assert proc.returncode == 130, errors
+    assert "second answer" not in rest and "Traceback" not in errors
+    assert [(r["prompt"], r["status"]) for r in logged_runs(env)] == [("first", "cancelled")]
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_at_the_chat_prompt_ends_it_with_130(tmp_path: Path) -> None:
+    proc, _ = start_chat(tmp_path, {"scripted:a": ["an answer"]})
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith("Chat with scripted:a")  # it waits at the prompt
+    proc.send_signal(signal.SIGTERM)
+    _, errors = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in errors
+
+
 @pytest.mark.parametrize("entry", ["phi", "parallel_agents"])
 def test_ctrl_c_while_phi_core_is_still_loading_exits_130_without_a_traceback(entry: str) -> None:
     """The console scripts load phi-core (most of a second) inside their own handler."""

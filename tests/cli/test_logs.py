@@ -205,3 +205,26 @@ def test_a_selection_is_logged(tmp_path: Path) -> None:
     assert row["winner"] == "solver=scripted:b" and row["prompt"] == f"phi select {spec}"
     assert phi("select", str(spec), "--no-log").exit_code == 0
     assert len(lines(phi("logs", "--json").stdout)) == 1
+
+
+def test_a_piped_list_cuts_a_long_prompt_and_show_prints_it_whole() -> None:
+    long_prompt = "word " * 200_000  # a megabyte: one row must not widen every other
+    with RunLog() as log:
+        long_id = log.write(RunRecord(kind="run", prompt=long_prompt, status="ok")).id
+        log.write(RunRecord(kind="run", prompt="short question", status="ok"))
+    listed = phi("logs")  # not a terminal
+    assert listed.exit_code == 0, listed.output
+    rows = listed.stdout.splitlines()
+    assert max(len(row) for row in rows) < 250
+    assert "word word" in listed.stdout and "…" in listed.stdout
+    assert "short question" in listed.stdout
+    shown = phi("logs", "show", long_id)
+    assert shown.stdout.count("word") == 200_000
+
+
+def test_logs_on_says_that_phi_no_log_still_keeps_runs_out() -> None:
+    turned = phi("logs", "on", env={"PHI_NO_LOG": "1"})
+    assert turned.exit_code == 0
+    assert "still not recorded" in turned.stdout and "PHI_NO_LOG" in turned.stdout
+    assert "Logging is on" not in turned.stdout
+    assert "Logging is on" in phi("logs", "on").stdout

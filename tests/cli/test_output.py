@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,8 @@ from typer.testing import CliRunner
 from phi_core import __version__
 from phi_core.cli import app
 from phi_core.cli._output import print_table
+
+from ..providers.fakes.openai_wire import text_reply
 
 SCRIPT = {
     "scripted:a": {"default": "Short answer."},
@@ -153,3 +158,47 @@ def test_printed_answers_are_the_models_own_while_the_log_keeps_a_redacted_copy(
         assert answer in shown.stdout
     logged = json.loads(phi("logs", "show", "--json").stdout)
     assert "abcdefgh12345678" not in logged["text"] and "[REDACTED]" in logged["text"]
+
+
+class _Compat(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint answering every chat call with one streamed reply."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b"".join(text_reply("Paris."))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def compat_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Compat)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("output", ["text", "markdown"])
+def test_a_token_in_an_endpoint_url_is_redacted_in_race_text_and_markdown(
+    compat_url: str, output: str
+) -> None:
+    secret = "SECRETTOKEN1234567"
+    shown = phi(
+        "race", "Capital?", "-m", f"openai-compat:m1@{compat_url}?api_key={secret}",
+        "-m", f"openai-compat:m2@{compat_url}", "-s", "consensus", "-o", output, "--no-log",
+    )  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert secret not in shown.output
+    assert "api_key=[REDACTED]" in shown.stdout and "Paris." in shown.stdout

@@ -252,3 +252,33 @@ def test_a_router_state_key_for_a_file_state_is_reported_as_ignored(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "--router-state-key (ROUTER_STATE_KEY) only applies to state in Redis" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (("--redis-url", "redis://127.0.0.1:abc"), None, "Port could not be cast"),
+        ((), {"REDIS_URL": "redis://[::1"}, "Invalid IPv6 URL"),
+        (("--bandit-state", "redis://127.0.0.1:abc"), None, "Port could not be cast"),
+        (("--redis-url", "notaurl"), None, "'notaurl' is not a Redis URL"),
+    ],
+    ids=["redis-url", "REDIS_URL", "bandit-state", "not-a-url"],
+)
+def test_a_redis_url_that_cannot_be_opened_is_a_usage_error_and_never_a_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    script: str,
+    args: tuple[str, ...],
+    env: dict[str, str] | None,
+    expected: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    before = set(tmp_path.iterdir())
+    result = run(
+        "Q?", "--agent-models", "scripted:a,scripted:b", "--judge-model", "scripted:j",
+        "--script", script, *args, env=env,
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and expected in result.stderr
+    assert "redis://[:password@]host:port/db" in result.stderr  # the form to write
+    assert set(tmp_path.iterdir()) == before  # no ./notaurl.cache.sqlite, no lock file

@@ -251,3 +251,24 @@ def test_a_router_parameter_that_is_not_finite_is_a_usage_error(
 ) -> None:
     result = race(str(tmp_path / "router.sqlite"), script, flag, value)
     assert_clean_error(result, "alpha must be >= 0 and finite", code=2)
+
+
+BAD_REDIS_URLS = [
+    ("redis://127.0.0.1:abc/0", "Port could not be cast"),
+    ("redis://[::1", "Invalid IPv6 URL"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), BAD_REDIS_URLS)
+def test_a_malformed_redis_state_is_a_usage_error_naming_the_url_and_its_form(
+    script: str, url: str, why: str
+) -> None:
+    result = race(url, script)
+    assert_clean_error(result, f"{url} is not a valid Redis URL ({why}", "redis://", code=2)
+    assert result.stdout == ""  # nothing was raced
+
+
+def test_a_malformed_redis_state_never_shows_its_password(script: str) -> None:
+    result = race("redis://:hunter2@127.0.0.1:abc/0", script)
+    assert_clean_error(result, "redis://:***@127.0.0.1:abc/0 is not a valid Redis URL", code=2)
+    assert "hunter2" not in result.output

@@ -28,7 +28,7 @@ CALLS = {"n": 0}
 async def agent(models, question):
     CALLS["n"] += 1
     if CALLS["n"] == int(os.environ.get("STOP_AT", "0")):
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), getattr(signal, os.environ.get("STOP_SIGNAL", "SIGINT")))
     return await models["solver"].complete(f"Q: {question}")
 """
 SPEC = """dataset = "data.jsonl"
@@ -43,9 +43,11 @@ solver = ["scripted:a", "scripted:b"]
 """
 
 
-def select(tmp_path: Path, stop_at: int) -> subprocess.CompletedProcess[str]:
+def select(
+    tmp_path: Path, stop_at: int, stop_signal: str = "SIGINT"
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["STOP_AT"] = str(stop_at)
+    env["STOP_AT"], env["STOP_SIGNAL"] = str(stop_at), stop_signal
     return subprocess.run(
         [sys.executable, "-c", "from phi_core.cli import main; main()", "select", "spec.toml"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
@@ -78,3 +80,15 @@ def test_ctrl_c_reports_what_was_evaluated_and_a_rerun_resumes_from_the_cache(
     assert again.returncode == 0, again.stderr
     assert "6 model calls were answered from the cache" in again.stderr
     assert "best: solver=scripted:" in again.stdout
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_ends_a_selection_as_ctrl_c_does(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "spec.toml").write_text(SPEC)
+    rows = [{"input": f"q{i}", "expected": "x"} for i in range(10)]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    stopped = select(tmp_path, stop_at=3, stop_signal="SIGTERM")
+    assert stopped.returncode == 130, stopped.stderr  # not killed on the spot (-15)
+    assert "Interrupted after 2 of 20 evaluations" in stopped.stderr
+    assert "--resume" in stopped.stderr and "Traceback" not in stopped.stderr

@@ -118,6 +118,24 @@ def test_route_reset_of_an_unknown_namespace_is_exit_2_listing_the_real_ones(
     assert SQLiteStateStore(state).namespaces() == before  # nothing was reset
 
 
+def test_route_reset_without_a_terminal_says_to_pass_yes_and_resets_nothing(
+    tmp_path: Path, script: str
+) -> None:
+    state = str(tmp_path / "router.sqlite")
+    code, _, err = invoke(
+        "race", "Q?", "-m", "scripted:a", "-m", "scripted:b", "--strategy", "bandit",
+        "--judge", "scripted:judge", "--state", state, "--script", script,
+    )  # fmt: skip
+    assert code == 0, err
+    before = SQLiteStateStore(state).namespaces()
+    code, out, err = invoke("route", "reset", "--state", state)  # stdin is not a terminal
+    assert code == 2 and out == ""
+    assert "pass -y/--yes" in err and "Aborted" not in err
+    assert SQLiteStateStore(state).namespaces() == before
+    code, out, _ = invoke("route", "reset", "--state", state, "-y")
+    assert code == 0 and "Reset every namespace" in out
+
+
 def test_route_export_to_an_unwritable_path_is_exit_2(tmp_path: Path, script: str) -> None:
     state = str(tmp_path / "router.sqlite")
     invoke(
@@ -159,6 +177,22 @@ def test_select_spec_with_a_word_for_a_number_is_exit_2_with_file_line_key(
     )
 
 
+def test_select_exports_to_one_file_are_refused_before_any_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "data.jsonl").write_text('{"input": "q", "expected": "a"}\n')
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'dataset = "data.jsonl"\ncache = false\n[steps]\ns = ["scripted:a"]\n'
+        '[prompts]\ns = "{input}"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke("select", str(spec), "--out-json", "r.json", "--csv", "./r.json")
+    assert code == 2 and out == "" and "evaluations" not in err
+    assert "--csv and --out-json both name 'r.json'" in err and "own file" in err
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_select_prompt_with_an_unknown_placeholder_is_refused_before_any_call(
     tmp_path: Path,
 ) -> None:
@@ -179,3 +213,40 @@ def test_a_prompt_that_is_not_utf8_is_refused_naming_the_byte(command: str) -> N
     code, out, err = invoke(command, "caf\udce9?", "-m", "scripted:a")
     assert code == 2 and out == ""
     assert "not valid UTF-8 text (byte 0xe9 at position 3)" in err
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        (["scripted:a@name=x", "scripted:b@name=x"], "are both named 'x'"),
+        (["a", "a"], "-m 'a' is given twice"),
+        (["scripted:a@temperature=0.1,temperature=0.9"], "sets 'temperature' twice"),
+        (["scripted:a@system=x,system_prompt=y"], "sets 'system_prompt' twice"),
+    ],
+    ids=["two -m named alike", "a race file branch twice", "a setting twice", "alias twice"],
+)
+def test_a_name_or_setting_given_twice_is_refused_as_a_race_file_refuses_it(
+    script: str, tmp_path: Path, models: list[str], message: str
+) -> None:
+    race = tmp_path / "race.toml"
+    race.write_text(
+        '[[branches]]\nname = "a"\nmodel = "scripted:a"\n'
+        '[[branches]]\nname = "b"\nmodel = "scripted:b"\n'
+    )
+    flags = [arg for m in models for arg in ("-m", m)]
+    code, out, err = invoke("race", "Q?", "--config", str(race), *flags, "--script", script)
+    assert code == 2 and out == ""
+    assert message in err and "Traceback" not in err
+    if message.startswith("sets"):  # `phi run -m` refuses it too
+        assert "give each setting once" in err
+        code, _, err = invoke("run", "Q?", "-m", models[0], "--script", script, "--no-log")
+        assert code == 2 and message in err
+    else:
+        assert "give each branch its own name" in err
+
+
+@pytest.mark.parametrize("command", ["run", "race"])
+def test_an_empty_prompt_suggests_the_command_that_was_typed(command: str, script: str) -> None:
+    code, out, err = invoke(command, "  ", "-m", "scripted:a", "--script", script)
+    assert code == 2 and out == ""
+    assert f'(phi {command} "...")' in err

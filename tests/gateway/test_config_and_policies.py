@@ -12,7 +12,9 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from phi_core.cli import app
 from phi_core.errors import ConfigError, GatewayError, UserError
 from phi_core.gateway import (
     Gateway,
@@ -20,6 +22,7 @@ from phi_core.gateway import (
     create_app,
     load_gateway_config,
     parse_chat_request,
+    serve,
 )
 from phi_core.gateway import _service as gateway_service
 from phi_core.race import BanditOptions, route_scope
@@ -50,6 +53,35 @@ def test_gateway_file_errors_name_the_file_line_and_key(tmp_path: Path) -> None:
     with pytest.raises(UserError) as unknown:
         Gateway(load_gateway_config(path), run_log=None)
     assert "Profile 'p'" in str(unknown.value) and "nope" in str(unknown.value)
+
+
+def test_an_unknown_listed_model_stops_the_gateway_at_start_naming_the_entry(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text('[gateway]\nmodels = ["local:smollm2", "nosuch:x"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    message = str(caught.value)
+    assert str(path) in message and "gateway.models[1]" in message
+    assert "Unknown provider 'nosuch'" in message and "Known providers: " in message
+    with pytest.raises(UserError) as unknown:  # a config built in code is checked too
+        Gateway(GatewayConfig.model_validate({"gateway": {"models": ["nosuch:x"]}}), run_log=None)
+    assert "gateway.models entry 'nosuch:x'" in str(unknown.value)
+    result = CliRunner().invoke(app, ["serve", "--config", str(path), "--port", "0"])
+    assert result.exit_code == 2 and "gateway.models[1]" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_an_unknown_log_level_is_a_usage_error_listing_the_levels() -> None:
+    result = CliRunner().invoke(app, ["serve", "--log-level", "bogus", "--port", "0"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "--log-level must be one of critical, error, warning, info, debug, trace" in (
+        result.stderr
+    )
+    assert "got 'bogus'" in result.stderr and "Traceback" not in result.stderr
+    with pytest.raises(UserError, match="log_level must be one of"):
+        serve(None, port=0, log_level="loud")  # the library says so too, before listening
 
 
 def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -213,6 +213,23 @@ UPSTREAM_TASKS = ("FakeServer.", "StreamReader.")
 gateway to hang up); the gateway's HTTP client reads through httpx, in no task of its own."""
 
 
+def assert_stopped_answer(sent: list[Any]) -> None:
+    """One response, ended: a 503 in OpenAI's error shape, or (a stream that had started) a
+    final error event and ``[DONE]``."""
+    starts = [m for m in sent if m["type"] == "http.response.start"]
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert len(starts) == 1 and sent[-1]["type"] == "http.response.body"
+    assert not sent[-1].get("more_body")
+    if starts[0]["status"] == 200:
+        error = json.loads(body.split(b"data: ")[-2])  # the event before [DONE]
+        assert body.rstrip().endswith(b"data: [DONE]")
+    else:
+        assert starts[0]["status"] == 503
+        error = json.loads(body)
+    assert error["error"]["code"] == "server_shutting_down"
+    assert error["error"]["type"] == "server_error"
+
+
 async def cancel_handler(
     gateway: Gateway, upstream: FakeServer, model: str, stream: bool, calls: int, twice: int = 0
 ) -> list[asyncio.Task[Any]]:
@@ -231,7 +248,10 @@ async def cancel_handler(
         await asyncio.sleep(0)
         handler.cancel()
     [outcome] = await asyncio.gather(handler, return_exceptions=True)
-    assert isinstance(outcome, asyncio.CancelledError)  # the cancellation went on
+    # the stop ends as a response, not as an exception the server would log as a traceback
+    # (and answer with a bare text 500)
+    assert outcome is None
+    assert_stopped_answer(sent)
     return [
         t
         for t in asyncio.all_tasks() - baseline
@@ -281,6 +301,30 @@ async def test_a_handler_cancelled_again_while_its_work_stops_still_waits_for_it
     kind = "passthrough" if model == "alpha" else "race"
     metrics = gateway.metrics.render()
     assert f'phi_gateway_requests_total{{kind="{kind}",route="chat",status="499"}} 1' in metrics
+
+
+@pytest.mark.parametrize("scenario", ["race", "streamed passthrough"])
+async def test_a_gateway_closing_as_a_stopped_request_ends_waits_to_log_it_once(
+    strict_loop: Any, stalling_upstream: FakeServer, run_log: RunLog, scenario: str
+) -> None:
+    """uvicorn past its drain timeout cancels the handlers, then at once shuts the app down
+    (the gateway closes its run log): the close waits for the stopped requests to end."""
+    model, stream, _, calls = SCENARIOS[scenario]
+    if model == "alpha":
+        model = f"openai-compat:alpha@{stalling_upstream.url}/v1"
+    gateway = Gateway(gateway_config(stalling_upstream.url), run_log=run_log)
+    await gateway.start()
+    sent: list[Any] = []
+    handler = asyncio.create_task(post_asgi(create_app(gateway), chat_body(model, stream), sent))
+    await until(lambda: stalling_upstream.in_flight == calls)
+    handler.cancel()  # the server stops the request...
+    await gateway.close()  # ...and closes the app without waiting for it
+    [record] = run_log.list_runs()  # written by the time the close is done
+    assert record.status == "cancelled" and record.source == "gateway"
+    assert gateway.in_flight == 0
+    await handler
+    assert_stopped_answer(sent)
+    assert len(run_log.list_runs()) == 1
 
 
 @pytest.mark.parametrize("scenario", ["race", "passthrough", "streamed passthrough"])

@@ -240,3 +240,14 @@ def test_the_models_listing_never_shows_a_token_in_an_endpoint_url(tmp_path: Pat
 def test_a_call_may_not_name_more_than_sixteen_models() -> None:
     with pytest.raises(UserError, match="at most 16"):
         RaceTools(providers=scripted()).plan(models=["scripted:a"] * 17)
+
+
+async def test_route_on_a_malformed_redis_state_says_why(strict_loop: list[Any]) -> None:
+    tools = RaceTools(state="redis://127.0.0.1:abc/0", providers=scripted())
+    async with Client(mcp_server(tools)) as client:
+        result = await client.call_tool(
+            "route", {"prompt": "hi", "models": ["scripted:a", "scripted:b"]}
+        )
+    assert result.is_error
+    text = "".join(c.text for c in result.content if isinstance(c, TextContent))
+    assert "redis://127.0.0.1:abc/0 is not a valid Redis URL (Port could not be cast" in text

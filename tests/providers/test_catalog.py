@@ -84,6 +84,18 @@ def test_openai_compat_without_a_url_says_how_to_give_one() -> None:
         resolve_model("openai-compat:my-model")
 
 
+def test_openai_compat_with_an_address_missing_its_scheme_shows_the_name_to_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_COMPAT_BASE_URL", raising=False)
+    with pytest.raises(UnknownModelError) as caught:
+        resolve_model("openai-compat:m1@localhost:8000/v1")
+    message = str(caught.value)
+    assert "needs its scheme" in message
+    assert "`openai-compat:m1@http://localhost:8000/v1`" in message
+    assert "/v1@http://host:port" not in message
+
+
 def test_compat_flags_follow_the_preset_and_reject_unknown_names() -> None:
     assert OpenAICompat.for_model("mistral").requires_tool_result_name
     assert OpenAICompat.for_model("openai").max_tokens_field == "max_completion_tokens"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 
 import pytest
 
@@ -326,6 +327,26 @@ async def test_error_event_inside_a_stream_is_classified() -> None:
         model = model_for(server)
         with pytest.raises(RateLimitedError):
             await collect(OpenAIChatProvider(model), StreamRequest(model, [UserMessage.text("x")]))
+
+
+async def test_a_refused_connection_is_a_network_error_saying_so_with_host_and_port() -> None:
+    with socket.socket() as probe:  # a port nothing listens on: bound, then closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = ModelConfig(
+        provider="openai-compat", id="m1", base_url=f"http://127.0.0.1:{port}/v1",
+        api_key=KEY,  # type: ignore[arg-type]
+    )  # fmt: skip
+    with pytest.raises(NetworkError) as caught:
+        async for _ in stream_with_retry(
+            OpenAIChatProvider(model),
+            StreamRequest(model, [UserMessage.text("x")]),
+            RetryPolicy(max_retries=0),
+        ):
+            pass
+    message = str(caught.value)
+    assert f"the connection to 127.0.0.1:{port} was refused" in message
+    assert "timed out" not in message.lower()
 
 
 async def test_stream_ending_without_finish_reason_is_a_network_error() -> None:

@@ -243,6 +243,73 @@ def test_phi_run_mcp_header_reaches_the_http_server_and_is_never_shown(
     assert secret not in result.output
 
 
+class _NotMcp(BaseHTTPRequestHandler):
+    """An HTTP server that is not MCP: JSON that is not JSON-RPC at /json, a web page else."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        json_reply = self.path.startswith("/json")
+        body = b'{"object": "list", "data": []}' if json_reply else b"<html>hello</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json" if json_reply else "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+class _Quiet(ThreadingHTTPServer):
+    """Keeps a request's failure (the client hanging up once it saw the reply is no MCP)
+    instead of printing it to stderr, where the CLI's own output is checked."""
+
+    failures: list[BaseException | None]
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        self.failures.append(sys.exc_info()[1])
+
+
+@pytest.fixture
+def not_mcp_url() -> Iterator[str]:
+    server = _Quiet(("127.0.0.1", 0), _NotMcp)
+    server.failures = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [("/json/mcp", "its reply is not JSON-RPC"), ("/page", "it replied with text/html")],
+)
+def test_an_http_server_that_is_not_mcp_is_one_clear_error_without_the_sdks_tracebacks(
+    not_mcp_url: str, tmp_path: Path, path: str, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"scripted:a": ["hi"]}))
+    url = not_mcp_url + path
+    result = CliRunner().invoke(
+        app,
+        ["run", "hi", "-m", "scripted:a", "--script", str(script), "--no-log", "--mcp", url],
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {url} did not answer as an MCP server ({why}")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output and "validation error" not in result.output
+    # the SDK's own error records (with their tracebacks) went to phi's debug log, not stderr
+    assert not [r for r in caplog.records if r.name.startswith("mcp") and r.levelno > 20]
+    assert logging.getLogger("mcp").propagate  # the SDK's loggers are as they were after it
+
+
 async def test_http_headers_apply_to_http_specs_only() -> None:
     with mcp_module.http_headers({"Authorization": "Bearer xyz-123456789"}):
         web = McpClient.from_spec("http://127.0.0.1:9/mcp")

@@ -10,15 +10,10 @@ interrupted (Ctrl-C), 141 the output was closed (``| head``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import re
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, TextIO
 
@@ -32,8 +27,6 @@ from ..config import (
     RACE_STRATEGIES,
     BranchSpec,
     RacePlan,
-    RaceSpec,
-    parse_branch,
     plan_race,
 )
 from ..errors import McpConnectionError, McpError, UserError, redact
@@ -45,12 +38,14 @@ from ..race.entry import BanditOptions, verifier_from_spec
 from ..runlog import Continuation
 from ..tools.mcp import http_headers, parse_header
 from ..types import Usage
+from ._branches import flag_branch, flag_branches
 from ._common import (
     EXIT_FAILED,
     EXIT_PIPE,
     guard_process_streams,
     output_closed,
     read_prompt,
+    sigterm_as_ctrl_c,
     streams,
     usage_error,
     warn,
@@ -167,6 +162,7 @@ def _explicit(ctx: typer.Context, name: str) -> bool:
 
 
 @app.command(context_settings={"allow_extra_args": True})
+@sigterm_as_ctrl_c
 def race(
     ctx: typer.Context,
     prompt: Annotated[str, typer.Argument(help="The task for every branch; `-` reads stdin.")],
@@ -350,8 +346,8 @@ def race(
                     max_tokens=max_total_tokens, max_cost_usd=max_cost, max_wall_s=deadline
                 )
                 plan = plan_race(
-                    spec, models=[_branch(m, spec) for m in model or []],
-                    judge=_branch(judge, spec) if judge is not None else None,
+                    spec, models=flag_branches(model or [], spec.branches or []),
+                    judge=flag_branch(judge, spec.branches or []) if judge is not None else None,
                     strategy=strategy, system_prompt=system, max_tokens=max_tokens,
                     timeout=timeout, max_concurrency=max_concurrency, budget=budget,
                     bandit=options, providers=scripted_providers(script),
@@ -364,12 +360,6 @@ def race(
             except UserError as exc:
                 raise usage_error(exc, err) from None
     raise typer.Exit(code)
-
-
-def _branch(text: str, spec: RaceSpec) -> BranchSpec:
-    """A ``-m``/``--judge`` value: a branch the race file names, an alias, a bare catalog name
-    (``gpt-4o``) or ``provider:model``, with optional ``@settings``."""
-    return parse_branch(text, spec.branches or [], qualify=True)
 
 
 def _check_verify(spec: str) -> None:
@@ -398,6 +388,7 @@ def _warn_about(ctx: typer.Context, plan: RacePlan, config: Path | None, err: Te
 
 
 @app.command(context_settings={"allow_extra_args": True})
+@sigterm_as_ctrl_c
 def run(
     ctx: typer.Context,
     prompt: Annotated[str, typer.Argument(help="The task; `-` reads stdin.")],
@@ -461,7 +452,7 @@ def run(
         try:
             _check_extra(ctx)
             mode = output_mode(output, json_lines=json_output, answer_only=answer_only)
-            text = read_prompt(prompt)
+            text = read_prompt(prompt, "run")
             session = open_session(no_log=no_log, resume=resume, cid=cid, err=err)
         except UserError as exc:
             raise usage_error(exc, err) from None
@@ -474,10 +465,7 @@ def run(
                 agent_tools = builtin_tools(tools, workspace)
                 if agent_tools:
                     config = dataclasses.replace(config, approver=terminal_approver())
-                with (
-                    _term_as_interrupt(),
-                    http_headers(_mcp_headers(mcp or [], mcp_header or [], err)),
-                ):
+                with http_headers(_mcp_headers(mcp or [], mcp_header or [], err)):
                     code = run_once(
                         text, config, spec.model_dump(mode="json", exclude_none=True), out, err,
                         mode, session, mcp=mcp or [], builtin=agent_tools,
@@ -489,25 +477,6 @@ def run(
                     raise usage_error(exc, err) from None
                 code = _mcp_failed(exc, spec.model, out, err, mode)  # it started, then failed
     raise typer.Exit(code)
-
-
-@contextlib.contextmanager
-def _term_as_interrupt() -> Iterator[None]:
-    """For the block, SIGTERM ends the run the way Ctrl-C does: cancelled, its end event and
-    result written, MCP servers stopped, exit 130 (by default SIGTERM killed phi on the spot and
-    left stdio servers behind). A second SIGTERM, like a second Ctrl-C, stops it outright."""
-    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_term(_signum: int, _frame: object) -> None:
-        os.kill(os.getpid(), signal.SIGINT)  # to whoever handles Ctrl-C now (the run, Python)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _mcp_headers(servers: list[str], given: list[str], err: TextIO) -> dict[str, str] | None:
@@ -569,7 +538,7 @@ def _run_branch(
         except ValueError:
             spec = None  # logged by another version: use -m's default
     if spec is None:
-        spec = parse_branch(model, qualify=True)
+        spec = flag_branch(model)
         if system is None and previous and previous.get("system_prompt"):
             system = str(previous["system_prompt"])  # the conversation keeps its system prompt
     if system is not None:
@@ -631,8 +600,8 @@ def _mount_subcommands() -> None:
 
     app.add_typer(route.app, name="route")
     app.add_typer(mcp.app, name="mcp")
-    app.command("select")(select.command)
-    app.command("chat")(chat.command)
+    app.command("select")(sigterm_as_ctrl_c(select.command))
+    app.command("chat")(sigterm_as_ctrl_c(chat.command))
     app.command("serve")(serve.command)
     app.add_typer(logs.app, name="logs")
     app.add_typer(aliases.app, name="aliases")

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import io
 import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TextIO, TypeVar, cast
+from typing import Any, ParamSpec, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -33,13 +35,16 @@ __all__ = [
     "EXIT_PIPE",
     "EXIT_USAGE",
     "PipeSafeStream",
+    "check_utf8",
     "guard_process_streams",
     "on_output_closed",
     "output_closed",
     "own_stream",
     "read_prompt",
     "run_interruptible",
+    "sigterm_as_ctrl_c",
     "streams",
+    "terminated",
     "usage_error",
     "user_error_in",
     "warn",
@@ -47,6 +52,8 @@ __all__ = [
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 _closed = False
 _on_close: list[Callable[[], None]] = []
@@ -190,26 +197,32 @@ def streams() -> Iterator[tuple[TextIO, TextIO]]:
                 mine.flush()
 
 
-def read_prompt(prompt: str) -> str:
-    """The prompt argument (``-`` reads stdin), stripped; empty or undecodable text is refused."""
+def read_prompt(prompt: str, command: str = "race") -> str:
+    """The prompt argument (``-`` reads stdin), stripped; empty or undecodable text is refused
+    (the message shows ``phi COMMAND "..."``)."""
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise UserError(
-            'The prompt is empty; pass the question as an argument (phi race "...") '
+            f'The prompt is empty; pass the question as an argument (phi {command} "...") '
             "or pipe it in with `-`."
         )
+    return check_utf8(prompt, "prompt").strip()
+
+
+def check_utf8(text: str, what: str = "prompt") -> str:
+    """``text`` when it is valid UTF-8; else a :class:`UserError` naming the first bad byte
+    (bytes that are not UTF-8 arrive from stdin and argv as lone surrogates)."""
     try:
-        prompt.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        # Bytes that are not UTF-8 arrive as lone surrogates (Python's surrogateescape).
-        byte = ord(prompt[exc.start]) - 0xDC00
-        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else repr(prompt[exc.start])
+        byte = ord(text[exc.start]) - 0xDC00
+        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else repr(text[exc.start])
         raise UserError(
-            f"The prompt is not valid UTF-8 text ({shown} at position {exc.start}); save or "
+            f"The {what} is not valid UTF-8 text ({shown} at position {exc.start}); save or "
             "type it as UTF-8 (for example `iconv -f latin1 -t utf-8`)."
         ) from None
-    return prompt.strip()
+    return text
 
 
 def usage_error(exc: BaseException, err: TextIO | None = None) -> typer.Exit:
@@ -237,6 +250,42 @@ def user_error_in(error: BaseException) -> UserError | None:
     return None
 
 
+_terminated = False
+
+
+def terminated() -> bool:
+    """Whether a SIGTERM came while a :func:`sigterm_as_ctrl_c` command ran (a command that
+    goes on after Ctrl-C, as ``phi chat`` does after a turn, stops after one)."""
+    return _terminated
+
+
+def sigterm_as_ctrl_c(command: Callable[P, R]) -> Callable[P, R]:
+    """``command`` with SIGTERM (``timeout``, CI runners, systemd) handled as Ctrl-C: the run is
+    cancelled, its end event, result, log record and summary written, MCP servers stopped, exit
+    130 (by default SIGTERM killed phi on the spot, unlogged, leaving stdio servers behind). A
+    second SIGTERM, like a second Ctrl-C, stops it outright."""
+
+    @functools.wraps(command)
+    def handled(*args: P.args, **kwargs: P.kwargs) -> R:
+        if not hasattr(signal, "SIGTERM") or threading.current_thread() is not (
+            threading.main_thread()
+        ):
+            return command(*args, **kwargs)
+
+        def on_term(_signum: int, _frame: object) -> None:
+            global _terminated
+            _terminated = True
+            os.kill(os.getpid(), signal.SIGINT)  # to whoever handles Ctrl-C now (the run, Python)
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return handled
+
+
 def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, bool]:
     """Run ``make(token)`` on a fresh event loop; Ctrl-C or a closed output cancels ``token``
     (a second Ctrl-C stops the task outright). Returns the result and whether it was stopped.
@@ -246,6 +295,7 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
         UserError: a usage mistake surfaced while running, also from inside a task group.
     """
     stopped = False
+    early: list[int] = []  # a Ctrl-C (or SIGTERM, see sigterm_as_ctrl_c) before the loop ran
 
     async def main() -> T:
         nonlocal stopped
@@ -271,6 +321,8 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
             installed = True
         except (NotImplementedError, RuntimeError, ValueError):
             installed = False  # not the main thread (or no signals here): Ctrl-C stays default
+        if early:
+            on_sigint()
         try:
             with on_output_closed(on_closed):
                 return await make(token)
@@ -278,6 +330,11 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
             if installed:
                 loop.remove_signal_handler(signal.SIGINT)
 
+    # Until the loop's own handler is in place, a Ctrl-C is noted, not raised: raised while
+    # the loop is being built it would leave a half-made loop and a never-awaited coroutine.
+    previous: Any = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: early.append(1))
     try:
         result = asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError) as exc:
@@ -287,4 +344,7 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
         if found is None:
             raise
         raise found from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     return result, stopped

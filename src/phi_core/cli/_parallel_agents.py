@@ -43,7 +43,6 @@ from ..config import (
     RacePlan,
     bandit_payload,
     bandit_race_from_plan,
-    parse_branch,
     plan_race,
     split_branch_list,
 )
@@ -51,9 +50,10 @@ from ..errors import Interrupted, PhiError, StateStoreError, UserError, redact
 from ..providers.base import Provider
 from ..providers.registry import resolve_model
 from ..race import BanditOptions, BanditRace, BanditRaceResult
-from ..routing.state import is_redis
+from ..routing.state import check_redis_url, is_redis
 from ..types import Pricing
 from ._bandit import flush_router_updates
+from ._branches import flag_branch, flag_branches
 from ._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -239,7 +239,7 @@ def parallel_agents(
     """
     del no_web_search  # the documented meaning (no web search) is what phi-core always does
     try:
-        text = read_prompt(query)
+        text = read_prompt(query, "parallel-agents")
         features = _features(bandit_features, embedding_model)
         _refuse_unsupported(strategy, latency_bias_scale)
         location = _state_location(bandit_state, redis_url, router_state_key)
@@ -362,8 +362,8 @@ def _plan(
             "--agent-models is empty; give comma-separated models, e.g. "
             "--agent-models gpt-4o,gpt-4o-mini (or provider:model names)."
         )
-    branches = [parse_branch(name, qualify=True) for name in names]
-    judge = parse_branch(judge_model, qualify=True) if judge_model else None
+    branches = flag_branches(names)
+    judge = flag_branch(judge_model) if judge_model else None
     plan = plan_race(
         models=branches, judge=judge, strategy="bandit", bandit=options, providers=providers
     )
@@ -408,6 +408,11 @@ def _priced(config: Any, branch: BranchSpec, written: str, prices: dict[str, flo
 def _state_location(state: str | None, redis_url: str | None, key: str | None) -> str | None:
     """Where the router state (with its preview cache and latency history) lives: the state the
     seed's flags name, else ``REDIS_URL``, else the default."""
+    if state is None and redis_url is not None:  # a Redis URL option: never a file path
+        try:
+            check_redis_url(redis_url)
+        except UserError as exc:
+            raise UserError(f"--redis-url (or REDIS_URL): {exc}") from None
     location = state or redis_url
     if location is not None and not is_redis(location):
         os.makedirs(os.path.dirname(os.path.abspath(location)), exist_ok=True)

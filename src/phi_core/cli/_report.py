@@ -14,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import redact
 from ..runlog import RunRecord
 from ._output import markdown_table, print_table, trust_line
 from ._view import _STATUS_STYLE, format_cost
@@ -128,32 +129,33 @@ _BRANCH_HEADER = (
 
 def record_markdown(record: RunRecord) -> str:
     """The run as Markdown: heading, the winner's answer, why, every branch, the others'
-    answers."""
-    parts = [f"## {_heading(record)}", ""]
+    answers. The answers are the models' own; everything else is redacted (a token in an
+    endpoint URL is part of a branch's name)."""
+    parts = [f"## {redact(_heading(record))}", ""]
     winner = record.winning_branch
     if record.text:
         parts += [record.text.strip(), ""]
     elif winner is None and record.kind == "run" and record.branches and record.branches[0].error:
-        parts += [f"**Error:** {record.branches[0].error}", ""]
+        parts += [f"**Error:** {redact(record.branches[0].error)}", ""]
     why = verdict_lines(record)
     if why and record.kind != "run":
-        parts += ["**Why:** " + "; ".join(why), ""]
+        parts += ["**Why:** " + redact("; ".join(why)), ""]
     if record.kind != "run":
-        rows = [_branch_row(record, b) for b in record.branches]
+        rows = [[redact(cell) for cell in _branch_row(record, b)] for b in record.branches]
         parts += [markdown_table(_BRANCH_HEADER, rows), ""]
     total = f"{record.status} · {_tokens(record)} · {format_cost(record.cost_usd)}"
     if record.duration_s is not None:
         total += f" · {record.duration_s:.2f}s"
     parts += [f"_{total} · run {record.id}_", ""]
     for warning in record.warnings:
-        parts += [f"> warning: {warning}", ""]
+        parts += [f"> warning: {redact(warning)}", ""]
     if record.kind in ("race", "bandit"):
         for b in record.branches:
             if b.winner or not (b.text or b.error):
                 continue
             title = f"### {b.label}{' · ' + b.phase if b.phase else ''} ({b.model}) — {b.status}"
-            body = b.text.strip() if b.text else f"**Error:** {b.error}"
-            parts += [title, "", body, ""]
+            body = b.text.strip() if b.text else f"**Error:** {redact(b.error or '')}"
+            parts += [redact(title), "", body, ""]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -182,9 +184,23 @@ def runs_table(records: list[RunRecord], *, title: str | None = None) -> Table:
             r.winner or "",
             Text(r.status, style=_STATUS_STYLE.get(r.status, "")),
             format_cost(r.cost_usd),
-            " ".join(r.prompt.split()),
+            _shortened(r.prompt, PROMPT_SHOWN),
         )
     return table
+
+
+PROMPT_SHOWN = 80
+"""The characters of a prompt the ``phi logs`` list shows (``phi logs show ID`` prints it
+whole): one long prompt must not widen every row of a piped list to its length."""
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with ``…`` (only its head is read)."""
+    head = text[: limit * 8]
+    flat = " ".join(head.split())
+    if len(flat) <= limit and len(head) == len(text):
+        return flat
+    return flat[: limit - 1].rstrip() + "…"
 
 
 def print_record(console: Console, record: RunRecord) -> None:

@@ -90,10 +90,10 @@ def race_once(
         if bandit_race is not None:
             view = BanditView(console, bandit_race)
         else:
-            judge = plan.judge.model if plan.judge is not None else None
-            view = RaceView(
-                console, [(b.label, b.model) for b in plan.branches], judge=judge,
-                strategy=plan.strategy,
+            judge = redact(plan.judge.model) if plan.judge is not None else None
+            view = RaceView(  # a token in an endpoint URL is never shown (as in --json)
+                console, [(redact(b.label), redact(b.model)) for b in plan.branches],
+                judge=judge, strategy=plan.strategy,
             )  # fmt: skip
         sink = view
     elif mode == "jsonl":
@@ -135,7 +135,7 @@ def race_once(
             assert isinstance(view, BanditView)
             view.print_bandit_verdict(result)
         else:
-            view.print_verdict(result, plan.labels)
+            view.print_verdict(result, [redact(label) for label in plan.labels])
     else:
         payload = (
             bandit_payload(result) if isinstance(result, BanditRaceResult) else plan.payload(result)

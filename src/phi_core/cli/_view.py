@@ -370,7 +370,7 @@ class RaceView:
             )
         else:
             console.print(Text.assemble(("No winner", "bold red"), f" ({decision.strategy})"))
-        why = _why(decision, labels)
+        why = redact(_why(decision, labels))
         # a terminal gets word-wrapped lines; piped output keeps each line whole
         soft = not self.live_mode
         if why:
@@ -378,7 +378,7 @@ class RaceView:
         if winner is not None:
             console.print(Text("Trust: " + trust_line(decision.trust())), soft_wrap=soft)
         for message in self.warnings:
-            console.print(Text("warning: " + message, style="yellow"))
+            console.print(Text("warning: " + redact(message), style="yellow"))
         if winner is not None and self.live_mode:
             console.print(Panel(Text(winner.text.strip()), title=f"{labels[winner.config_index]}"))
         print_table(console, cost_table(result, labels))

@@ -20,7 +20,15 @@ from rich.text import Text
 
 from ..config import BranchSpec, parse_branch, plan_race
 from ..errors import McpError, UserError
-from ._common import EXIT_INTERRUPTED, EXIT_OK, streams, usage_error
+from ._branches import flag_branch, flag_branches
+from ._common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    check_utf8,
+    streams,
+    terminated,
+    usage_error,
+)
 from ._conversation import Session, open_session, race_spec
 from ._options import (
     CidOption,
@@ -103,8 +111,8 @@ def command(
                     spec = race_spec(config, session.continuation, given_models=bool(model))
                     named = spec.branches or []
                     plan = plan_race(
-                        spec, models=[parse_branch(m, named, qualify=True) for m in model or []],
-                        judge=parse_branch(judge, named, qualify=True) if judge else None,
+                        spec, models=flag_branches(model or [], named),
+                        judge=flag_branch(judge, named) if judge else None,
                         strategy=strategy, system_prompt=system, max_tokens=max_tokens,
                         timeout=timeout, max_concurrency=max_concurrency, providers=providers,
                     )  # fmt: skip
@@ -131,6 +139,7 @@ def command(
                 if not message.strip():
                     continue
                 try:
+                    check_utf8(message, "message")
                     if racing:
                         race_once(plan, message.strip(), out, err, "text", session)
                     else:
@@ -138,13 +147,16 @@ def command(
                         run_once(message.strip(), loop_config, spec_dict, out, err, "text", session)
                 except (UserError, McpError) as exc:
                     usage_error(exc, err)  # said; the chat goes on
+                if terminated():  # SIGTERM stopped the turn, as Ctrl-C does; it ends the chat
+                    code = EXIT_INTERRUPTED
+                    break
     raise typer.Exit(code)
 
 
 def _chat_branch(model: list[str] | None, system: str | None, session: Session) -> BranchSpec:
     previous = session.continuation.winner_spec if session.continuation else None
     if model:
-        branch = parse_branch(model[0], qualify=True)
+        branch = flag_branch(model[0])
     elif previous:
         branch = BranchSpec.model_validate(previous)
     else:

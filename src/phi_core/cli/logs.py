@@ -29,6 +29,7 @@ from ..runlog import (
     open_run_log,
     parse_when,
     set_logging_enabled,
+    why_logging_disabled,
 )
 from ._common import streams, usage_error
 from ._output import console_for, print_table
@@ -242,6 +243,13 @@ def on() -> None:
         set_logging_enabled(True)
     except UserError as exc:  # PHI_HOME is a file
         raise usage_error(exc) from None
+    still_off = why_logging_disabled()
+    if still_off is not None:  # PHI_NO_LOG outranks the setting
+        typer.echo(
+            f"Logging is turned on, but runs are still not recorded here: {still_off} "
+            "(unset it to record them)."
+        )
+        return
     typer.echo("Logging is on: every race, run and selection is recorded.")
 
 

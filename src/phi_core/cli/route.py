@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 import typer
 
@@ -62,23 +62,8 @@ def _open(state: str | None, key: str | None, *, read_only: bool) -> RouterState
         )
     try:
         return open_state_store(state, read_only=read_only, prefix=key)
-    except ValueError as exc:  # redis-py refusing the URL (a port that is not a number…)
-        if isinstance(exc, UserError) or not is_redis(state):
-            raise
-        safe = safe_url(state)
-        why = str(exc).replace(_password(state), "***") if _password(state) else str(exc)
-        raise usage_error(
-            UserError(
-                f"--state {safe} is not a valid Redis URL ({why}); pass redis://host:port/db."
-            )
-        ) from None
-
-
-def _password(url: str) -> str:
-    try:
-        return urlsplit(url).password or ""
-    except ValueError:
-        return ""
+    except UserError as exc:  # a Redis URL that cannot be opened: the store says why
+        raise usage_error(exc) from None
 
 
 @contextlib.contextmanager
@@ -147,7 +132,19 @@ def _reset(
                 )
             )
     what = f"namespace {namespace!r}" if namespace else "every namespace"
-    if not yes and not typer.confirm(f"Reset {what} in {state}?"):
+    if not yes and not sys.stdin.isatty():  # nobody to answer the question
+        raise usage_error(
+            UserError(
+                f"phi route reset asks before it forgets {what} in {state}, and there is no "
+                "terminal to answer; pass -y/--yes to reset without asking."
+            )
+        )
+    try:
+        confirmed = yes or typer.confirm(f"Reset {what} in {state}?")
+    except typer.Abort:  # Ctrl-C or end of input at the question
+        confirmed = False
+    if not confirmed:
+        typer.echo("Nothing was reset.", err=True)
         raise typer.Exit(1)
     store.reset(namespace)
     # Previews are cached per request, not per namespace: a reset forgets them all, as a

@@ -236,6 +236,7 @@ def command(
         for path in (csv_path, json_path, plot_path):  # before any evaluation is paid for
             if path is not None:
                 check_export_target(path)
+        _distinct_exports({"--csv": csv_path, "--out-json": json_path, "--plot": plot_path})
     except UserError as error:
         raise usage_error(error) from None
     grid = len(selector.space) * len(selector.dataset)
@@ -357,6 +358,22 @@ def _log(
 
 def _error(console: Console, message: str) -> None:
     console.print(Text("Error: ", style="bold red") + Text(message), soft_wrap=True)
+
+
+def _distinct_exports(paths: dict[str, Path | None]) -> None:
+    """Two exports to one file would leave only the last one written: refused before the
+    selection runs."""
+    seen: dict[Path, str] = {}
+    for flag, path in paths.items():
+        if path is None:
+            continue
+        where = path.expanduser().resolve()
+        if where in seen:
+            raise UserError(
+                f"{seen[where]} and {flag} both name {str(path)!r}; the second would overwrite "
+                "the first. Give each export its own file."
+            )
+        seen[where] = flag
 
 
 def _export(

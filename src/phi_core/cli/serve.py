@@ -43,8 +43,12 @@ def command(
     Example: phi serve --config gateway.toml --port 8000, then
     curl http://127.0.0.1:8000/v1/models
     """
-    from ..gateway import serve
+    from ..gateway._app import LOG_LEVELS, serve
 
+    if log_level.lower() not in LOG_LEVELS:
+        raise usage_error(
+            UserError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}.")
+        )
     try:
         serve(config, host=host, port=port, workers=workers, log_level=log_level)
     except UserError as exc:

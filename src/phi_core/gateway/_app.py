@@ -10,6 +10,7 @@ race, the upstream stream of a passthrough), whose usage is still metered, charg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -58,7 +59,14 @@ try:
 except ImportError as exc:  # the `server` extra
     raise MissingExtraError("The gateway (`phi serve`)", "server") from exc
 
-__all__ = ["CONFIG_ENV", "ClientDisconnected", "app_from_env", "create_app", "serve"]
+__all__ = [
+    "CONFIG_ENV",
+    "LOG_LEVELS",
+    "ClientDisconnected",
+    "app_from_env",
+    "create_app",
+    "serve",
+]
 
 logger = get_logger("phi_core.gateway")
 
@@ -66,6 +74,9 @@ CONFIG_ENV = "PHI_GATEWAY_CONFIG"
 """The config file of workers started by :func:`serve` (``--workers`` > 1 imports the app)."""
 HOSTS_ENV = "PHI_GATEWAY_HOSTS"
 """The ``Host`` names the workers of a multi-worker :func:`serve` answer."""
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+"""The log levels :func:`serve` takes (uvicorn's, in either case)."""
 
 FRAMES_AHEAD = 64
 """How many SSE frames a stream reads ahead of a client that is slow to take them."""
@@ -136,6 +147,55 @@ def _failed() -> GatewayError:
     return GatewayError(500, "The gateway failed.", type_="server_error")
 
 
+def _stopping() -> GatewayError:
+    """The answer to a request the gateway stopped working on because it is shutting down."""
+    return GatewayError(
+        503,
+        "The gateway is shutting down and stopped this request before it was answered; send "
+        "it again.",
+        type_="server_error",
+        code="server_shutting_down",
+    )
+
+
+class _StopsCleanly:
+    """ASGI middleware: a request whose handler is cancelled because the server is stopping
+    (uvicorn past its graceful-shutdown timeout) ends as a response, not as an exception that
+    the server logs as a traceback and answers as a bare 500. The handler has already stopped
+    its work and logged it; what is left is the client's answer: OpenAI's error shape with a
+    503 when nothing was sent yet, else the end of the body (a stream has sent its error
+    event)."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = completed = False
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            nonlocal started, completed
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                completed = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # handled here: the request task ends as a normal response
+            with contextlib.suppress(OSError, RuntimeError):  # the connection may be gone
+                if not started:
+                    await _error(_stopping())(scope, receive, send)
+                elif not completed:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 class _EventStream:
     """An SSE response whose producer is cancelled when the client disconnects (the ASGI
     receive channel is watched from the start), so no upstream call is orphaned.
@@ -166,8 +226,10 @@ class _EventStream:
         ]
 
         refused: list[GatewayError] = []
+        opened_at_all = False
 
         async def produce() -> None:
+            nonlocal opened_at_all
             # Frames that are ready together leave in one write (an upstream's network read
             # often holds many chunks); a frame that has to wait for the upstream goes at once.
             # The queue is bounded: a slow client slows the upstream read, as before.
@@ -207,7 +269,7 @@ class _EventStream:
                                 return
                         await send({"type": "http.response.start", "status": 200,
                                     "headers": headers})  # fmt: skip
-                        opened = True
+                        opened = opened_at_all = True
                     if body:
                         await send({"type": "http.response.body", "body": body,
                                     "more_body": True})  # fmt: skip
@@ -229,6 +291,10 @@ class _EventStream:
             ended = "disconnected"
         except asyncio.CancelledError:  # the server stops: the producer was cancelled, awaited
             ended = "stopped"
+            if opened_at_all:  # the client is told, in the stream, that no answer follows
+                body = (_sse(_stopping().body()) + _sse("[DONE]")).encode()
+                with contextlib.suppress(OSError, RuntimeError):  # gone, or already ended
+                    await send({"type": "http.response.body", "body": body, "more_body": False})
             raise
         except Exception:  # a bug: uvicorn logs it (and answers 500 if nothing was sent yet)
             refused.append(_failed())
@@ -376,11 +442,13 @@ def create_app(
             try:
                 await _cancelled(task)
             finally:
-                gateway.in_flight -= 1
-                await finish(kind, 499, started, caller, meter, ended == "disconnected")
-                if kind == "passthrough":
-                    record = request_record(chat_request, meter, "cancelled", "", wall)
-                    await gateway.write_record(record)
+                try:
+                    await finish(kind, 499, started, caller, meter, ended == "disconnected")
+                    if kind == "passthrough":
+                        record = request_record(chat_request, meter, "cancelled", "", wall)
+                        await gateway.write_record(record)
+                finally:  # last: a stopping gateway waits for this before closing its log
+                    gateway.in_flight -= 1
 
         try:
             await _until_disconnect(request.receive, asyncio.wait({task}, timeout=patience))
@@ -392,7 +460,6 @@ def create_app(
             raise
         if not task.done():  # a streamed race still deciding: start the stream now
             return early_stream(request, chat_request, task, kind, caller, meter, started)
-        gateway.in_flight -= 1
         try:
             answer = task.result()
         except Exception as failure:
@@ -402,13 +469,21 @@ def create_app(
                 logger.error("the gateway failed to answer %r", chat_request.model,
                              exc_info=failure)  # fmt: skip
                 refusal = _failed()
-            await finish(kind, refusal.status, started, caller, meter, disconnected=False)
-            if kind == "passthrough":  # a race or route logged its own result
-                await gateway.write_record(request_record(chat_request, meter, "error", "", wall))
+            try:
+                await finish(kind, refusal.status, started, caller, meter, disconnected=False)
+                if kind == "passthrough":  # a race or route logged its own result
+                    record = request_record(chat_request, meter, "error", "", wall)
+                    await gateway.write_record(record)
+            finally:
+                gateway.in_flight -= 1
             return _error(refusal)
-        await finish(kind, 200, started, caller, meter, disconnected=False)
-        if kind == "passthrough":
-            await gateway.write_record(request_record(chat_request, meter, "ok", answer.text, wall))
+        try:
+            await finish(kind, 200, started, caller, meter, disconnected=False)
+            if kind == "passthrough":
+                record = request_record(chat_request, meter, "ok", answer.text, wall)
+                await gateway.write_record(record)
+        finally:
+            gateway.in_flight -= 1
         if chat_request.stream:
             frames = _answer_frames(answer, chat_request.include_usage, int(time.time()))
 
@@ -460,8 +535,10 @@ def create_app(
             try:
                 await _cancelled(task)
             finally:
-                gateway.in_flight -= 1
-                await finish(kind, status, started, caller, meter, ended == "disconnected")
+                try:
+                    await finish(kind, status, started, caller, meter, ended == "disconnected")
+                finally:
+                    gateway.in_flight -= 1
 
         _, profile = gateway.resolve(chat_request.model)
         return _EventStream(frames(), {"x-phi-kind": kind, "x-phi-profile": profile}, done)
@@ -533,13 +610,15 @@ def create_app(
             try:
                 await stream.aclose()
             finally:
-                gateway.in_flight -= 1
-                disconnected = ended == "disconnected"
-                await finish("passthrough", status, started, caller, meter, disconnected)
-                state = {200: "ok", 499: "cancelled"}.get(status, "error")
-                await gateway.write_record(
-                    request_record(chat_request, meter, state, "".join(text), wall)
-                )
+                try:
+                    disconnected = ended == "disconnected"
+                    await finish("passthrough", status, started, caller, meter, disconnected)
+                    state = {200: "ok", 499: "cancelled"}.get(status, "error")
+                    await gateway.write_record(
+                        request_record(chat_request, meter, state, "".join(text), wall)
+                    )
+                finally:
+                    gateway.in_flight -= 1
 
         headers = {"x-phi-kind": "passthrough", "x-phi-model": model}
         return _EventStream(frames(), headers, done)
@@ -630,7 +709,7 @@ def create_app(
             await gateway.close()
 
     gateway_started = time.time()
-    middleware = []
+    middleware = [Middleware(_StopsCleanly)]
     if hosts is not None:
         middleware.append(
             Middleware(
@@ -705,6 +784,8 @@ def serve(
         raise UserError(f"workers must be >= 1, got {workers!r}.")
     if not 0 <= port <= 65535:
         raise UserError(f"port must be from 0 to 65535, got {port!r}.")
+    if not isinstance(log_level, str) or log_level.lower() not in LOG_LEVELS:
+        raise UserError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}.")
     loaded = load_gateway_config(config)
     gateway = Gateway(loaded)  # every profile is checked once, before anything listens
     # Our own listening socket rather than uvicorn's: a taken port is a UserError like

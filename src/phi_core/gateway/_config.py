@@ -37,7 +37,8 @@ from .._net import DEFAULT_MAX_BODY_BYTES, is_loopback
 from ..config._load import read_source, validate
 from ..config._race import RaceSpec
 from ..config._schema import _Section
-from ..errors import ConfigError, UserError
+from ..errors import ConfigError, UserError, redact
+from ..routing.state import check_redis_url, is_redis
 
 __all__ = [
     "KEYS_ENV",
@@ -48,6 +49,7 @@ __all__ = [
     "env_keys",
     "exposure_warning",
     "load_gateway_config",
+    "model_problem",
 ]
 
 KEYS_ENV = "PHI_GATEWAY_KEYS"
@@ -169,6 +171,18 @@ def exposure_warning(has_keys: bool, host: str, what: str = "your providers") ->
     )
 
 
+def model_problem(name: str) -> str | None:
+    """Why the ``gateway.models`` entry ``name`` cannot be served (``None``: it can), so an
+    unknown provider or model stops the gateway at start instead of being listed."""
+    from ..providers.registry import resolve_model
+
+    try:
+        resolve_model(name)
+    except UserError as exc:
+        return redact(str(exc))
+    return None
+
+
 def load_gateway_config(path: str | os.PathLike[str] | None) -> GatewayConfig:
     """Read a gateway file, or a race file as one profile named after it (``None``: no
     profiles, passthrough only)."""
@@ -177,7 +191,18 @@ def load_gateway_config(path: str | os.PathLike[str] | None) -> GatewayConfig:
     source = read_source(path)
     data: Any = source.parse()
     if isinstance(data, dict) and ("profiles" in data or "gateway" in data):
-        return validate(GatewayConfig, data, source)
+        config = validate(GatewayConfig, data, source)
+        state = config.gateway.state
+        if state is not None and is_redis(state):
+            try:  # here, with its line, rather than as a traceback when the server starts
+                check_redis_url(state)
+            except UserError as exc:
+                raise source.error(str(exc), ("gateway", "state")) from None
+        for i, name in enumerate(config.gateway.models):
+            problem = model_problem(name)
+            if problem is not None:
+                raise source.error(problem, ("gateway", "models", i))
+        return config
     spec = validate(RaceSpec, data, source)
     name = Path(path).stem
     if not name or ":" in name:

@@ -42,7 +42,7 @@ from ..providers.local import BUNDLED_MODELS
 from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace, route_scope
-from ..routing.state import is_redis, open_route_state, state_location
+from ..routing.state import check_redis_url, is_redis, open_route_state, state_location
 from ..routing.stores import LinkStore, MemoryPreviewCache, RouterStateStore
 from ..runlog import RunLog, RunRecord, RunRecorder
 from ..tools._validate import check_tools
@@ -57,7 +57,7 @@ from ._answers import (
     without_content,
 )
 from ._auth import BearerKeys
-from ._config import ApiKey, GatewayConfig
+from ._config import ApiKey, GatewayConfig, model_problem
 from ._limits import LimitCounters, MemoryCounters, RedisCounters, day_window, minute_window
 from ._metrics import GatewayMetrics
 from ._wire import (
@@ -256,8 +256,12 @@ class Gateway:
         self._held: dict[tuple[str, str], _Held] = {}
         """Per ``(key, day)``: the daily allowance its requests in flight share."""
         self.state: str = state_location(self.settings.state)
+        if is_redis(self.state):  # $PHI_ROUTER_STATE too: refused before anything listens
+            check_redis_url(self.state)
         self.ready = False
-        self.in_flight = 0
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._redis: Any = None
         self._state_store: RouterStateStore | None = None
         self._models: dict[str, ModelConfig] = {}
@@ -268,8 +272,13 @@ class Gateway:
         self._unwritten: list[RunRecord] = []
         self._writer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
-        # Plans are checked now, so a bad profile fails at start with the race file's errors.
+        # Plans are checked now, so a bad profile fails at start with the race file's errors;
+        # so is every listed model (one a test double stands in for is taken as it is).
         self.retry = RetryPolicy(max_retries=self.settings.retries)
+        for listed in self.settings.models:
+            problem = None if listed in self.providers else model_problem(listed)
+            if problem is not None:
+                raise UserError(f"gateway.models entry {redact(listed)!r}: {problem}")
         for name, spec in config.profiles.items():
             try:
                 plan = plan_race(spec, providers=self.providers)
@@ -340,9 +349,26 @@ class Gateway:
         """``plan`` with the gateway's retry policy on every branch and the judge."""
         return plan.with_retry(self.retry)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered now (counted by the HTTP layer, which ends each only after
+        it has counted, charged and logged it)."""
+        return self._in_flight
+
+    @in_flight.setter
+    def in_flight(self, value: int) -> None:
+        self._in_flight = value
+        if value == 0:
+            self._idle.set()
+        else:
+            self._idle.clear()
+
     async def close(self) -> None:
-        """Stop answering readiness and close what :meth:`start` opened."""
+        """Stop answering readiness and close what :meth:`start` opened, once the requests
+        still in flight have ended (a stopping server has cancelled them: they stop their
+        work and log it first, so no record is lost to a log already closed)."""
         self.ready = False
+        await self._idle.wait()
         if self._writer is not None:
             self._closing.set()
             await self._writer  # the records still queued

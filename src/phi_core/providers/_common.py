@@ -176,7 +176,7 @@ def api_key_for(
     if not key and var:
         key = os.environ.get(var) or None
     if not key:
-        key = stored_key(model.provider, var)
+        key = stored_key(model.provider, var, required=required)
     if not key and required:
         raise MissingApiKeyError(model.provider, var or "<PROVIDER>_API_KEY")
     register_secret(key)
@@ -348,10 +348,50 @@ def unchained(mapped: ProviderError, exc: BaseException) -> ProviderError:
 
 
 def network_error(provider: str, model: str, exc: BaseException) -> NetworkError:
+    """A transport failure, said as what happened: a refused connection names the host and
+    port it was refused by (an SDK may report it as a timeout, e.g. openai over aiohttp)."""
     detail = str(exc) or type(exc).__name__
+    chain = _causes(exc)
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        where = _address(chain)
+        detail = (
+            f"the connection to {where} was refused" if where else "the connection was refused"
+        ) + " (nothing answers there: check the URL and that the server is running)"
     return NetworkError(
         f"{provider}:{model} network error: {detail}", provider=provider, model=model
     )
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from (or during), outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 16:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _address(chain: list[BaseException]) -> str | None:
+    """``host:port`` of the failed connection, from the exceptions that carry it (aiohttp's
+    connector errors; the SDKs' connection errors hold the request)."""
+    for error in chain:
+        host, port = getattr(error, "host", None), getattr(error, "port", None)
+        if isinstance(host, str) and isinstance(port, int):
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    for error in chain:
+        try:
+            url = error.request.url  # type: ignore[attr-defined]
+        except Exception:  # no request, or httpx refuses to say (RuntimeError)
+            continue
+        host = getattr(url, "host", None)
+        if isinstance(host, str) and host:
+            port = getattr(url, "port", None) or {"http": 80, "https": 443}.get(
+                str(getattr(url, "scheme", ""))
+            )
+            shown = f"[{host}]" if ":" in host else host
+            return f"{shown}:{port}" if port else shown
+    return None
 
 
 def malformed_stream(provider: str, model: str, exc: BaseException) -> ProviderError:

@@ -259,6 +259,12 @@ def _openai_compat_model(model: str) -> ModelConfig:
         if at > 0:
             name, base_url = model[:at], model[at + 1 :]
             break
+    head, sep, address = model.rpartition("@")
+    if base_url is None and sep and head and "://" not in address:
+        raise UnknownModelError(  # `m@localhost:8000/v1`: the scheme was left out
+            f"`openai-compat:{model}`: the server address after '@' needs its scheme; write "
+            f"`openai-compat:{head}@http://{address}` (or https://)."
+        )
     if not base_url:
         raise UnknownModelError(
             f"`openai-compat:{model}` names no server: write `openai-compat:{model}@http://host:port/v1` "

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import importlib.metadata
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -155,6 +156,7 @@ class Connection:
         stderr_pipe: Any = None
         try:
             async with contextlib.AsyncExitStack() as stack:
+                stack.enter_context(_sdk_logs_to_debug())
                 if isinstance(self.server, McpStdioServer):
                     read_fd, write_fd = os.pipe()
                     stderr_pipe = os.fdopen(read_fd, "rb", buffering=0)
@@ -205,6 +207,13 @@ class Connection:
         refused = self.refusal()
         if refused is not None:
             return McpConnectionError(refused + ".", server=self.server.label)
+        not_mcp = _not_mcp(exc)
+        if not_mcp is not None and isinstance(self.server, McpHttpServer):
+            return McpConnectionError(
+                f"{redact(self.server.url)} did not answer as an MCP server ({not_mcp}); check "
+                "that the URL is the server's MCP endpoint.",
+                server=self.server.label,
+            )
         return McpConnectionError(
             f"Could not connect to MCP server {self.server.label!r} ({self.server.describe()}): "
             f"{_describe(exc)}{self.stderr_tail()}",
@@ -416,6 +425,64 @@ def _wants_listen(client: Client) -> bool:
         and tools is not None
         and bool(tools.list_changed)
     )
+
+
+_PARSE_ERROR, _INVALID_REQUEST = -32700, -32600  # JSON-RPC's codes, as the SDK uses them
+
+
+def _not_mcp(exc: BaseException) -> str | None:
+    """What an HTTP server answered instead of MCP, when ``exc`` (the SDK's error for the
+    handshake, perhaps in a group) says its reply was not JSON-RPC; else ``None``."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((w for e in exc.exceptions if (w := _not_mcp(e)) is not None), None)
+    code, message = getattr(exc, "code", None), str(getattr(exc, "message", ""))
+    if code == _PARSE_ERROR and message.startswith("Failed to parse"):
+        return "its reply is not JSON-RPC"
+    if code == _INVALID_REQUEST and message.startswith("Unexpected content type"):
+        kind = message.partition(":")[2].strip()
+        return f"it replied with {kind[:60] or 'no content type'}, not JSON-RPC or an event stream"
+    return None
+
+
+_sdk_quieted = 0
+_sdk_saved: tuple[bool, list[logging.Handler]] | None = None
+
+
+class _ToDebug(logging.Handler):
+    """The MCP SDK's log records, as one-line debug records of phi's MCP logger: a server
+    that is not MCP is one clear error from phi, not the SDK's tracebacks on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("MCP SDK (%s): %s", record.name, redact(record.getMessage()))
+
+
+@contextlib.contextmanager
+def _sdk_logs_to_debug() -> Iterator[None]:
+    """While phi's MCP connections are open, the ``mcp`` loggers' records go to phi's MCP
+    logger at debug level instead of stderr (counted: the last connection to end restores
+    them)."""
+    global _sdk_quieted, _sdk_saved
+    sdk_logger = logging.getLogger("mcp")
+    if _sdk_quieted == 0:
+        _sdk_saved = (sdk_logger.propagate, list(sdk_logger.handlers))
+        for handler in _sdk_saved[1]:
+            sdk_logger.removeHandler(handler)
+        sdk_logger.addHandler(_ToDebug())
+        sdk_logger.propagate = False
+    _sdk_quieted += 1
+    try:
+        yield
+    finally:
+        _sdk_quieted -= 1
+        if _sdk_quieted == 0 and _sdk_saved is not None:
+            propagate, handlers = _sdk_saved
+            for handler in list(sdk_logger.handlers):
+                sdk_logger.removeHandler(handler)
+            for handler in handlers:
+                sdk_logger.addHandler(handler)
+            sdk_logger.propagate = propagate
+            _sdk_saved = None
 
 
 def _describe(exc: BaseException) -> str:
