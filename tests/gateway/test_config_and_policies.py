@@ -84,6 +84,29 @@ def test_an_unknown_log_level_is_a_usage_error_listing_the_levels() -> None:
         serve(None, port=0, log_level="loud")  # the library says so too, before listening
 
 
+def test_a_router_state_that_cannot_be_used_stops_serve_before_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"input": 1}\n')
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        f'[gateway]\nstate = "{data}"\n[profiles.p]\nstrategy = "pick-first"\n'
+        '[[profiles.p.branches]]\nmodel = "scripted:a"\n'
+    )
+    foreign = CliRunner().invoke(app, ["serve", "--config", str(path), "--port", "0"])
+    assert foreign.exit_code == 2 and "is not a router state" in foreign.stderr
+    assert data.read_text() == '{"input": 1}\n' and "Traceback" not in foreign.output
+    (tmp_path / "home").write_text("a file")  # PHI_HOME, where the default state lives
+    monkeypatch.setenv("PHI_HOME", str(tmp_path / "home"))
+    path.write_text(
+        '[profiles.p]\nstrategy = "pick-first"\n[[profiles.p.branches]]\nmodel = "scripted:a"\n'
+    )
+    homeless = CliRunner().invoke(app, ["serve", "--config", str(path), "--port", "0"])
+    assert homeless.exit_code == 2 and "is not a folder" in homeless.stderr
+    assert "Traceback" not in homeless.output
+
+
 def test_keys_from_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHI_GATEWAY_KEYS", "sk-env-one, sk-env-two")
     monkeypatch.setenv("TEAM_KEY", "sk-team")

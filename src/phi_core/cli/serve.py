@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import UserError
-from ._common import usage_error
+from ..errors import StateStoreError, UserError
+from ._common import EXIT_FAILED, usage_error
 
 __all__ = ["command"]
 
@@ -53,3 +53,6 @@ def command(
         serve(config, host=host, port=port, workers=workers, log_level=log_level)
     except UserError as exc:
         raise usage_error(exc) from None
+    except StateStoreError as exc:  # the router state cannot be opened: named, with why
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None

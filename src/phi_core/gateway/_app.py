@@ -788,6 +788,7 @@ def serve(
         raise UserError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}.")
     loaded = load_gateway_config(config)
     gateway = Gateway(loaded)  # every profile is checked once, before anything listens
+    gateway.check_state()  # and the router state, where it is a file
     # Our own listening socket rather than uvicorn's: a taken port is a UserError like
     # `phi view`'s, and it says IPPROTO_TCP, so every accepted connection gets TCP_NODELAY
     # (uvicorn's own sockets leave Nagle on: +40 ms a stream).

@@ -18,9 +18,11 @@ import dataclasses
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from .._logging import get_logger
+from .._paths import check_user_dir
 from ..cancel import CancelToken
 from ..config import RacePlan, bandit_race_from_plan, plan_race
 from ..errors import (
@@ -43,7 +45,13 @@ from ..providers.registry import get_provider, resolve_model, servable_models
 from ..providers.retry import RetryPolicy
 from ..race import Arm, BanditOptions, BanditRace, route_scope
 from ..routing.state import check_redis_url, is_redis, open_route_state, state_location
-from ..routing.stores import LinkStore, MemoryPreviewCache, RouterStateStore
+from ..routing.stores import (
+    LinkStore,
+    MemoryPreviewCache,
+    RouterStateStore,
+    make_parent,
+    open_state_store,
+)
 from ..runlog import RunLog, RunRecord, RunRecorder
 from ..tools._validate import check_tools
 from ..types import AssistantMessage, TextDelta, ToolCallDelta
@@ -312,6 +320,27 @@ class Gateway:
     @property
     def shared(self) -> bool:
         return is_redis(self.state)
+
+    def check_state(self) -> None:
+        """Open a file router state once, before anything listens: one that cannot be used (a
+        file that is not a router state, a folder that cannot be made, ``PHI_HOME`` a file) is
+        an error now, not a failed startup. A Redis state is reached at start (``/readyz``
+        reports it unreachable, and it may come up later).
+
+        Raises:
+            UserError: the state is not a router state (left unchanged), or ``PHI_HOME`` is a
+                file.
+            StateStoreError: it cannot be opened (named, with why)."""
+        where = state_location(self.state)
+        if is_redis(where):
+            return
+        if self.state is None:
+            check_user_dir()
+        make_parent(Path(where))
+        store = open_state_store(where)
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
 
     async def start(self) -> None:
         """Open the router state, feedback links, limits and run log (in threads)."""
