@@ -228,3 +228,19 @@ def test_logs_on_says_that_phi_no_log_still_keeps_runs_out() -> None:
     assert "still not recorded" in turned.stdout and "PHI_NO_LOG" in turned.stdout
     assert "Logging is on" not in turned.stdout
     assert "Logging is on" in phi("logs", "on").stdout
+
+
+def test_a_run_the_log_cannot_record_warns_once_and_still_answers(
+    script: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def full(self: RunLog, record: RunRecord) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RunLog, "write", full)
+    raced = phi("race", "What is entanglement?", *RACE, "--script", script)
+    assert raced.exit_code == 0, raced.output
+    # the command's own warning, and no second copy from the recorder's logger (which Python's
+    # last-resort handler would print to the terminal as well)
+    assert raced.stderr.count("this run was not logged") == 1
+    assert "No space left on device" in raced.stderr
+    assert not [r for r in caplog.records if "could not record" in r.getMessage()]

@@ -56,7 +56,14 @@ class Session(AbstractContextManager["Session"]):
 
     def recorder(self, prompt: str, **kwargs: Any) -> RunRecorder:
         """The sink that records the next turn (it writes only when this run is logged)."""
-        return RunRecorder(self.log, prompt=prompt, conversation_id=self.conversation_id, **kwargs)
+        # a failed write is reported once, by finish(), as the command's own warning
+        return RunRecorder(
+            self.log,
+            prompt=prompt,
+            conversation_id=self.conversation_id,
+            log_failures=False,
+            **kwargs,
+        )
 
     def finish(
         self, recorder: RunRecorder, result: Any, *, context: AgentContext | None = None

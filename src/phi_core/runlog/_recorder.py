@@ -69,6 +69,7 @@ class RunRecorder:
         conversation_id: the conversation this run belongs to (``-c`` continues it).
         source: who ran it (``cli``, ``gateway``, ``library``).
         extra: anything else worth keeping (JSON-ready).
+        log_failures: log a failed write as a warning (off when the caller reports it).
     """
 
     def __init__(
@@ -82,8 +83,12 @@ class RunRecorder:
         conversation_id: str | None = None,
         source: str = "cli",
         extra: dict[str, Any] | None = None,
+        log_failures: bool = True,
     ) -> None:
         self.log = log
+        self.log_failures = log_failures
+        """Whether a failed write is logged as a warning (off: the caller reports
+        :attr:`error` itself, as the command line does)."""
         self.run_id = new_run_id()
         self.prompt = prompt
         self.system = system
@@ -155,7 +160,8 @@ class RunRecorder:
                 self.log.write(record)
             except Exception as exc:  # a failed log write must not fail a finished run
                 self.error = exc
-                logger.warning("the run log could not record run %s: %s", record.id, exc)
+                if self.log_failures:
+                    logger.warning("the run log could not record run %s: %s", record.id, exc)
         return record
 
     async def afinish(self, result: Any, *, context: AgentContext | None = None) -> RunRecord:
