@@ -37,6 +37,7 @@ __all__ = [
     "PipeSafeStream",
     "check_utf8",
     "guard_process_streams",
+    "holding_interrupts",
     "on_output_closed",
     "output_closed",
     "own_stream",
@@ -295,7 +296,6 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
         UserError: a usage mistake surfaced while running, also from inside a task group.
     """
     stopped = False
-    early: list[int] = []  # a Ctrl-C (or SIGTERM, see sigterm_as_ctrl_c) before the loop ran
 
     async def main() -> T:
         nonlocal stopped
@@ -321,7 +321,7 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
             installed = True
         except (NotImplementedError, RuntimeError, ValueError):
             installed = False  # not the main thread (or no signals here): Ctrl-C stays default
-        if early:
+        if early:  # a Ctrl-C (or SIGTERM, see sigterm_as_ctrl_c) before the loop ran
             on_sigint()
         try:
             with on_output_closed(on_closed):
@@ -332,19 +332,42 @@ def run_interruptible(make: Callable[[CancelToken], Awaitable[T]]) -> tuple[T, b
 
     # Until the loop's own handler is in place, a Ctrl-C is noted, not raised: raised while
     # the loop is being built it would leave a half-made loop and a never-awaited coroutine.
-    previous: Any = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: early.append(1))
-    try:
-        result = asyncio.run(main())
-    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
-        raise Interrupted() from exc
-    except BaseExceptionGroup as group:
-        found = user_error_in(group)
-        if found is None:
-            raise
-        raise found from None
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+    with holding_interrupts() as early:
+        try:
+            result = asyncio.run(main())
+        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+            raise Interrupted() from exc
+        except BaseExceptionGroup as group:
+            found = user_error_in(group)
+            if found is None:
+                raise
+            raise found from None
     return result, stopped
+
+
+_held: list[int] | None = None
+"""The Ctrl-Cs noted by the innermost :func:`holding_interrupts` (``None``: none is)."""
+
+
+@contextlib.contextmanager
+def holding_interrupts() -> Iterator[list[int]]:
+    """Within it, a Ctrl-C (SIGINT) is noted in the yielded list instead of raised, for
+    :func:`run_interruptible` to act on once its event loop runs: a command that shows its
+    race before running it holds them from then on, so a Ctrl-C in between cancels the run
+    (logged once) rather than escaping from wherever the code was. Nested, the outermost list
+    is shared. Outside the main thread it notes nothing (Ctrl-C stays as it was)."""
+    global _held
+    if _held is not None:
+        yield _held
+        return
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: noted.append(1))
+    _held = noted
+    try:
+        yield noted
+    finally:
+        _held = None
+        signal.signal(signal.SIGINT, previous)

@@ -25,7 +25,13 @@ from ..runlog import RunRecord, winner_history
 from ..tools.mcp import mcp_tools
 from ..types import TextDelta
 from ._bandit import BanditView, bandit_exit_code, flush_router_updates
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, run_interruptible
+from ._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    holding_interrupts,
+    run_interruptible,
+)
 from ._conversation import Session
 from ._output import OutputMode, console_for
 from ._report import record_markdown
@@ -111,11 +117,12 @@ def race_once(
         return result
 
     try:
-        if view is not None:
-            with view:
+        with holding_interrupts():  # from the race's header on, a Ctrl-C cancels the race
+            if view is not None:
+                with view:
+                    result, interrupted = run_interruptible(go)
+            else:
                 result, interrupted = run_interruptible(go)
-        else:
-            result, interrupted = run_interruptible(go)
     except (Interrupted, KeyboardInterrupt):  # Ctrl-C before the handler is in place, too
         if view is not None:
             view.print_interrupted()
