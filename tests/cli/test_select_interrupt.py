@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from phi_core.runlog import RunLog
+
 # The agent answers through the selector's own (metered, cached) model handles; the scripted
 # protocol is re-registered so that every scripted model has an answer. On the STOP_AT-th call
 # it interrupts its own process, as Ctrl-C would.
@@ -92,3 +94,9 @@ def test_sigterm_ends_a_selection_as_ctrl_c_does(tmp_path: Path) -> None:
     assert stopped.returncode == 130, stopped.stderr  # not killed on the spot (-15)
     assert "Interrupted after 2 of 20 evaluations" in stopped.stderr
     assert "--resume" in stopped.stderr and "Traceback" not in stopped.stderr
+    # logged once, as cancelled, with what was evaluated (a race interrupted is logged so too)
+    [record] = RunLog().list_runs()
+    assert (record.kind, record.status, record.winner) == ("select", "cancelled", None)
+    assert [(b.label, b.spec) for b in record.branches] == [
+        ("solver=scripted:a", {"evaluations": 2})
+    ]

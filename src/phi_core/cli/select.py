@@ -35,7 +35,7 @@ from ..config._select import check_budget_limit
 from ..errors import PhiError, UserError, redact
 from ..runlog import RunRecord
 from ..select import Evaluation, ModelSelector, SelectionResult
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, usage_error
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, usage_error, warn
 from ._conversation import open_session
 from ._options import finite_at_least
 from ._output import print_table
@@ -264,7 +264,7 @@ def command(
 
             result = asyncio.run(selector.select_best(on_evaluation=on_evaluation, resume=resume))
     except KeyboardInterrupt:
-        _interrupted(console, loaded, selector, time.perf_counter() - started)
+        _interrupted(console, loaded, selector, time.perf_counter() - started, spec, no_log)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except UserError as error:
         raise usage_error(error) from None
@@ -398,13 +398,33 @@ def _export(
 
 
 def _interrupted(
-    console: Console, spec: SelectSpec, selector: ModelSelector, wall_time: float
+    console: Console,
+    spec: SelectSpec,
+    selector: ModelSelector,
+    wall_time: float,
+    path: Path,
+    no_log: bool,
 ) -> None:
-    """Ctrl-C: what was evaluated (per combination), what it cost, and where it was saved."""
+    """Ctrl-C (or SIGTERM): what was evaluated (per combination), what it cost, where it was
+    saved; the run is logged as cancelled."""
     evaluator = selector.last_evaluator
     done = list(evaluator.completed) if evaluator is not None else []
     spent = evaluator.spent if evaluator is not None else 0.0
     grid = len(selector.space) * len(selector.dataset)
+    rows: list[tuple[str, int, float, float]] = []  # name, evaluated, mean score, dollars
+    failures: list[int] = []
+    for k in sorted({k for k, _, _ in done}):
+        mine = [e for kk, _, e in done if kk == k]
+        score = sum(e.score for e in mine) / len(mine)
+        rows.append((selector.space.name(k), len(mine), score, sum(e.cost_usd for e in mine)))
+        failures.append(sum(1 for e in mine if e.error is not None))
+    with open_session(no_log=no_log, resume=False, cid=None) as session:
+        if session.logged:
+            extra = {"spec": str(path), "cache": str(spec.cache_path) if spec.cache_path else None}
+            recorder = session.recorder(f"phi select {path}", extra=extra)
+            recorder.finish_interrupted_selection(spec.algorithm, rows, spent)
+            if recorder.error is not None:
+                warn(f"this run was not logged: {recorder.error}")
     console.print(
         f"Interrupted after {len(done)} of {grid} evaluations (${spent:.4f} spent, "
         f"{wall_time:.1f}s).",
@@ -415,15 +435,8 @@ def _interrupted(
         table = Table(title="evaluated so far")
         for column in ("combination", "evaluated", "mean score", "failures", "cost"):
             table.add_column(column, justify="left" if column == "combination" else "right")
-        for k in sorted({k for k, _, _ in done}):
-            mine = [e for kk, _, e in done if kk == k]
-            table.add_row(
-                selector.space.name(k),
-                str(len(mine)),
-                f"{sum(e.score for e in mine) / len(mine):.3f}",
-                str(sum(1 for e in mine if e.error is not None)),
-                f"${sum(e.cost_usd for e in mine):.4f}",
-            )
+        for (name, evaluated, score, cost), failed in zip(rows, failures, strict=True):
+            table.add_row(name, str(evaluated), f"{score:.3f}", str(failed), f"${cost:.4f}")
         print_table(console, table)  # whole values when piped, as every other table
     journal = selector.journal_path
     console.print(

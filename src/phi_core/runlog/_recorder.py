@@ -164,6 +164,45 @@ class RunRecorder:
                     logger.warning("the run log could not record run %s: %s", record.id, exc)
         return record
 
+    def finish_interrupted_selection(
+        self, algorithm: str, combinations: Sequence[tuple[str, int, float, float]], spent: float
+    ) -> RunRecord:
+        """Write the record of a selection stopped before its end (Ctrl-C, SIGTERM): status
+        ``cancelled``, no winner, and per combination evaluated so far ``(name, evaluations,
+        mean score, dollars)``; a failed write is kept in :attr:`error`, as in :meth:`finish`."""
+        branches = [
+            BranchRecord(
+                index=i,
+                label=name,
+                model=name,
+                status="cancelled",
+                text="",
+                cost_usd=cost,
+                score=score,
+                winner=False,
+                spec={"evaluations": evaluations},
+            )
+            for i, (name, evaluations, score, cost) in enumerate(combinations)
+        ]
+        record = self._base(
+            "select",
+            strategy=algorithm,
+            status="cancelled",
+            winner=None,
+            cost_usd=spent,
+            verdict={"strategy": algorithm, "evaluations": sum(c[1] for c in combinations)},
+            branches=branches,
+        )
+        record.warnings = [*self.warnings, "interrupted before its end: no best was chosen"]
+        if self.log is not None:
+            try:
+                self.log.write(record)
+            except Exception as exc:  # as finish: a failed log write must not fail the command
+                self.error = exc
+                if self.log_failures:
+                    logger.warning("the run log could not record run %s: %s", record.id, exc)
+        return record
+
     async def afinish(self, result: Any, *, context: AgentContext | None = None) -> RunRecord:
         """:meth:`finish` with the write in a worker thread."""
         return await asyncio.to_thread(lambda: self.finish(result, context=context))
