@@ -22,12 +22,12 @@ import argparse
 import asyncio
 import json
 import random
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from phi_core.loop import AgentLoopConfig
+from phi_core.parallel import shown_candidates
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.race import Arm, BanditRace
 from phi_core.routing import HashedFeatures, LinUCBRouter, MemoryStateStore
@@ -71,7 +71,7 @@ class Judge:
 
     def __call__(self, request: StreamRequest) -> Reply:
         text = message_text(request.messages[-1])
-        answers = re.findall(r"Answer (\d+):\n(.*?)\n(?=Answer \d+:|Score each)", text, re.S)
+        answers = list(shown_candidates(text, "Answer").items())
         scores = []
         for n, body in answers:
             q = self.quality[body.split()[-1]] + self.rng.gauss(0.0, self.noise)

@@ -6,7 +6,9 @@ a context variable, so it follows tasks and threads started inside the block) an
 a :class:`Budget`, enforces it by **reservation**: before a call is sent it reserves the
 worst case the call can cost, and
 
-- a call gets at most the tokens that remain (its output limit is lowered to fit);
+- a call gets at most the tokens that remain (its output limit is lowered to fit) — and, when it
+  is one of several concurrent calls under one token budget (:func:`sharing`: a race's branches,
+  a judge's orders), at most its share of them, so one call cannot starve its siblings;
 - a call whose worst-case dollars exceed what remains, or that would exceed the call count or
   the wall clock, is refused before it is sent (:class:`~phi_core.errors.BudgetExceededError`,
   outcome status ``over_budget``);
@@ -64,6 +66,7 @@ __all__ = [
     "record_everywhere",
     "reserve",
     "settle",
+    "sharing",
     "token_share",
 ]
 
@@ -348,9 +351,17 @@ class Meter:
             self.calls.append(call)
 
     def _check(
-        self, input_tokens: int, max_output: int | None, pricing: Pricing | None
+        self,
+        input_tokens: int,
+        max_output: int | None,
+        pricing: Pricing | None,
+        parties: int = 1,
     ) -> int | None:
-        """The output limit this meter allows a call (under its lock); raises when none fits."""
+        """The output limit this meter allows a call (under its lock); raises when none fits.
+
+        ``parties`` (see :func:`sharing`): the call is one of that many sharing the tokens left;
+        it gets what is left divided among the parties without a call in flight (itself
+        included), so the first of N concurrent calls cannot reserve the whole budget."""
         budget = self.budget
         if budget is None:
             return max_output
@@ -377,6 +388,9 @@ class Meter:
                     "tokens needed)",
                     limit="tokens",
                 )
+            if parties > 1:
+                waiting = max(1, parties - self._reserved_calls)
+                left = max(1, left // waiting)
             cap = left if cap is None else min(cap, left)
         if budget.max_cost_usd is not None:
             spent = sum(c.cost_usd for c in self.calls if c.sent)
@@ -449,6 +463,7 @@ def reserve(
         BudgetExceededError: a budget cannot fit the call; nothing stays reserved.
     """
     meters = active_meters() if meters is None else meters
+    parties = _parties.get()
     budgeted = [m for m in meters if m.budget is not None]
     if not budgeted:
         return Reservation(max_output=max_output, meters=meters)
@@ -461,7 +476,7 @@ def reserve(
         cap = worst_output
         for meter in ordered:
             try:
-                cap = meter._check(input_tokens, cap, pricing)
+                cap = meter._check(input_tokens, cap, pricing, parties)
             except BudgetExceededError as exc:
                 if meter.refusal is None:
                     raise
@@ -501,6 +516,24 @@ def record_everywhere(call: CallRecord, meters: tuple[Meter, ...] | None = None)
 
 _T = TypeVar("_T")
 _metered_here: ContextVar[bool] = ContextVar("phi_call_metered_here", default=False)
+
+
+_parties: ContextVar[int] = ContextVar("phi_token_parties", default=1)
+
+
+@contextlib.contextmanager
+def sharing(parties: int) -> Iterator[None]:
+    """Calls made in the block (tasks started in it included) are among ``parties`` concurrent
+    callers of the active token budgets: each call's output limit is at most an equal share of
+    the tokens left among the parties that have no call in flight (``left // (parties -
+    calls in flight)``), so the first of a race's branches cannot reserve the whole budget and
+    starve the others. The total is enforced as ever; ``parties`` 1 is no sharing. A race counts
+    room for its judge among its parties (``agent_loop_parallel``)."""
+    token = _parties.set(max(1, parties))
+    try:
+        yield
+    finally:
+        _parties.reset(token)
 
 
 def token_share(count: int) -> int | None:

@@ -69,9 +69,9 @@ def test_bandit_race_answers_learns_and_persists_router_state(tmp_path: Path, sc
     assert second.exit_code == 0, second.output
     shown = runner.invoke(app, ["route", "show", "--state", state, "--json"])
     arms = next(iter(json.loads(shown.stdout).values()))
-    # the second race learned from its answer; its previews came from the preview cache, which
-    # taught the router when they were made and teaches nothing twice
-    assert sum(stats["n"] for stats in arms.values()) == 2.5
+    # the second race learned from its answer (1) and from the other arm's preview (0.5): the
+    # previews came from the preview cache, but the judge scored them afresh in this race
+    assert sum(stats["n"] for stats in arms.values()) == 3.0
 
 
 def test_bandit_race_rejects_an_unknown_provider_as_a_usage_error(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from phi_core.gateway import GatewayConfig
+from phi_core.parallel import shown_candidates
 
 from ..providers.fakes import FakeServer, Recorded, Respond, Stream
 from ..providers.fakes.openai_wire import text_reply
@@ -38,7 +39,6 @@ ARGUMENTS = {
     "beta": '{"unit":"C","city":"Paris"}',
     "delta": '{"city":"Paris"}',
 }
-RESPONSE = re.compile(r"Response (\d+):\n(.*?)(?=\nResponse \d+:|\Z)", re.S)
 
 
 def _text(content: Any) -> str:
@@ -53,10 +53,10 @@ def tool_rule(record: Recorded) -> Respond | Stream:
     last = messages[-1]
     if model == "judge" and '"scores"' not in json.dumps(messages):
         prompt = _text(last["content"])
-        responses = dict(RESPONSE.findall(prompt))
+        responses = shown_candidates(prompt)
         want_text = "prefer text" in prompt
         pick = [n for n, r in responses.items() if r.startswith("call ") != want_text]
-        return Stream(text_reply(pick[0] if pick else "none", prompt=20, completion=1))
+        return Stream(text_reply(str(pick[0]) if pick else "none", prompt=20, completion=1))
     if model == "judge":
         return reply_rule(record)  # the route's rubric judge scores every answer
     if last["role"] == "tool":

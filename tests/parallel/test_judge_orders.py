@@ -4,7 +4,6 @@ back emits exactly one Warning event with the reason."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from phi_core.parallel import (
     VerifierEvaluation,
     agent_loop_parallel,
     default_orders,
+    shown_candidates,
     strategy_from_name,
 )
 from phi_core.parallel._strategies import BaseEvaluation
@@ -44,8 +44,8 @@ def names_the_response_containing(word: str):  # type: ignore[no-untyped-def]
         last = request.messages[-1]
         assert isinstance(last, UserMessage)
         prompt = "\n".join(c.text for c in last.content if isinstance(c, TextContent))
-        shown = dict(re.findall(r"Response (\d+):\n(.*?)\n", prompt))
-        return Reply(next(n for n, text in shown.items() if word in text))
+        shown = shown_candidates(prompt)
+        return Reply(str(next(n for n, text in shown.items() if word in text)))
 
     return reply
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from phi_core.cancel import CancelToken
-from phi_core.errors import AllBranchesFailedError, ServerError
-from phi_core.events import AGENT_EVENT_ADAPTER, ParallelLoopEnd
+from phi_core.errors import AllBranchesFailedError, ServerError, UserError
+from phi_core.events import AGENT_EVENT_ADAPTER, ParallelLoopEnd, Warning
 from phi_core.loop import AgentContext
 from phi_core.metering import Budget
 from phi_core.parallel import (
@@ -207,22 +207,45 @@ async def test_the_end_says_all_failed_and_over_budget_like_the_result() -> None
     assert end.status == "over_budget" and end.loop_id == "ses"
 
 
-async def test_a_strategy_that_raises_ends_the_race_with_status_error_and_its_reason() -> None:
+async def test_a_strategy_that_raises_falls_back_and_still_ends_once_with_the_answers() -> None:
     recorder = Recorder()
-    with pytest.raises(RuntimeError, match="strategy exploded"):
+    result = await agent_loop_parallel(
+        "Hi",
+        base(),
+        [branch(answer("A"), name="a"), branch(answer("B"), name="b")],
+        Raises(),
+        events=recorder,
+    )
+    assert result.status == "ok" and result.text == "A"  # the first successful branch
+    assert result.decision.fallback and result.decision.strategy == "raises"
+    assert [o.text for o in result.outcomes] == ["A", "B"]  # the paid answers are kept
+    (warning,) = [e for e in recorder.events if isinstance(e, Warning)]
+    assert "raises strategy fell back" in warning.message
+    assert "RuntimeError: strategy exploded" in warning.message
+    assert KEY not in warning.message and KEY not in result.decision.rationale  # redacted
+    assert warning.message_without_content is not None
+    assert "exploded" not in warning.message_without_content
+    end = the_end(recorder)
+    assert end.loop_id == "ses" and end.status == "ok" and end.error is None
+    assert end.selected_config_index == 0 and end.decision is not None
+    assert end.decision["fallback"] is True
+
+
+async def test_a_strategy_raising_a_usage_error_still_ends_the_race_with_status_error() -> None:
+    class Misused:
+        name = "misused"
+
+        async def evaluate(self, *args: Any, **kwargs: Any) -> EvaluationDecision:
+            raise UserError(f"the judge's key is not set ({KEY})")
+
+    recorder = Recorder()
+    with pytest.raises(UserError, match="key is not set"):
         await agent_loop_parallel(
-            "Hi",
-            base(),
-            [branch(answer("A"), name="a"), branch(answer("B"), name="b")],
-            Raises(),
-            events=recorder,
+            "Hi", base(), [branch(answer("A")), branch(answer("B"))], Misused(), events=recorder
         )
     end = the_end(recorder)
-    assert end.loop_id == "ses"
-    assert end.status == "error" and not end.cancelled
-    assert end.error is not None and "RuntimeError: strategy exploded" in end.error
-    assert KEY not in end.error  # redacted
-    assert end.selected_config_index is None
+    assert end.status == "error" and not end.cancelled and end.selected_config_index is None
+    assert end.error is not None and "UserError" in end.error and KEY not in end.error
 
 
 async def test_a_cancelled_race_task_ends_with_status_cancelled() -> None:

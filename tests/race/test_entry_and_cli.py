@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from phi_core.cli._parallel_agents import parallel_agents_app
 from phi_core.cli.route import app
 from phi_core.errors import UnknownModelError, UserError
 from phi_core.loop import AgentLoopConfig
+from phi_core.parallel import shown_candidates
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.race import BanditOptions, run_bandit_race
 from phi_core.routing import SQLiteStateStore
@@ -31,7 +31,7 @@ def judge() -> ScriptedProvider:
 
     def reply(request: StreamRequest) -> Reply:
         text = message_text(request.messages[-1])
-        shown = re.findall(r"Answer (\d+):\n(.*?)\n(?=Answer \d+:|Score each)", text, re.S)
+        shown = list(shown_candidates(text, "Answer").items())
         scores = [
             {"answer": int(n), "reason": "ok", "relevance": s, "coverage": s, "faithfulness": s}
             for n, body in shown

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,10 +11,10 @@ import numpy as np
 import pytest
 
 from phi_core.errors import ServerError, UserError
-from phi_core.events import ParallelLoopStart, RouteDecision, RouteUpdate
+from phi_core.events import BanditRaceEnd, ParallelLoopStart, RouteDecision, RouteUpdate
 from phi_core.loop import AgentLoopConfig
 from phi_core.metering import Budget
-from phi_core.parallel import runnable_python
+from phi_core.parallel import runnable_python, shown_candidates
 from phi_core.providers.base import ModelConfig, StreamRequest
 from phi_core.race import (
     Arm,
@@ -50,7 +49,7 @@ def rubric_reply(score_of, usage: Usage | None = None) -> Any:
 
     def reply(request: StreamRequest) -> Reply:
         text = message_text(request.messages[-1])
-        answers = re.findall(r"Answer (\d+):\n(.*?)\n(?=Answer \d+:|Score each)", text, re.S)
+        answers = list(shown_candidates(text, "Answer").items())
         scores = [
             {"answer": int(n), "reason": "r", "relevance": s, "coverage": s, "faithfulness": s}
             for n, body in reversed(answers)
@@ -172,6 +171,52 @@ async def test_the_sure_gate_fires_within_a_bounded_number_of_queries_on_a_stati
     assert actions[-1] == "sure", actions
     assert result.winner == "good" and result.previews is None
     assert len(actions) <= 40
+
+
+async def test_the_sure_gate_fires_on_a_repeated_query_whose_previews_come_from_the_cache():
+    """Cached previews are judged afresh every race: that score teaches the router about the
+    arm, so "race only when unsure" can stop racing a query asked again and again."""
+    good = ScriptedProvider(default="answer from good")
+    poor = ScriptedProvider(default="answer from poor")
+    cache = PreviewCallCache(MemoryPreviewCache())
+    judge = judge_config(judge_preferring("good"))
+    r = race(
+        [arm("good", good), arm("poor", poor)],
+        judge,
+        router=LinUCBRouter(DIM, alpha=1.0),
+        cache=cache,
+        settings=RaceSettings(top_k=2),
+    )
+    actions = []
+    for _ in range(40):
+        result = await r.run("The same question, again?")
+        actions.append(result.action)
+        if result.action == "sure":
+            break
+    assert actions[-1] == "sure", actions
+    assert result.winner == "good" and result.previews is None
+    assert poor.calls == 1  # its one preview, served from the cache ever since
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"scores": [{"answer": NaN, "reason": "r", "relevance": 1, "coverage": 1, '
+        '"faithfulness": 1}]}',
+        '{"scores": [{"answer": 1e400}]}',
+        "[" * 1000 + "]" * 1000,
+    ],
+)
+async def test_a_hostile_rubric_reply_leaves_a_bandit_race_ungraded_not_crashed(reply):
+    events: list[Any] = []
+    arms = [arm("a", ScriptedProvider(default="ans a")), arm("b", ScriptedProvider(default="b"))]
+    r = race(arms, judge_config(ScriptedProvider(default=reply)), settings=RaceSettings(top_k=2))
+    result = await r.run("q?", events=events.append)
+    assert result.status == "ok" and result.text in ("ans a", "b")
+    assert result.quality is None  # nothing could grade it
+    assert result.grade is not None and result.grade.fallback
+    ends = [e for e in events if isinstance(e, BanditRaceEnd)]
+    assert len(ends) == 1 and events[-1] is ends[0] and ends[0].status == "ok"
 
 
 async def test_the_router_learns_from_the_verified_full_answer_not_the_preview():
@@ -349,7 +394,7 @@ async def test_two_arms_of_one_model_differing_only_in_system_prompt_never_share
         assert texts == {"terse": "preview as terse", "verbose": "preview as verbose"}
 
 
-async def test_cached_previews_are_reused_without_calling_the_model_and_teach_nothing_twice():
+async def test_cached_previews_are_reused_without_calling_the_model_and_their_fresh_score_counts():
     a = ScriptedProvider(default="ans a")
     b = ScriptedProvider(default="ans b")
     cache = PreviewCallCache(MemoryPreviewCache())
@@ -359,13 +404,20 @@ async def test_cached_previews_are_reused_without_calling_the_model_and_teach_no
         arms, judge_config(judge_preferring("ans a")), cache=cache, settings=settings
     ).run("q?")
     calls = (a.calls, b.calls)
+    events: list[Any] = []
     second = await race(
         arms, judge_config(judge_preferring("ans a")), cache=cache, settings=settings
-    ).run("q?")
+    ).run("q?", events=events.append)
     assert first.previews is not None and second.previews is not None
     assert a.calls - calls[0] == 1 and b.calls == calls[1]  # only the winner's full answer
     assert second.previews.outcomes[0].result.cached_calls == 1
-    assert second.rewards.keys() == {"a"}  # cached previews were learned from when made
+    # the cached preview was judged afresh: its score is evidence about b; a learns once, from
+    # its full answer (not also from its preview)
+    (update,) = [e for e in events if isinstance(e, RouteUpdate)]
+    assert sorted((row["arm"], row["source"]) for row in update.rewards) == [
+        ("a", "answer"),
+        ("b", "preview"),
+    ]
 
 
 def test_preview_limit_scales_from_75_to_150_percent_with_query_length():

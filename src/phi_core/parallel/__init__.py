@@ -22,10 +22,11 @@ from ._judge import (
     LlmJudgeEvaluation,
     build_judge_prompt,
     default_orders,
+    shown_candidates,
 )
 from ._names import STRATEGY_NAMES, strategy_from_name
 from ._pairwise import PairwiseJudgeEvaluation
-from ._race import ToolFactory, adopt_winner, agent_loop_parallel
+from ._race import ToolFactory, adopt_winner, agent_loop_parallel, evaluate_or_fall_back
 from ._rubric import DEFAULT_CRITERIA, Criterion, RubricJudgeEvaluation
 from ._strategies import (
     BaseEvaluation,
@@ -96,8 +97,10 @@ __all__ = [
     "code_agreement",
     "code_agreement_sync",
     "default_orders",
+    "evaluate_or_fall_back",
     "lexical_similarity",
     "runnable_python",
+    "shown_candidates",
     "strategy_from_name",
     "tool_call_text",
     "turn_text",

@@ -105,9 +105,9 @@ def extract_json(text: str) -> str | None:
             continue
         try:
             value = json.loads(candidate)
-        except ValueError:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read
             continue
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
     return None
 
 

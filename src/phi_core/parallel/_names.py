@@ -55,8 +55,9 @@ def strategy_from_name(
     """The built-in strategy called ``name`` (see :data:`STRATEGY_NAMES`).
 
     Judge strategies run ``judge_model`` (default ``local:smollm2``); ``judge_provider``
-    overrides its provider (a ScriptedProvider in tests). ``max_context_tokens`` sets the
-    ``judge`` strategy's budget (default: the judge model's context window). ``seed`` fixes the
+    overrides its provider (a ScriptedProvider in tests). ``max_context_tokens`` is the
+    judge's window every judge strategy fits the answers to (default: the judge model's context
+    window). ``seed`` fixes the
     answer shuffling of ``rubric``; ``vote_extract`` is ``vote``'s answer regex;
     ``judge_orders`` is how many answer orders ``judge`` and ``rubric`` ask under (default:
     ``judge`` per judge size, see :func:`default_orders`; ``rubric`` one).
@@ -88,12 +89,14 @@ def strategy_from_name(
     assert key in _JUDGES
     judge = _judge_config(judge_model, judge_provider)
     judge.model_config()  # resolve now: a bad judge model is a usage error, raised before a race
+    budget = max_context_tokens or judge.model_config().context_window
     if key == "judge":
-        budget = max_context_tokens or judge.model_config().context_window
         return LlmJudgeEvaluation(judge, max_context_tokens=budget, orders=judge_orders)
     if key == "pairwise":
-        return PairwiseJudgeEvaluation(judge)
-    return RubricJudgeEvaluation(judge, seed=seed, orders=judge_orders or 1)
+        return PairwiseJudgeEvaluation(judge, max_context_tokens=budget)
+    return RubricJudgeEvaluation(
+        judge, seed=seed, orders=judge_orders or 1, max_context_tokens=budget
+    )
 
 
 def _judge_config(

@@ -2,9 +2,17 @@
 
 Order of events on the sink: ``ParallelLoopStart`` → every branch's events (interleaved, each
 branch's ``AgentEnd`` last for that branch) → the judge's events, if any → ``ParallelLoopEnd``.
-``ParallelLoopEnd`` is emitted on every exit, including cancellation and a failing strategy; it
-carries the race's session id as its ``loop_id`` (like ``ParallelLoopStart``) and the race's
-``status`` (its result's, or ``cancelled``/``error`` with the reason when the race raised).
+``ParallelLoopEnd`` is emitted on every exit, including cancellation; it carries the race's
+session id as its ``loop_id`` (like ``ParallelLoopStart``) and the race's ``status`` (its
+result's, or ``cancelled``/``error`` with the reason when the race raised).
+
+A strategy that raises (a parser tripping over what a model or a judge wrote) or selects a failed
+branch does not lose the race: :func:`evaluate_or_fall_back` falls back to the first successful
+branch with one ``Warning`` naming the failure, and the race returns its result as usual. Only a
+usage mistake (``UserError``) and a stop or real cancellation propagate.
+
+Under a token budget the branches share it (:func:`~phi_core.metering.sharing`): each call may
+reserve only its share of what is left, counting room for the judge when the strategy calls one.
 
 A race whose token is cancelled while its strategy is deciding has no winner, whatever the
 strategy returns (a judge cut short would only fall back to a default): ``selected`` is ``None``
@@ -38,13 +46,21 @@ from .._logging import get_logger
 from .._tasks import STOPS, is_real_cancellation
 from ..cancel import CancelToken
 from ..errors import UserError, redact
-from ..events import AgentEnd, Emitter, EndReason, ParallelLoopEnd, ParallelLoopStart
+from ..events import (
+    AgentEnd,
+    Emitter,
+    EndReason,
+    ParallelLoopEnd,
+    ParallelLoopStart,
+    Warning,
+)
 from ..loop import AgentContext, AgentLoopConfig, LoopResult, agent_loop, agent_loop_continue
 from ..loop._inputs import check_messages, coerce_prompts
-from ..metering import Budget, Meter, metering
+from ..metering import Budget, Meter, metering, sharing
 from ..outcome import ErrorKind, status_of_error_kind
 from ..tools._validate import check_tools
 from ..types import AgentMessage, AssistantMessage, Usage, UserMessage
+from ._strategies import successful
 from ._types import (
     EarlyAcceptStrategy,
     EvaluationDecision,
@@ -61,6 +77,7 @@ __all__ = [
     "adopt_winner",
     "agent_loop_parallel",
     "describe_exception",
+    "evaluate_or_fall_back",
     "is_real_cancellation",
 ]
 
@@ -550,7 +567,8 @@ async def agent_loop_parallel(
             )
         )
         with metering(meter):
-            outcomes = await race.run_branches()
+            with sharing(_parties(strategy, len(config_list), max_concurrency)):
+                outcomes = await race.run_branches()
             decision = await _decide(race, messages, outcomes)
         timed_out = cancel.reason == _WALL and not caller.cancelled
         total = Usage.sum(o.usage for o in outcomes) + decision.usage
@@ -578,6 +596,14 @@ async def agent_loop_parallel(
         emitter.emit(_end_event(race, result, failure, caller))
         if owns_emitter:
             await emitter.aclose()
+
+
+def _parties(strategy: EvaluationStrategy, count: int, max_concurrency: int | None) -> int:
+    """How many parties a race's branches share a token budget with: the branches running at
+    once, plus, when the strategy calls a judge, as many again for the judge, whose prompt
+    reads every answer (so branches that use their whole share still leave it room)."""
+    running = min(count, max_concurrency or count)
+    return running + (count if getattr(strategy, "uses_judge", False) is True else 0)
 
 
 def _end_event(
@@ -646,12 +672,14 @@ async def _decide(
             strategy=name,
             rationale="the race was cancelled before evaluation; no branch was selected",
         )
-    decision = await race.strategy.evaluate(
-        prompts, outcomes, events=race.emitter, cancel=race.cancel
+    decision = await evaluate_or_fall_back(
+        race.strategy,
+        prompts,
+        outcomes,
+        events=race.emitter,
+        cancel=race.cancel,
+        loop_id=race.session_id,
     )
-    if not decision.strategy:
-        decision.strategy = name
-    ensure_valid_index(decision, outcomes)
     if race.cancel.cancelled and decision.index is not None:
         # Cancelled while the strategy ran (nothing awaits between its return and here): its
         # pick is not the race's winner; a judge cut short would only have fallen back. Its
@@ -673,6 +701,94 @@ async def _decide(
             }
         )
     return decision
+
+
+async def evaluate_or_fall_back(
+    strategy: EvaluationStrategy,
+    prompts: list[AgentMessage],
+    outcomes: list[ParallelLoopOutcome],
+    *,
+    events: Emitter,
+    cancel: CancelToken,
+    loop_id: str,
+) -> EvaluationDecision:
+    """``strategy``'s decision over ``outcomes``, never lost to a bug in the strategy.
+
+    A strategy that raises (a parser tripping over what a model or judge wrote, a custom
+    strategy's bug) does not end the race: the decision falls back to the first candidate (the
+    first successful branch with an answer, see :func:`successful`), marked ``fallback``, and
+    one ``Warning`` names the failure (redacted). A strategy that selects a failed branch while
+    a successful one exists falls back the same way. Raised as they are: a real cancellation,
+    ``KeyboardInterrupt``/``SystemExit``, a usage mistake (:class:`UserError`: a judge model
+    whose key is not set) and a selected index that is not a branch of the race.
+    """
+    name = getattr(strategy, "name", type(strategy).__name__)
+    try:
+        decision = await strategy.evaluate(prompts, outcomes, events=events, cancel=cancel)
+    except BaseException as exc:
+        if is_real_cancellation(exc) or isinstance(exc, (*STOPS, UserError)):
+            raise
+        logger.warning("strategy %r raised %s; the race falls back", name, type(exc).__name__)
+        logger.debug("strategy %r raised", name, exc_info=True)
+        failure = redact(describe_exception(exc))
+        return _fall_back(
+            name,
+            outcomes,
+            events,
+            loop_id,
+            reason=f"the strategy raised {failure}",
+            reason_without_content=f"the strategy raised {type(exc).__name__}",
+            details={"strategy_error": failure},
+        )
+    if not decision.strategy:
+        decision.strategy = name
+    ensure_valid_index(decision, outcomes)
+    chosen = next((o for o in outcomes if o.config_index == decision.index), None)
+    if chosen is not None and not chosen.ok:
+        picked = f"the strategy selected branch {chosen.config_index}, which {chosen.status}"
+        return _fall_back(
+            decision.strategy,
+            outcomes,
+            events,
+            loop_id,
+            reason=f"{picked} ({chosen.error or 'no error text'})",
+            reason_without_content=picked,
+            usage=decision.usage,
+            cost_usd=decision.cost_usd,
+            details={**decision.details, "refused_index": chosen.config_index},
+        )
+    return decision
+
+
+def _fall_back(
+    name: str,
+    outcomes: list[ParallelLoopOutcome],
+    events: Emitter,
+    loop_id: str,
+    *,
+    reason: str,
+    reason_without_content: str,
+    **fields: Any,
+) -> EvaluationDecision:
+    """The race's own fallback: the first candidate, one ``Warning`` saying why."""
+    candidates = successful(outcomes)
+    index = candidates[0].config_index if candidates else None
+    picked = (
+        "; fell back to the first successful branch"
+        if index is not None
+        else "; no branch succeeded, none is selected"
+    )
+    said = f"{name} strategy fell back: "
+    events.emit(
+        Warning(
+            loop_id=loop_id,
+            message=said + reason + picked,
+            message_without_content=said + reason_without_content + picked,
+        )
+    )
+    return EvaluationDecision(
+        index=index, strategy=name, fallback=True, rationale=reason + picked, **fields
+    )
 
 
 def adopt_winner(

@@ -4,6 +4,9 @@ majority vote, plus the shared rules every built-in follows.
 Rules shared by all built-ins (phi-core's strategies had none of them):
 
 * a failed branch (status other than ``ok``) is never selected while a successful one exists;
+* an empty answer (a successful branch whose answer is blank and that called no tool) is not a
+  candidate while another successful branch answered (:func:`successful`): it is never shown
+  to a judge and cannot win; when every successful branch answered empty they all are;
 * when every branch failed the decision's ``index`` is ``None`` and the rationale lists why;
 * ties are broken by cost, then tokens, then branch order, and the decision says it was a tie;
 * a strategy that cannot decide on its own terms falls back to its documented default through
@@ -56,6 +59,11 @@ class BaseEvaluation:
     judges_tool_calls: ClassVar[bool] = True
     """Whether a branch that ends on tool calls (read as ``call name({json})``, see
     :func:`~phi_core.parallel.turn_text`) can be compared with the others."""
+
+    uses_judge: ClassVar[bool] = False
+    """Whether the strategy calls a judge model after the branches: a race under a token budget
+    then keeps room for it (its branches share the budget with the judge, see
+    :func:`~phi_core.metering.sharing`)."""
 
     def check_race(self, count: int) -> None:
         """Refuse a race this strategy cannot evaluate, before any branch runs."""
@@ -130,8 +138,18 @@ class BaseEvaluation:
         return None
 
 
+def is_empty_answer(outcome: ParallelLoopOutcome) -> bool:
+    """Whether a branch answered nothing: blank text and no tool calls."""
+    return not outcome.text.strip() and not outcome.pending_tool_calls
+
+
 def successful(outcomes: Sequence[ParallelLoopOutcome]) -> list[ParallelLoopOutcome]:
-    return [o for o in outcomes if o.ok]
+    """The candidates of a race, in config order: the successful branches (status ``ok``) that
+    gave an answer (:func:`is_empty_answer` is false); every successful branch when all of them
+    answered empty (empty list: no branch succeeded)."""
+    ok = [o for o in outcomes if o.ok]
+    answered = [o for o in ok if not is_empty_answer(o)]
+    return answered or ok
 
 
 def race_loop_id(outcomes: Sequence[ParallelLoopOutcome]) -> str:

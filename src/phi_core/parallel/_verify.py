@@ -132,7 +132,7 @@ def extract_json(text: str) -> Any:
     for candidate in candidates:
         try:
             return json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read
             continue
     raise ValueError("the answer contains no JSON value")
 
@@ -154,7 +154,10 @@ class JsonSchemaCheck:
             value = extract_json(outcome.text)
         except ValueError as exc:
             return CheckResult(False, str(exc))
-        errors = sorted(self.validator.iter_errors(value), key=lambda e: list(e.path))
+        try:
+            errors = sorted(self.validator.iter_errors(value), key=lambda e: list(e.path))
+        except RecursionError:
+            return CheckResult(False, "the answer's JSON is nested too deeply to validate")
         if errors:
             first = errors[0]
             where = "/".join(str(p) for p in first.path) or "(root)"
@@ -392,6 +395,7 @@ class CompositeEvaluation(BaseEvaluation):
                 checks.append(item)
         self.verifier = VerifierEvaluation(*checks)
         self.then: EvaluationStrategy = then if then is not None else PickFirstEvaluation()
+        self.uses_judge = bool(getattr(self.then, "uses_judge", False))  # type: ignore[misc]
 
     def check_race(self, count: int) -> None:
         check = getattr(self.then, "check_race", None)

@@ -53,6 +53,7 @@ from ..parallel import (
     ParallelLoopResult,
     RubricJudgeEvaluation,
     agent_loop_parallel,
+    evaluate_or_fall_back,
 )
 from ..providers.call import CallCache
 from ..routing.bandits import LinearRouter, Ranking
@@ -344,13 +345,20 @@ class BanditRace:
         """Each arm's config id: the segment of its branches' loop ids, the same as a race gives
         its config. Only loop ids, events and the live view use it: what the router learns,
         the latency history and the run log are keyed by the arm's name (``extra["arm"]``)."""
+        # the judge's window: previews and the graded answer are fitted to it
+        window = judge.model_config().context_window if judge is not None else None
         self._judge = (
-            RubricJudgeEvaluation(judge, seed=self.settings.shuffle_seed)
+            RubricJudgeEvaluation(judge, seed=self.settings.shuffle_seed, max_context_tokens=window)
             if judge is not None
             else None
         )
         self._grader = (
-            RubricJudgeEvaluation(judge, seed=self.settings.shuffle_seed, judge_single=True)
+            RubricJudgeEvaluation(
+                judge,
+                seed=self.settings.shuffle_seed,
+                judge_single=True,
+                max_context_tokens=window,
+            )
             if judge is not None
             else None
         )
@@ -676,7 +684,9 @@ class BanditRace:
                     continue
                 if _is_failure(outcome, wall_expired):
                     updates.append((outcome, 0.0, 1.0, "failure"))
-                elif outcome.ok and not cached and arm in result.scores:
+                elif outcome.ok and arm in result.scores:
+                    # a cached preview was judged afresh in this race: its score is evidence
+                    # about the arm (once per race: one preview per arm, none if it answered)
                     if self.settings.preview_weight == 0:
                         continue  # previews are not learned from
                     updates.append(
@@ -734,8 +744,15 @@ class BanditRace:
             config=answer.config,
             new_messages=[message],
         )
-        decision = await self._grader.evaluate(
-            [UserMessage.text(query)], [graded], events=emitter, cancel=token
+        # a grader that raises (on what the judge wrote) leaves the answer ungraded, with a
+        # warning, like an unusable reply: the paid answer is kept
+        decision = await evaluate_or_fall_back(
+            self._grader,
+            [UserMessage.text(query)],
+            [graded],
+            events=emitter,
+            cancel=token,
+            loop_id=result.session_id,
         )
         result.grade = decision
         score = decision.scores.get(0)
