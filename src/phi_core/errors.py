@@ -203,6 +203,13 @@ def redact_tree(value: Any) -> Any:
     return value
 
 
+class _DeadlinePassed(BaseException):
+    """The run's deadline passed in work the agent loop bounds itself (hooks, filters, getters,
+    ``transform_context``, compaction); the loop ends the run on the limit. Never leaves the
+    loop. A ``BaseException`` so that no ``except Exception`` on the way takes it for that
+    work's own failure."""
+
+
 class PhiError(Exception):
     """Base of every phi-core exception."""
 

@@ -26,14 +26,18 @@ calling loop as its parent, so session records link the two both ways.
   (``ToolContext.limits_left``), the child runs within it: its ``max_total_tokens``,
   ``max_cost`` and ``max_duration`` are lowered to what is left (its own stay when tighter;
   its ``max_turns`` is its own), and a call is refused when one of them is used up. Sub-agents
-  the model calls in one parallel batch split the tokens and dollars left equally, so together
-  they stay within the parent's limits (each child checks its own share before each turn; the
-  time left is shared as it passes).
+  the model calls in one parallel batch split the tokens and dollars left when the batch starts
+  equally, so together they stay within the parent's limits (each child checks its own share
+  before each turn; the time left is shared as it passes); sub-agents called one after another
+  in a turn (sequential execution, or later batches) each get what the earlier ones left.
 * **Cancellation**: cancelling the parent (token or task) cancels the child.
 * **No nesting**: a sub-agent cannot be given sub-agent tools (phi-core's rule against endless
   delegation chains). This is checked again on every call: a sub-agent with sub-agent tools (one
   appended to ``tools`` directly), or one already running further up the call chain, is not run
-  and the call gets an error result.
+  and the call gets an error result. A tool that builds a fresh sub-agent on every call (from
+  an agent that has the tool) escapes both checks, so the depth of the chain is capped too: a
+  call is refused when ``max_depth`` sub-agents (default :data:`DEFAULT_MAX_DEPTH`, set with
+  :meth:`SubAgentTool.with_max_depth`) are already running above it.
 * **From an agent**: :meth:`SubAgentTool.from_agent` copies an agent's settings, but not its
   steering and follow-up queues: messages sent to the agent stay the agent's.
 """
@@ -59,10 +63,12 @@ from .types import TextDelta, ThinkingLevel
 if TYPE_CHECKING:
     from .agent import BasicAgent
 
-__all__ = ["SubAgentTool"]
+__all__ = ["DEFAULT_MAX_DEPTH", "SubAgentTool"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_MAX_TURNS = 10
+DEFAULT_MAX_DEPTH = 8
+"""How many sub-agents may run one inside another in one call chain, by default."""
 
 _RUNNING: ContextVar[tuple[SubAgentTool, ...]] = ContextVar("phi_core_sub_agents", default=())
 """The sub-agents running in this call chain, outermost first (see ``_nesting_refusal``)."""
@@ -103,6 +109,9 @@ class SubAgentTool:
             "additionalProperties": False,
         }
         self.timeout: float | None = None
+        self.max_depth = DEFAULT_MAX_DEPTH
+        """The most sub-agents running one inside another, this one included: a call made
+        with that many already running above it is refused."""
         self.system_prompt = system_prompt
         self.tools: list[Any] = []
         base = config or AgentLoopConfig()
@@ -200,6 +209,14 @@ class SubAgentTool:
     def with_compaction(self, compaction: CompactionConfig | None) -> SubAgentTool:
         return self._set(compaction=compaction)
 
+    def with_max_depth(self, depth: int) -> SubAgentTool:
+        """Cap the chain of sub-agents running one inside another, this one included (default
+        :data:`DEFAULT_MAX_DEPTH`); 1 refuses to run inside any other sub-agent."""
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise UserError(f"max_depth must be an integer >= 1, got {depth!r}.")
+        self.max_depth = depth
+        return self
+
     def with_timeout(self, seconds: float | None) -> SubAgentTool:
         """Bound each call (the parent gets a timeout error result and the child is cancelled)."""
         self.timeout = seconds
@@ -225,10 +242,18 @@ class SubAgentTool:
                 f"({', '.join(nested)}) and sub-agents do not nest. Register every sub-agent on "
                 "the parent agent instead."
             )
-        if any(running is self for running in _RUNNING.get()):
+        chain = _RUNNING.get()
+        if any(running is self for running in chain):
             return (
                 f"The sub-agent {self.name!r} was not run: it is already running further up this "
                 "call chain, and sub-agents do not nest."
+            )
+        if len(chain) >= self.max_depth:
+            names = " > ".join(running.name for running in chain)
+            return (
+                f"The sub-agent {self.name!r} was not run: the sub-agents running one inside "
+                f"another above this call ({names}) are already {len(chain)} deep, and at most "
+                f"{self.max_depth} may be. Do this task yourself instead of delegating it further."
             )
         return None
 

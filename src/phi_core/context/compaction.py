@@ -25,7 +25,11 @@ until the next one, see ``_summary``) are the unit, so tool calls never lose the
   tool results go (within ``max_summary_tokens`` of summaries);
 * L3: the first turns, a ``[Context compacted: …]`` marker and the last turns; if that still does
   not fit, the newest whole turns that fit (and, if even one turn is too big, the newest messages
-  of it that fit, never starting on a tool result).
+  of it that fit, behind its user message). A tool result is never kept without the assistant
+  message that made its call: when the newest messages start on results, the message with
+  their calls is kept with them even if that passes the target (the target leaves room below
+  the window; if the provider still reports an overflow, the loop compacts harder once, then
+  ends the turn with the overflow error rather than send a result without its call).
 
 ``focus_message`` reaches every tier (see ``_summary``). A custom :class:`CompactionStrategy`
 replaces the tiers (``with_compaction_strategy``).
@@ -276,7 +280,7 @@ def _newest_that_fit(
     turns: list[list[AgentMessage]], config: CompactionConfig, budget: int
 ) -> list[AgentMessage]:
     """Last resort: the newest whole turns that fit behind a marker (or the newest messages of
-    the last turn, never starting on a tool result)."""
+    the last turn behind its user message, never a tool result without its call)."""
     counter = config.counter
     total = sum(len(t) for t in turns)
     used = message_tokens(_marker(total, config.focus_message, fit=True), counter)
@@ -291,15 +295,14 @@ def _newest_that_fit(
         tail = _flat(kept)
     else:
         last = turns[-1] if turns else []
-        tail = []
+        start = len(last)
         for message in reversed(last):
             cost = message_tokens(message, counter)
-            if used + cost > budget and tail:
+            if used + cost > budget and start < len(last):
                 break
-            tail.insert(0, message)
+            start -= 1
             used += cost
-        while len(tail) > 1 and tail[0].role == "tool_result":
-            tail.pop(0)
+        tail = last[_with_calls(last, start) :]
         # A user message first keeps the conversation valid for every vendor.
         anchor = next((m for m in last if isinstance(m, UserMessage)), None)
         if anchor is not None and anchor not in tail:
@@ -308,6 +311,23 @@ def _newest_that_fit(
     if removed <= 0:
         return tail
     return [_marker(removed, config.focus_message, fit=True), *tail]
+
+
+def _with_calls(messages: list[AgentMessage], start: int) -> int:
+    """Where a window of ``messages`` starting at ``start`` must start so that no tool result in
+    it lacks its call: back to the assistant message that made the calls of the results it
+    starts on (results whose call is nowhere before are dropped instead)."""
+    end = start
+    while end < len(messages) and isinstance(messages[end], ToolResultMessage):
+        end += 1
+    if end == start:
+        return start
+    wanted = {m.tool_call_id for m in messages[start:end] if isinstance(m, ToolResultMessage)}
+    for index in range(start - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage) and wanted & {c.id for c in message.tool_calls}:
+            return index
+    return end
 
 
 class DefaultCompaction:

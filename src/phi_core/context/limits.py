@@ -11,9 +11,17 @@ from typing import TYPE_CHECKING
 from ..metering import check_amount_limit, check_count_limit
 
 if TYPE_CHECKING:
-    from ..types import Pricing
+    from ..types import Pricing, Usage
 
-__all__ = ["ExecutionLimits", "ExecutionTracker", "LimitsLeft"]
+__all__ = ["ExecutionLimits", "ExecutionTracker", "LimitsLeft", "counted_tokens"]
+
+
+def counted_tokens(usage: Usage) -> int:
+    """The tokens of ``usage`` that count against ``max_total_tokens``: input, cached input
+    (``cache_read`` and ``cache_write``) and output, the tokens a
+    :class:`~phi_core.metering.Meter` counts against ``Budget.max_tokens`` (reasoning tokens
+    are part of output)."""
+    return usage.input + usage.cache_read + usage.cache_write + usage.output
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +35,15 @@ class ExecutionLimits:
     output limit: Anthropic's thinking budget shrinks to fit it, or is not asked for).
     ``max_duration`` is also a deadline
     for everything inside the run: a model call still streaming when it passes ends with a
-    ``timeout`` error, and tools still running are cancelled; the run then ends on the limit.
+    ``timeout`` error; tools still running are cancelled; hooks, input filters, message
+    getters, ``transform_context`` and compaction (a custom strategy's included) still running
+    are cancelled; the run then ends on the limit.
+
+    ``max_total_tokens`` counts every token of every call, the run's own and its sub-agents':
+    input, cached input (``cache_read`` and ``cache_write``) and output (reasoning included),
+    as a :class:`~phi_core.metering.Meter` counts them against ``Budget.max_tokens``
+    (:func:`counted_tokens`). Prompt caching makes input cheaper, not smaller, so a cached
+    prompt still counts.
 
     Checked when built (:class:`~phi_core.errors.UserError` otherwise): ``max_turns`` and
     ``max_total_tokens`` are ints from 1 to 10**15, ``max_duration`` (seconds) and ``max_cost``
@@ -135,9 +151,10 @@ class ExecutionTracker:
             caps.append(math.floor(left / pricing.output * 1_000_000))
         return min(caps) if caps else None
 
-    def left(self, pending_tokens: int = 0) -> LimitsLeft:
-        """What the limits have left now; ``pending_tokens`` are tokens already spent that are
-        not recorded yet (the current turn's, while its tools run)."""
+    def left(self, pending_tokens: int = 0, pending_cost: float = 0.0) -> LimitsLeft:
+        """What the limits have left now; ``pending_tokens`` and ``pending_cost`` were already
+        spent but are not recorded yet (the current turn's reply and what its tools spent so
+        far, while its tools run)."""
         limits = self.limits
         return LimitsLeft(
             tokens=(
@@ -145,7 +162,7 @@ class ExecutionTracker:
                 if limits.max_total_tokens is None
                 else limits.max_total_tokens - self.tokens_used - pending_tokens
             ),
-            cost=None if limits.max_cost is None else limits.max_cost - self.cost,
+            cost=None if limits.max_cost is None else limits.max_cost - self.cost - pending_cost,
             seconds=(
                 None
                 if limits.max_duration is None

@@ -113,8 +113,12 @@ class AgentLoopConfig:
     ``tool_result_max_bytes`` caps the text of each tool result sent to the model (None: no cap).
     ``caller_tools`` are definitions of tools the *caller* executes (an OpenAI-compatible
     client's tools): they are sent to the model beside the context's tools, and a turn that
-    calls any of them ends the run there (reason ``completed``, no tool of that turn executed),
-    its assistant message with the tool calls being the run's last message.
+    calls only them ends the run there (reason ``completed``, no tool of that turn executed),
+    its assistant message with the tool calls being the run's last message, so every call the
+    caller is handed is one it can answer. A turn that calls them *and* the context's own tools
+    runs the own ones, gives each caller call an error result asking the model to call it again
+    in a turn of its own, and carries on (every call has its result; the model's next turn
+    hands the caller its calls alone).
     """
 
     model: str | ModelConfig | None = None

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .._logging import get_logger
+from .._tasks import is_real_cancellation
 from ..cancel import CancelToken
 from ..context.compaction import CompactionReport
-from ..context.limits import ExecutionTracker
+from ..context.limits import ExecutionTracker, LimitsLeft, counted_tokens
 from ..context.prun import PrunRecord, apply_prunes, pruned_turns
 from ..context.window import ContextWindow
 from ..errors import (
@@ -40,6 +41,7 @@ from ..errors import (
     ContextOverflowError,
     ProviderError,
     UserError,
+    _DeadlinePassed,
     redact,
 )
 from ..events import (
@@ -107,6 +109,13 @@ __all__ = [
 ]
 
 logger = get_logger("phi_core.loop")
+
+T = TypeVar("T")
+
+_OBSERVER_GRACE = 5.0
+"""Seconds an observer hook (``after_*``, ``on_error``) that starts once the run's deadline has
+passed has to observe the run ending on it."""
+
 
 _OBSERVER_HOOKS = frozenset(
     {
@@ -275,6 +284,11 @@ class _Run:
         self.run_deadline = self.tracker.deadline() if self.tracker is not None else None
         """``max_duration`` as a ``time.monotonic()`` value: calls and tools end there."""
         self.run_deadline_hit = False
+        self.bounded = False
+        """Inside a block :meth:`_within_deadline` bounds (work inside it is not bounded again)."""
+        self.observer_cut: str | None = None
+        """Why an observer hook was cancelled at the run's deadline: a run that otherwise
+        completed ends on the limit with it."""
         self.window = (
             ContextWindow(
                 config.compaction,
@@ -300,6 +314,10 @@ class _Run:
                     await self._envelope()
                 if scope.cancelled:
                     self._mark_cancelled()
+            except _DeadlinePassed as passed:
+                # a hook, filter, getter, transform_context or compaction still ran at the
+                # run's deadline: it was cancelled and the run ends on the limit
+                self.reason, self.error, self.error_kind = "limit", str(passed), "timeout"
             except asyncio.CancelledError:
                 # Cancelled from outside: still exactly one AgentEnd, then propagate.
                 self._mark_cancelled()
@@ -313,6 +331,8 @@ class _Run:
                 )
                 self._end()
                 raise
+            if self.observer_cut is not None and self.reason == "completed":
+                self.reason, self.error, self.error_kind = "limit", self.observer_cut, "timeout"
             self._end()
             if self.started:
                 await self._hook("after_loop", None, (list(self.new_messages), self.usage))
@@ -420,7 +440,7 @@ class _Run:
                 )
             )
         if self.prompts is not None:
-            batch = await self._filter(self.prompts)
+            batch = await self._within_deadline(self._filter(self.prompts), "in an input filter")
             if batch is None:
                 return
             context.messages.extend(batch)
@@ -430,22 +450,79 @@ class _Run:
 
     # ------------------------------------------------------------------ hooks & filters
 
-    async def _hook(self, name: str, default: Any, args: tuple[Any, ...]) -> tuple[Any, str | None]:
-        """Call hook ``name`` if set. Returns (value, error text if it raised)."""
+    async def _within_deadline(self, work: Awaitable[T], where: str, *, grace: bool = False) -> T:
+        """Await ``work`` within the run's deadline (its ``max_duration``, a budget's
+        ``max_wall_s`` or an enclosing run's deadline, the earliest): past it ``work`` is
+        cancelled and :class:`_DeadlinePassed` raised (the run ends on the limit). Work already
+        inside a bounded block (a hook called by a compaction) is awaited as it is. With
+        ``grace`` (an observer hook), work that starts once the deadline has passed (to observe
+        the run ending on it) gets :data:`_OBSERVER_GRACE` seconds instead."""
+        ends = [d for d in (self.run_deadline, scope_deadline()) if d is not None]
+        if self.bounded or not ends:
+            return await work
+        end = min(ends)
+        if grace and end <= time.monotonic():
+            end = time.monotonic() + _OBSERVER_GRACE
+        self.bounded = True
+        timer = asyncio.timeout_at(_loop_time(end))
+        try:
+            async with timer:
+                return await work
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            raise _DeadlinePassed(self._run_deadline_passed(where)) from None
+        finally:
+            self.bounded = False
+
+    async def _hook(
+        self, name: str, default: Any, args: tuple[Any, ...], *, bounded: bool = True
+    ) -> tuple[Any, str | None]:
+        """Call hook ``name`` if set. Returns (value, error text if it raised).
+
+        A hook still running at the run's deadline is cancelled (``bounded``; the tool runner's
+        hooks are bounded with the tools): a gate hook (``before_*``) ends the run on the limit;
+        an observer hook (``after_*``, ``on_error``) gets a warning and the run goes on to end
+        on its limit, and one that starts after the deadline passed has a few seconds to
+        observe that. A ``CancelledError`` a hook raises while nothing cancels the run is that
+        hook's failure, like any error."""
         fn = getattr(self.config.hooks, name, None)
         if fn is None:
             return default, None
+        observer = name in _OBSERVER_HOOKS
+        failure: BaseException
         try:
-            value = await maybe_await(fn(*args))
-        except Exception as exc:
-            text = redact(f"{type(exc).__name__}: {exc}")
-            logger.warning("hook %s raised %s", name, text, exc_info=True)
-            if name in _OBSERVER_HOOKS and not self.ended:  # nothing follows AgentEnd: logged
-                self.emitter.emit(
-                    Warning(loop_id=self.loop_id, message=f"The {name} hook raised {text}")
+            if bounded:
+                value = await self._within_deadline(
+                    maybe_await(fn(*args)), f"in the {name} hook", grace=observer
                 )
-            return default, text
-        return (default if value is None else value), None
+            else:
+                value = await maybe_await(fn(*args))
+        except _DeadlinePassed as passed:
+            if not observer:
+                raise
+            text = f"The {name} hook was cancelled: {passed}"
+            logger.warning("%s", text)
+            if not self.ended:  # nothing follows AgentEnd (after_loop): logged only
+                self.emitter.emit(Warning(loop_id=self.loop_id, message=text))
+                self.observer_cut = self.observer_cut or str(passed)
+            return default, str(passed)
+        except asyncio.CancelledError as exc:
+            if is_real_cancellation(exc):
+                raise
+            failure = exc
+        except Exception as exc:
+            failure = exc
+        else:
+            return (default if value is None else value), None
+        kind = type(failure).__name__
+        text = redact(f"{kind}: {failure}" if str(failure) else kind)
+        logger.warning("hook %s raised %s", name, text, exc_info=failure)
+        if observer and not self.ended:  # nothing follows AgentEnd: logged
+            self.emitter.emit(
+                Warning(loop_id=self.loop_id, message=f"The {name} hook raised {text}")
+            )
+        return default, text
 
     async def _filter(self, batch: list[AgentMessage]) -> list[AgentMessage] | None:
         """Apply input filters to a batch; None when rejected (InputRejected already emitted)."""
@@ -516,7 +593,7 @@ class _Run:
     ) -> None:
         """Count a finished turn, tell observers (``TurnEnd``) and the ``after_turn`` hook."""
         if self.tracker is not None:
-            self.tracker.record_turn(assistant.usage.input + assistant.usage.output)
+            self.tracker.record_turn(counted_tokens(assistant.usage))
         if live:
             self._turn_end(turn_index, assistant, results)
         self.open_turn = None
@@ -530,10 +607,12 @@ class _Run:
         loop_id = self.loop_id
         if self.window is not None:
             try:
-                await self.window.start()
+                await self._within_deadline(
+                    self.window.start(), "while the context window was set up"
+                )
             except Exception as exc:
                 self._context_failed(exc)
-        pending = await self._filter(await self._poll(config.get_steering_messages))
+        pending = await self._steering()
         if pending is None:
             return
         _stamp(pending, "steering")
@@ -546,17 +625,15 @@ class _Run:
             cancel=self.cancel,
             strategy=config.tool_execution,
             default_timeout=config.tool_timeout,
-            call_hook=self._hook,
+            # bounded with the tools (the runner's deadline), not each on its own
+            call_hook=lambda name, default, args: self._hook(name, default, args, bounded=False),
             poll_steering=lambda: self._poll(config.get_steering_messages),
             messages=context.messages,
             approver=config.approver,
             max_result_bytes=config.tool_result_max_bytes,
-            limits_left=lambda: (
-                self.tracker.left(pending_tokens=self.turn_tokens)
-                if self.tracker is not None
-                else None
-            ),
+            caller_tools=frozenset(self.caller_tools),
         )
+        runner.limits_left = lambda: self._limits_left(runner)
         while True:
             while True:
                 if self.cancel.cancelled:  # cancelled already (before the run, or by sync code)
@@ -620,7 +697,7 @@ class _Run:
                 # A reply from the response cache is free: its tokens are reported, not paid.
                 turn_cost = 0.0 if cached else assistant.usage.cost(self.model.pricing)
                 self.usage = self.usage + assistant.usage
-                self.turn_tokens = assistant.usage.input + assistant.usage.output
+                self.turn_tokens = counted_tokens(assistant.usage)
                 self.cost += turn_cost
                 if self.tracker is not None:
                     self.tracker.record_cost(turn_cost)
@@ -644,8 +721,10 @@ class _Run:
                     return
 
                 calls = assistant.tool_calls
-                if self.caller_tools and any(c.name in self.caller_tools for c in calls):
+                if calls and all(c.name in self.caller_tools for c in calls):
                     # The caller runs these tools: the turn (and the run) ends on the calls.
+                    # (A turn that mixes them with the run's own tools runs the own ones and
+                    # tells the model to call the caller's again on their own: ToolRunner.)
                     await self._end_turn(assistant, this_turn, [], live)
                     return
                 results: list[Any] = []
@@ -678,23 +757,52 @@ class _Run:
                         raise runner.fatal
                 await self._end_turn(assistant, this_turn, results, live)
                 if steering:
-                    filtered = await self._filter(steering)
+                    filtered = await self._within_deadline(
+                        self._filter(steering), "in an input filter"
+                    )
                     if filtered is None:
                         return
                     pending = _stamp(filtered, "steering")
                     continue
-                filtered = await self._filter(await self._poll(config.get_steering_messages))
+                filtered = await self._steering()
                 if filtered is None:
                     return
-                pending = _stamp(filtered, "steering")
+                pending = filtered
                 if not calls and not pending:
                     break
-            follow_ups = await self._filter(await self._poll(config.get_follow_up_messages))
+            follow_ups = await self._within_deadline(
+                self._polled(config.get_follow_up_messages),
+                "while follow-up messages were fetched and filtered",
+            )
             if follow_ups is None:
                 return
             if not follow_ups:
                 return
             pending = _stamp(follow_ups, "follow_up")
+
+    async def _polled(self, getter: Any) -> list[AgentMessage] | None:
+        """Messages from ``getter``, filtered (None: the input filters rejected them)."""
+        return await self._filter(await self._poll(getter))
+
+    async def _steering(self) -> list[AgentMessage] | None:
+        """Steering messages, filtered and stamped, within the run's deadline."""
+        filtered = await self._within_deadline(
+            self._polled(self.config.get_steering_messages),
+            "while steering messages were fetched and filtered",
+        )
+        return None if filtered is None else _stamp(filtered, "steering")
+
+    def _limits_left(self, runner: ToolRunner) -> LimitsLeft | None:
+        """What the run's limits have left for a tool call starting now: the turn's reply and
+        what earlier tool calls of this turn spent (sub-agents that ran before it, in the
+        same turn) are not recorded on the tracker yet, and are taken off here."""
+        if self.tracker is None:
+            return None
+        spent = runner.usage
+        return self.tracker.left(
+            pending_tokens=self.turn_tokens + sum(counted_tokens(u) for u, _ in spent),
+            pending_cost=sum(cost for _, cost in spent),
+        )
 
     def _append_tool_results(self, results: list[Any], turn_id: TurnId) -> None:
         for result in results:
@@ -709,7 +817,7 @@ class _Run:
             self.cost += cost
             if self.tracker is not None:
                 self.tracker.record_cost(cost)
-                self.tracker.tokens_used += usage.input + usage.output
+                self.tracker.tokens_used += counted_tokens(usage)
         runner.usage.clear()
         for tc in calls:
             record = runner.details.pop(tc.id, None)
@@ -763,21 +871,15 @@ class _Run:
 
     async def _build_request(self, *, overflow: bool = False) -> StreamRequest | None:
         """The request of this turn: the log with prunes applied, ``transform_context``, then
-        compaction (harder, with ``overflow``; None when that cannot shrink it)."""
+        compaction (harder, with ``overflow``; None when that cannot shrink it), within the
+        run's deadline."""
         config = self.config
-        working = apply_prunes(self.context.messages)
-        if config.transform_context is not None:
-            working = list(await maybe_await(config.transform_context(working)))
-        try:
-            if self.window is not None and (overflow or not self.window.fits(working)):
-                compacted = await self._compact(working, overflow=overflow)
-                if compacted is None:
-                    return None
-                working = compacted
-        except Exception as exc:  # a custom counter or strategy that fails never ends the run
-            self._context_failed(exc)
-            if overflow:
-                return None
+        working = await self._within_deadline(
+            self._working(overflow=overflow),
+            "while the request was built (transform_context and compaction)",
+        )
+        if working is None:
+            return None
         convert = config.convert_to_llm or default_convert_to_llm
         model = self.model
         return StreamRequest(
@@ -794,6 +896,25 @@ class _Run:
             cache=config.cache,
             extra=config.extra,
         )
+
+    async def _working(self, *, overflow: bool) -> list[AgentMessage] | None:
+        """The messages to send: the log with prunes applied, ``transform_context``, then
+        compaction (None when an overflow's harder compaction cannot shrink them)."""
+        working = apply_prunes(self.context.messages)
+        transform = self.config.transform_context
+        if transform is not None:
+            working = list(await maybe_await(transform(working)))
+        try:
+            if self.window is not None and (overflow or not self.window.fits(working)):
+                compacted = await self._compact(working, overflow=overflow)
+                if compacted is None:
+                    return None
+                working = compacted
+        except Exception as exc:  # a custom counter or strategy that fails never ends the run
+            self._context_failed(exc)
+            if overflow:
+                return None
+        return working
 
     async def _compact(
         self, messages: list[AgentMessage], *, overflow: bool
@@ -933,6 +1054,15 @@ class _Run:
                         self.window.overflowed()
                         retry = await self._build_request(overflow=True)
                     if retry is None:
+                        if recovered:
+                            # compaction went as far as it can (never separating a tool result
+                            # from its call); the provider's words stay at the end
+                            overflowed = ContextOverflowError(
+                                "The conversation does not fit the model's context window even "
+                                "compacted as far as it can be without separating a tool result "
+                                f"from its call (a single message may be too large): {overflowed}",
+                                status=overflowed.status,
+                            )
                         final = self._error_message(overflowed)
                         break
                     overflowed, request = None, retry
@@ -994,7 +1124,7 @@ class _Run:
         if self.window is not None and final.stop_reason != "error":
             self.window.record(final.usage)
         final = scrub_assistant(final)
-        _unique_call_ids(final)
+        _unique_call_ids(final, _call_ids(self.context.messages))
         final.turn_id = turn_id
         self.context.messages.append(final)
         self.new_messages.append(final)
@@ -1050,10 +1180,24 @@ class _Run:
         )
 
 
-def _unique_call_ids(message: AssistantMessage) -> None:
-    """Give a tool call whose id repeats an earlier call's of the same message (or is empty) an
-    id of its own, so each call gets exactly one result the provider can match to it."""
-    seen: set[str] = set()
+def _call_ids(messages: Sequence[AgentMessage]) -> set[str]:
+    """Every tool-call id the conversation uses already (calls and results)."""
+    ids: set[str] = set()
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            ids.update(call.id for call in message.tool_calls)
+        elif isinstance(message, ToolResultMessage):
+            ids.add(message.tool_call_id)
+    return ids
+
+
+def _unique_call_ids(message: AssistantMessage, taken: set[str] | None = None) -> None:
+    """Give a tool call whose id repeats an id of the conversation (``taken``: a call of an
+    earlier turn, as models that number their calls per reply do) or of an earlier call of the
+    same message (or is empty) an id of its own, before any result uses it: each call then gets
+    exactly one result the provider can match to it, and Anthropic's unique tool_use ids hold.
+    """
+    seen: set[str] = set(taken or ())
     for call in message.tool_calls:
         if call.id and call.id not in seen:
             seen.add(call.id)

@@ -10,17 +10,21 @@ tool's name, the call's arguments and the reason approval is needed — and retu
   when its command policy cannot tell whether a command is safe.
 
 Without an approver, a call that needs approval is refused (fail closed), and the model is told
-why. An approver that raises or returns something else also refuses, with the reason.
+why. An approver that raises or returns something else also refuses, with the reason (a
+``CancelledError`` it raises while nothing cancels the run included; a real cancellation of the
+run propagates).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from .._logging import get_logger
+from .._tasks import is_real_cancellation
 
 __all__ = ["ApprovalDecision", "ApprovalRequest", "Approver", "ask_approval"]
 
@@ -76,9 +80,14 @@ async def ask_approval(approver: Approver | None, request: ApprovalRequest) -> A
         answer: Any = approver(request)
         if inspect.isawaitable(answer):
             answer = await answer
-    except Exception as exc:
-        logger.warning("the approver raised %s", type(exc).__name__, exc_info=True)
-        return ApprovalDecision.deny(f"the approver raised {type(exc).__name__}: {exc}")
+    except (Exception, asyncio.CancelledError) as exc:
+        if is_real_cancellation(exc):
+            raise
+        kind = type(exc).__name__
+        logger.warning("the approver raised %s", kind, exc_info=True)
+        return ApprovalDecision.deny(
+            f"the approver raised {kind}: {exc}" if str(exc) else f"the approver raised {kind}"
+        )
     if isinstance(answer, ApprovalDecision):
         return answer
     if isinstance(answer, bool):

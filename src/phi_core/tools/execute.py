@@ -14,6 +14,7 @@ Unicode, no secret values, text capped at ``max_result_bytes``).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,10 +66,18 @@ class ToolRunner:
     approver: Approver | None = None
     max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
     limits_left: Callable[[], LimitsLeft | None] = lambda: None
-    """What the run's limits have left, asked when each call starts."""
-    _shares: dict[str, int] = field(default_factory=dict)
-    """By tool call id: how many calls of its batch spend the run's limits at once (tools with
-    ``spends_limits``, such as sub-agents); each gets that share of what is left."""
+    """What the run's limits have left, asked when each call starts (the loop takes off what
+    earlier calls of the turn spent, reported through ``ToolContext.add_usage``)."""
+    caller_tools: frozenset[str] = frozenset()
+    """Names of tools the caller executes (``AgentLoopConfig.caller_tools``). A turn that calls
+    only these never reaches the runner; in a turn that mixes them with the run's own tools,
+    the own calls run and each caller call gets an error result asking the model to call it
+    again on its own (the caller can only be handed a turn that calls nothing but its tools)."""
+    _shares: dict[str, LimitsLeft] = field(default_factory=dict)
+    """By tool call id: its share of what the run's limits had left when its batch started,
+    for calls of one batch that spend the run's limits at once (tools with ``spends_limits``,
+    such as sub-agents): equal shares, so together they stay within it. A call run on its own
+    (sequentially, or alone in its batch) gets what is left when it starts instead."""
     fatal: BaseException | None = None
     """A SystemExit/KeyboardInterrupt/GeneratorExit a tool raised; the loop re-raises it."""
     _interrupted: dict[str, ToolResultMessage] = field(default_factory=dict)
@@ -147,8 +156,9 @@ class ToolRunner:
             for i in indices
             if getattr(self._find(calls[i].name), "spends_limits", False)
         ]
-        if len(spenders) > 1:
-            self._shares.update(dict.fromkeys(spenders, len(spenders)))
+        left = self.limits_left() if len(spenders) > 1 else None
+        if left is not None:
+            self._shares.update(dict.fromkeys(spenders, left.split(len(spenders))))
         try:
             async with asyncio.TaskGroup() as group:
                 for i in indices:
@@ -275,6 +285,12 @@ class ToolRunner:
     async def _outcome(self, tc: ToolCall) -> ToolResult:
         """What a started call produced (its error result when it cannot run)."""
         agent_tool = self._find(tc.name)
+        if agent_tool is None and tc.name in self.caller_tools:
+            return ToolResult.error(
+                f"Not run: {tc.name!r} is run by the caller, which can only be handed a turn "
+                "that calls nothing but its tools, and this turn also called tools run here "
+                "(they ran). Call it again in a turn of its own."
+            )
         if agent_tool is None:
             names = ", ".join(t.name for t in self.tools) or "none"
             return ToolResult.error(f"Tool {tc.name} not found. Available tools: {names}.")
@@ -319,6 +335,12 @@ class ToolRunner:
         loop_id = self.loop_id
         emit = self.emitter.emit
         pending_updates: list[asyncio.Task[None]] = []
+        # A sync tool runs in a worker thread: its updates and progress lines are handed to
+        # this loop's thread (in order, before the call's end: the thread's own completion is
+        # delivered after them). Once the call has ended they are dropped.
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+        ended = False
 
         async def deliver_update(text: str) -> None:
             text = redact(str(text))  # events, hooks and stored sessions never see a key
@@ -334,15 +356,34 @@ class ToolRunner:
             )
             await self.call_hook("after_tool_execution_update", None, (tc.name, tc.id, text))
 
-        def on_update(text: str) -> None:
-            pending_updates.append(asyncio.get_running_loop().create_task(deliver_update(text)))
+        def start_update(text: str) -> None:
+            if ended:
+                logger.debug("dropped an update of tool %s sent after its call ended", tc.name)
+                return
+            pending_updates.append(loop.create_task(deliver_update(text)))
 
-        def on_progress(text: str) -> None:
+        def emit_progress(text: str) -> None:
+            if ended:
+                logger.debug("dropped a progress line of tool %s sent after it ended", tc.name)
+                return
             emit(
                 ProgressMessage(
                     loop_id=loop_id, tool_call_id=tc.id, tool_name=tc.name, text=redact(str(text))
                 )
             )
+
+        def in_loop(fn: Callable[[str], None]) -> Callable[[str], None]:
+            def call(text: str) -> None:
+                if threading.get_ident() == loop_thread:
+                    fn(text)
+                elif loop.is_closed():
+                    logger.debug("dropped a message of tool %s: its event loop is closed", tc.name)
+                else:
+                    loop.call_soon_threadsafe(fn, text)
+
+            return call
+
+        on_update, on_progress = in_loop(start_update), in_loop(emit_progress)
 
         ctx = ToolContext(
             tool_call_id=tc.id,
@@ -356,7 +397,7 @@ class ToolRunner:
             _on_usage=lambda usage, cost: self.usage.append((usage, cost)),
             approver=self.approver,
             arguments=dict(tc.arguments),
-            limits_left=_share(self.limits_left(), self._shares.pop(tc.id, 1)),
+            limits_left=_within_share(self.limits_left(), self._shares.pop(tc.id, None)),
         )
         timeout = tool_timeout(agent_tool)
         if timeout is None:
@@ -391,6 +432,7 @@ class ToolRunner:
                 text = f"{type(exc).__name__}: {text}" if str(exc) else text
             return ToolResult.error(f"Tool {tc.name} failed: {text}")
         finally:
+            ended = True
             child.detach()
             # Updates are delivered in order before the tool's end event; if the run is being
             # cancelled they are cancelled with it.
@@ -402,8 +444,21 @@ class ToolRunner:
                     emit(Warning(loop_id=loop_id, message=f"tool update hook failed for {tc.name}"))
 
 
-def _share(left: LimitsLeft | None, ways: int) -> LimitsLeft | None:
-    return None if left is None else left.split(ways)
+def _within_share(left: LimitsLeft | None, share: LimitsLeft | None) -> LimitsLeft | None:
+    """What a call may spend: ``left`` now, within its batch's ``share`` when it has one (the
+    time left is the live one: it passes for the whole batch at once)."""
+    if left is None or share is None:
+        return left
+
+    def least(now: float | None, part: float | None) -> float | None:
+        return now if part is None or (now is not None and now < part) else part
+
+    tokens = least(left.tokens, share.tokens)
+    return LimitsLeft(
+        tokens=None if tokens is None else int(tokens),
+        cost=least(left.cost, share.cost),
+        seconds=left.seconds,
+    )
 
 
 def _first_fatal(errors: BaseExceptionGroup[BaseException]) -> BaseException | None:
