@@ -139,7 +139,9 @@ class Budget:
     """Limits on what a run may spend; ``None`` switches a limit off.
 
     Attributes:
-        max_tokens: input + output tokens of every call together (an int, 1 to 10**15).
+        max_tokens: the tokens of every call together — input (cache reads and writes
+            included) and output — as the agent loop's ``max_total_tokens`` counts them (an
+            int, 1 to 10**15).
         max_cost_usd: dollars actually paid (cache hits are free; finite, > 0).
         max_wall_s: seconds since the meter started; a call never runs past it (finite, > 0).
         max_calls: model calls sent (cache hits do not count; an int, 1 to 10**15).
@@ -310,7 +312,8 @@ class Meter:
 
     @property
     def tokens(self) -> int:
-        """Input and output tokens of the calls actually sent."""
+        """Tokens of the calls actually sent: input (cache reads and writes included) and
+        output."""
         with self._lock:
             return sum(_tokens(c.usage) for c in self.calls if c.sent)
 
