@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .._logging import get_logger
 from ._files import looks_binary
-from ._isolation import isolation_prefix, toolchain_paths
+from ._isolation import isolation_prefix, toolchain_paths, walk_bounded
 from ._settings import BashSettings
 from ._tool import WorkspaceTool
 from .base import ToolContext, ToolResult
@@ -52,26 +52,20 @@ def strip_set_id_bits(root: str) -> list[str]:
     """Remove the setuid and setgid bits of the regular files under ``root`` (links not
     followed, other file systems not entered, at most :data:`_STRIP_WALK_LIMIT` entries);
     the paths changed, relative to ``root``."""
-    changed: list[str] = []
     device = os.lstat(root).st_dev
-    pending, seen = [root], 0
-    while pending and seen < _STRIP_WALK_LIMIT:
-        try:
-            entries = list(os.scandir(pending.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            seen += 1
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if info.st_dev != device:
-                continue
-            if stat.S_ISDIR(info.st_mode):
-                pending.append(entry.path)
-            elif stat.S_ISREG(info.st_mode) and info.st_mode & _SET_ID and _strip(entry.path):
-                changed.append(os.path.relpath(entry.path, root))
+    changed: list[str] = []
+
+    def same_device(_path: str, info: os.stat_result) -> bool:
+        return info.st_dev == device
+
+    for path, info in walk_bounded(root, _STRIP_WALK_LIMIT, same_device):
+        if (
+            info.st_dev == device
+            and stat.S_ISREG(info.st_mode)
+            and info.st_mode & _SET_ID
+            and _strip(path)
+        ):
+            changed.append(os.path.relpath(path, root))
     return changed
 
 

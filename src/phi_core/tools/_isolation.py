@@ -34,7 +34,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
 from .._logging import get_logger
@@ -103,13 +103,14 @@ def toolchain_paths(search_path: str, extra: Iterable[str] = ()) -> list[str]:
     return kept
 
 
-@functools.cache
-def _unreadable_in_etc() -> tuple[tuple[str, bool], ...]:
-    """What of ``/etc`` other users may not read (path, is a folder): hidden from commands
-    run by root, who could otherwise read it (``/etc/shadow``, SSH host keys)."""
-    hidden: list[tuple[str, bool]] = []
-    pending, seen = ["/etc"], 0
-    while pending and seen < _ETC_WALK_LIMIT:
+def walk_bounded(
+    root: str, limit: int, descend: Callable[[str, os.stat_result], bool]
+) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry under ``root`` with its own ``lstat`` (links are not followed), at most
+    ``limit`` of them; a folder is entered when ``descend(path, info)`` says so. Entries that
+    vanish or cannot be read meanwhile are passed over."""
+    pending, seen = [root], 0
+    while pending and seen < limit:
         try:
             entries = list(os.scandir(pending.pop()))
         except OSError:
@@ -120,14 +121,25 @@ def _unreadable_in_etc() -> tuple[tuple[str, bool], ...]:
                 info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISLNK(info.st_mode):
-                continue
-            folder = stat.S_ISDIR(info.st_mode)
-            if not info.st_mode & stat.S_IROTH or (folder and not info.st_mode & stat.S_IXOTH):
-                hidden.append((entry.path, folder))
-            elif folder:
+            if stat.S_ISDIR(info.st_mode) and descend(entry.path, info):
                 pending.append(entry.path)
-    return tuple(hidden)
+            yield entry.path, info
+
+
+def _others_may_read(info: os.stat_result) -> bool:
+    folder = stat.S_ISDIR(info.st_mode)
+    return bool(info.st_mode & stat.S_IROTH) and (not folder or bool(info.st_mode & stat.S_IXOTH))
+
+
+@functools.cache
+def _unreadable_in_etc() -> tuple[tuple[str, bool], ...]:
+    """What of ``/etc`` other users may not read (path, is a folder): hidden from commands
+    run by root, who could otherwise read it (``/etc/shadow``, SSH host keys)."""
+    return tuple(
+        (path, stat.S_ISDIR(info.st_mode))
+        for path, info in walk_bounded("/etc", _ETC_WALK_LIMIT, lambda _p, i: _others_may_read(i))
+        if not stat.S_ISLNK(info.st_mode) and not _others_may_read(info)
+    )
 
 
 def _bwrap(
