@@ -101,17 +101,23 @@ def test_bandit_flags_on_a_parallel_race_warn(script: str, tmp_path: Path) -> No
     assert "warning: --alpha only applies to --strategy bandit; ignored." in err
 
 
-def test_route_reset_of_an_unknown_namespace_is_exit_2_listing_the_real_ones(
-    tmp_path: Path, script: str
-) -> None:
+def learned_state(tmp_path: Path, script: str) -> tuple[str, list[str]]:
+    """A router state a bandit race has written, and its namespaces."""
     state = str(tmp_path / "router.sqlite")
     code, _, err = invoke(
         "race", "Q?", "-m", "scripted:a", "-m", "scripted:b", "--strategy", "bandit",
         "--judge", "scripted:judge", "--state", state, "--script", script,
     )  # fmt: skip
     assert code == 0, err
-    before = SQLiteStateStore(state).namespaces()
-    assert before
+    namespaces = SQLiteStateStore(state).namespaces()
+    assert namespaces
+    return state, namespaces
+
+
+def test_route_reset_of_an_unknown_namespace_is_exit_2_listing_the_real_ones(
+    tmp_path: Path, script: str
+) -> None:
+    state, before = learned_state(tmp_path, script)
     code, out, err = invoke("route", "reset", "--namespace", "nope", "-y", "--state", state)
     assert code == 2 and "Reset" not in out
     assert "There is no namespace 'nope'" in err and repr(before[0]) in err
@@ -121,13 +127,7 @@ def test_route_reset_of_an_unknown_namespace_is_exit_2_listing_the_real_ones(
 def test_route_reset_without_a_terminal_says_to_pass_yes_and_resets_nothing(
     tmp_path: Path, script: str
 ) -> None:
-    state = str(tmp_path / "router.sqlite")
-    code, _, err = invoke(
-        "race", "Q?", "-m", "scripted:a", "-m", "scripted:b", "--strategy", "bandit",
-        "--judge", "scripted:judge", "--state", state, "--script", script,
-    )  # fmt: skip
-    assert code == 0, err
-    before = SQLiteStateStore(state).namespaces()
+    state, before = learned_state(tmp_path, script)
     code, out, err = invoke("route", "reset", "--state", state)  # stdin is not a terminal
     assert code == 2 and out == ""
     assert "pass -y/--yes" in err and "Aborted" not in err
