@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import re
 import secrets
@@ -257,6 +258,24 @@ def base_messages(outcomes: list[ParallelLoopOutcome]) -> list[AgentMessage]:
 
 
 _JSON_SLICE = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def json_number(value: object) -> float | None:
+    """A finite number from a JSON value: a number or a numeric string (``"0.9"``); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return number if math.isfinite(number) else None
 
 
 def parse_json_object(text: str) -> dict[str, Any] | None:

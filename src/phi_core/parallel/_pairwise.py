@@ -27,6 +27,7 @@ from ._judge import (
     fence,
     fence_note,
     fit_for_judge,
+    json_number,
     judge_loop_id,
     new_boundary,
     parse_json_object,
@@ -89,20 +90,10 @@ def parse_pairwise_verdict(reply: str) -> Verdict | None:
 def _verdict_number(winner: object) -> int | None:
     """0, 1 or 2 from a JSON ``winner``: an int, a whole float (``1.0``) or a numeric string
     (``"2"``, ``"2.0"``); anything else (``true``, ``NaN``, ``1.5``, ``7``, a list) is None."""
-    if isinstance(winner, bool):
+    number = json_number(winner)
+    if number is None or not number.is_integer() or number not in (0, 1, 2):
         return None
-    if isinstance(winner, str):
-        try:
-            winner = float(winner.strip())
-        except ValueError:
-            return None
-    if isinstance(winner, float):
-        if not winner.is_integer():  # NaN and infinities are not integers either
-            return None
-        winner = int(winner)
-    if isinstance(winner, int) and winner in (0, 1, 2):
-        return winner
-    return None
+    return int(number)
 
 
 def pairwise_prompt(

@@ -28,6 +28,7 @@ from ._judge import (
     fence,
     fence_note,
     fit_for_judge,
+    json_number,
     judge_loop_id,
     new_boundary,
     parse_json_object,
@@ -96,24 +97,6 @@ SCALES: tuple[float, ...] = (1.0, 5.0, 10.0, 100.0)
 the smallest of these that holds it (scores divided by it); above 100 it is unusable."""
 
 
-def _number(value: object) -> float | None:
-    """A finite number from a JSON value: a number or a numeric string (``"0.9"``); else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an int too large for a float
-        return None
-    return number if math.isfinite(number) else None
-
-
 @dataclass(frozen=True)
 class RubricReading:
     """What one rubric reply says: ``scores`` (``{answer number (1-based): {criterion: score in
@@ -133,7 +116,7 @@ def read_rubric_reply(reply: str, criteria: Sequence[Criterion], count: int) -> 
     for entry in entries:
         if not isinstance(entry, dict):
             continue
-        number = _number(entry.get("answer"))
+        number = json_number(entry.get("answer"))
         if number is None or not number.is_integer():
             continue
         answer = int(number)
@@ -141,7 +124,7 @@ def read_rubric_reply(reply: str, criteria: Sequence[Criterion], count: int) -> 
             continue
         scores: dict[str, float] = {}
         for criterion in criteria:
-            value = _number(entry.get(criterion.name))
+            value = json_number(entry.get(criterion.name))
             if value is None or value < 0:
                 break
             scores[criterion.name] = value
